@@ -1,0 +1,58 @@
+// swift-tools-version: 6.0
+//
+// Two builds from one manifest (DESIGN.md §3):
+//   swift build / swift test            -> everything, normal Swift (tests, totp-enroll)
+//   PAM_TOTP_EMBEDDED=1 swift build ... -> only MFACore + PamTOTP in Embedded Swift, giving the
+//                                          shipped pam_totp.so (no Swift runtime, libc+libpam only)
+import PackageDescription
+import Foundation
+
+let embedded = ProcessInfo.processInfo.environment["PAM_TOTP_EMBEDDED"] == "1"
+
+let embeddedSwift: [SwiftSetting] = embedded
+    ? [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo", "-Xcc", "-fPIC", "-Osize"])]
+    : []
+
+let pamModuleLinker: [LinkerSetting] = [
+    .linkedLibrary("pam"),
+    .unsafeFlags([
+        "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/PamTOTP/exports.map",
+        "-Xlinker", "--no-undefined",
+    ]),
+]
+
+var targets: [Target] = [
+    .systemLibrary(name: "CLibc", path: "Sources/CLibc"),
+    .systemLibrary(name: "CPAM", path: "Sources/CPAM"),
+    .target(name: "MFACore", dependencies: ["CLibc"], swiftSettings: embeddedSwift),
+    .target(
+        name: "PamTOTP", dependencies: ["MFACore", "CLibc", "CPAM"], exclude: ["exports.map"],
+        swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),
+]
+var products: [Product] = [
+    .library(name: "pam_totp", type: .dynamic, targets: ["PamTOTP"]),
+]
+var dependencies: [Package.Dependency] = []
+
+if !embedded {
+    dependencies.append(.package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"))
+    targets += [
+        .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
+        .executableTarget(
+            name: "totp-enroll",
+            dependencies: [
+                "MFACore", "CLibc", "CPAM", "CQREncode",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
+        .testTarget(name: "MFACoreTests", dependencies: ["MFACore"]),
+        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "CLibc"]),
+    ]
+    products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
+}
+
+let package = Package(
+    name: "pam_totp",
+    products: products,
+    dependencies: dependencies,
+    targets: targets
+)

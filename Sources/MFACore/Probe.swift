@@ -1,0 +1,1 @@
+public func probeAdd(_ a: Int, _ b: Int) -> Int { a &+ b }
