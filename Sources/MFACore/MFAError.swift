@@ -1,0 +1,42 @@
+/// Every failure MFACore can report. Each case maps to exactly one PAM return code in
+/// PamTOTP's single `switch` (see README, "Error mapping"). Messages never contain secrets,
+/// codes or the contents of a record: only what went wrong and where.
+public enum MFAError: Error, Equatable, Sendable {
+    /// A module argument or configuration value is unknown or out of range.
+    case invalidOption(Message)
+    /// Base32 text that is not a valid RFC 4648 encoding.
+    case invalidBase32
+    /// OTP parameters outside what we support (digits 6–8, period 1–3600 s, ...).
+    case invalidParameters(Message)
+    /// The user name cannot name a record (empty, too long, '/', leading '.', control bytes).
+    case invalidUserName
+    /// A factor label that is empty, too long or contains control characters.
+    case invalidLabel
+    /// The store directory or a record failed a safety check (owner, mode, type, symlink).
+    case insecureStore(Message)
+    /// A record exists but does not parse as a known format version.
+    case corruptRecord(Message)
+    /// A system call failed; `operation` names it, `errno` is the value.
+    case system(operation: Message, errno: Int32)
+    /// The per-user lock could not be taken within the timeout.
+    case lockTimeout
+    /// The clock reads before the Unix epoch, or too far out to compute a time step.
+    case clockOutOfRange
+}
+
+/// Text for errors and log lines as UTF-8 bytes. Embedded Swift cannot compare `String`s
+/// without Unicode normalization tables, so messages are bytes; literals convert directly.
+public struct Message: Equatable, Sendable, ExpressibleByStringLiteral {
+    public var bytes: [UInt8]
+
+    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    public init(stringLiteral value: StaticString) {
+        bytes = Array(UnsafeBufferPointer(start: value.utf8Start, count: value.utf8CodeUnitCount))
+    }
+
+    public static func + (lhs: Message, rhs: Message) -> Message { Message(lhs.bytes + rhs.bytes) }
+
+    /// For the CLI and tests (not used inside the module).
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
+}

@@ -1,0 +1,106 @@
+/// `otpauth://totp/ISSUER:ACCOUNT?secret=...&issuer=...` in Google's Key URI format.
+/// `algorithm`, `digits` and `period` are included only when they differ from SHA1/6/30,
+/// because several apps reject or mishandle URIs that spell out the defaults. Issuer and
+/// account are percent-encoded (RFC 3986 unreserved characters stay as they are); the colon
+/// between them is literal.
+public struct OTPAuthURI: Equatable, Sendable {
+    public var issuer: [UInt8]
+    public var account: [UInt8]
+    public var secret: [UInt8]
+    public var parameters: OTPParameters
+
+    public init(issuer: [UInt8], account: [UInt8], secret: [UInt8], parameters: OTPParameters) {
+        self.issuer = issuer
+        self.account = account
+        self.secret = secret
+        self.parameters = parameters
+    }
+
+    public var bytes: [UInt8] {
+        var out = Array("otpauth://totp/".utf8)
+        if !issuer.isEmpty {
+            out += Percent.encode(issuer)
+            out.append(0x3A)  // ':'
+        }
+        out += Percent.encode(account)
+        out += Array("?secret=".utf8)
+        out += Base32.encode(secret)
+        if !issuer.isEmpty {
+            out += Array("&issuer=".utf8)
+            out += Percent.encode(issuer)
+        }
+        if parameters.algorithm != .sha1 {
+            out += Array("&algorithm=".utf8)
+            out += parameters.algorithm == .sha256 ? Array("SHA256".utf8) : Array("SHA512".utf8)
+        }
+        if parameters.digits != 6 {
+            out += Array("&digits=".utf8)
+            out += decimalBytes(UInt64(parameters.digits))
+        }
+        if parameters.period != 30 {
+            out += Array("&period=".utf8)
+            out += decimalBytes(parameters.period)
+        }
+        return out
+    }
+
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// Parses a TOTP URI as produced above or by other tools (parameters in any order,
+    /// issuer from the label prefix or the `issuer` parameter).
+    public init(parsing uri: [UInt8]) throws(MFAError) {
+        let prefix = Array("otpauth://totp/".utf8)
+        guard uri.count > prefix.count, Array(uri[0..<prefix.count]).lowercasedASCII() == prefix else {
+            throw .invalidParameters("not an otpauth://totp/ URI")
+        }
+        let rest = uri[prefix.count...]
+        let q = rest.firstIndex(of: 0x3F) ?? rest.endIndex
+        guard let label = Percent.decode(rest[rest.startIndex..<q]) else {
+            throw .invalidParameters("bad percent-encoding in label")
+        }
+        var issuer: [UInt8] = []
+        var account = label
+        if let colon = label.firstIndex(of: 0x3A) {
+            issuer = Array(label[..<colon])
+            account = Array(label[(colon + 1)...])
+            while account.first == ASCII.space { account.removeFirst() }
+        }
+        var secret: [UInt8]? = nil
+        var algorithm = HashAlgorithm.sha1
+        var digits = 6
+        var period: UInt64 = 30
+        if q < rest.endIndex {
+            for pair in rest[(q + 1)...].split(separator: 0x26) {
+                let eq = pair.firstIndex(of: ASCII.equals) ?? pair.endIndex
+                let key = Array(pair[pair.startIndex..<eq]).lowercasedASCII()
+                let rawValue = eq < pair.endIndex ? pair[(eq + 1)...] : pair[pair.endIndex...]
+                guard let value = Percent.decode(rawValue) else {
+                    throw .invalidParameters("bad percent-encoding in parameter")
+                }
+                switch key {
+                case Array("secret".utf8): secret = try Base32.decode(value)
+                case Array("issuer".utf8): issuer = value
+                case Array("algorithm".utf8):
+                    guard let a = HashAlgorithm(name: value) else { throw .invalidParameters("unknown algorithm") }
+                    algorithm = a
+                case Array("digits".utf8):
+                    guard let d = parseDecimal(value, limit: 8) else { throw .invalidParameters("bad digits") }
+                    digits = Int(d)
+                case Array("period".utf8):
+                    guard let p = parseDecimal(value, limit: 3600) else { throw .invalidParameters("bad period") }
+                    period = p
+                default: break  // unknown parameters (image, color, ...) are ignored, as apps do
+                }
+            }
+        }
+        guard let s = secret, !s.isEmpty else { throw .invalidParameters("URI has no secret") }
+        self.init(issuer: issuer, account: account, secret: s,
+                  parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: period))
+    }
+}
+
+extension Array where Element == UInt8 {
+    func lowercasedASCII() -> [UInt8] {
+        map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+    }
+}

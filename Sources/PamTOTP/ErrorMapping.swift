@@ -1,0 +1,46 @@
+import CPAM
+import MFACore
+
+/// The one table from an outcome to a PAM return code (README, "Error mapping"). Every error
+/// denies: only `nullok` for an unenrolled user gives PAM_IGNORE, and that is decided before
+/// the prompt in pam_sm_authenticate.
+func pamCode(_ outcome: AuthOutcome) -> Int32 {
+    switch outcome {
+    case .success: return PAM_SUCCESS
+    case .wrongCode: return PAM_AUTH_ERR
+    case .unenrolled: return PAM_AUTH_ERR  // same as a wrong code: no account enumeration
+    case .failed(let error):
+        switch error {
+        case .invalidOption: return PAM_SERVICE_ERR
+        case .invalidBase32, .invalidParameters, .invalidLabel, .corruptRecord: return PAM_AUTHINFO_UNAVAIL
+        case .insecureStore, .system, .lockTimeout: return PAM_AUTHINFO_UNAVAIL
+        case .invalidUserName: return PAM_AUTH_ERR
+        case .clockOutOfRange: return PAM_AUTH_ERR
+        }
+    }
+}
+
+/// A log-safe description of an error: never a secret, a code or record contents.
+func describe(_ error: MFAError) -> Message {
+    switch error {
+    case .invalidOption(let what): return "configuration error: " + what
+    case .invalidBase32: return "record holds invalid Base32"
+    case .invalidParameters(let what): return "invalid parameters: " + what
+    case .invalidUserName: return "user name cannot be enrolled"
+    case .invalidLabel: return "invalid factor label"
+    case .insecureStore(let what): return "insecure store: " + what
+    case .corruptRecord(let what): return "corrupt record: " + what
+    case .system(let operation, let errno): return operation + " failed (errno " + decimal(errno) + ")"
+    case .lockTimeout: return "timed out waiting for the record lock"
+    case .clockOutOfRange: return "system clock out of range"
+    }
+}
+
+func decimal(_ value: Int32) -> Message {
+    if value == 0 { return "0" }
+    var digits: [UInt8] = []
+    var v = value.magnitude
+    while v > 0 { digits.append(0x30 &+ UInt8(truncatingIfNeeded: v % 10)); v /= 10 }
+    if value < 0 { digits.append(0x2D) }
+    return Message(digits.reversed())
+}
