@@ -1,0 +1,68 @@
+import Foundation
+import MFACore
+
+/// Who the tool acts for, and where the store is. `--user` and `--store` are honoured only
+/// when the real uid is 0 (DESIGN.md §4.3): anyone else acts for themselves on the default
+/// store.
+struct CallerContext {
+    let userName: String
+    let storePath: String
+
+    init(user: String?, store: String?) throws {
+        let realUID = getuid()
+        if (user != nil || store != nil) && realUID != 0 {
+            throw CLIError("--user and --store are for root only")
+        }
+        if let user {
+            guard getpwnam(user) != nil else { throw CLIError("no such user: \(user)") }
+            userName = user
+        } else {
+            guard let pw = getpwuid(realUID), let name = pw.pointee.pw_name else {
+                throw CLIError("cannot find the name of uid \(realUID)")
+            }
+            userName = String(cString: name)
+        }
+        storePath = store ?? String(decoding: Store.defaultDirectory, as: UTF8.self)
+    }
+
+    /// Opens the store, creating the directory (0700) if it does not exist yet.
+    func openStore() throws -> StoreAccess {
+        if mkdir(storePath, 0o700) == 0 {
+            // New directory: make sure umask did not matter and the owner is us.
+            chmod(storePath, 0o700)
+        }
+        do { return StoreAccess(store: try Store(path: Array(storePath.utf8))) } catch {
+            if case .system(_, let e) = error, e == EACCES {
+                throw CLIError("cannot open the store \(storePath): permission denied (run as root)")
+            }
+            throw CLIError(error)
+        }
+    }
+}
+
+/// The CLI's view of the store: MFAErrors become one-line CLI errors.
+struct StoreAccess {
+    let store: Store
+
+    func readRecord(user: String) throws -> UserRecord? {
+        do { return try store.read(user: Array(user.utf8)) } catch { throw CLIError(error) }
+    }
+
+    /// Adds a factor under the user's lock (read, append, atomic write).
+    func addFactor(_ factor: Factor, user: String) throws {
+        let name = Array(user.utf8)
+        do {
+            try store.withLock(user: name) { () throws(MFAError) in
+                var record = try store.read(user: name) ?? UserRecord()
+                if record.factors.contains(where: { $0.label == factor.label }) {
+                    throw .invalidParameters("a factor with this name already exists")
+                }
+                guard record.factors.count < UserRecord.maxFactors else {
+                    throw .invalidParameters("too many factors; remove one first")
+                }
+                record.factors.append(factor)
+                try store.writeLocked(user: name, record: record)
+            }
+        } catch { throw CLIError(error) }
+    }
+}

@@ -1,0 +1,132 @@
+import ArgumentParser
+import Foundation
+import MFACore
+
+/// `totp-enroll enroll`: generate (or take) a secret, show it, and save the factor only after
+/// a valid code proves the authenticator has it.
+struct Enroll: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Enrol a new TOTP factor (the default subcommand).",
+        discussion: """
+            Prints the QR code, the Base32 key and the otpauth:// URI, then asks for a code \
+            from your authenticator app (3 tries). The factor is saved only after a valid code.
+            """)
+
+    static let maxTries = 3
+    static let deadlineSeconds: Int64 = 300
+
+    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: ArgumentHelp("A name for this factor, shown by `list` and in logs (default USER@HOST).", valueName: "LABEL"))
+    var name: String?
+
+    @Option(help: ArgumentHelp("Issuer shown by the authenticator app (default: this host's name).", valueName: "TEXT"))
+    var issuer: String?
+
+    @Option(help: ArgumentHelp("Use this Base32 secret instead of generating one; - reads it from standard input.", valueName: "BASE32"))
+    var secret: String?
+
+    @Option(help: ArgumentHelp("Finish with this code instead of asking for one.", valueName: "CODE"))
+    var code: String?
+
+    @Option(help: "How to show the QR code in the terminal: utf8 or none.")
+    var qr: QRStyle = .utf8
+
+    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
+    var store: String?
+
+    @OptionGroup var otp: OTPOptions
+
+    mutating func validate() throws {
+        if let name { do { try Factor.validate(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+    }
+
+    func run() throws {
+        let context = try CallerContext(user: user, store: store)
+        let parameters = try otp.parameters()
+        let host = hostName()
+        let label = name ?? context.userName + "@" + host
+        var key = try secret.map(readSecret) ?? Secret.generate(for: parameters.algorithm)
+        defer { wipe(&key) }
+        let started = Int64(time(nil))
+
+        // Refuse early if the label is taken, so the user does not scan a code for nothing.
+        let existing = try context.openStore().readRecord(user: context.userName)
+        if existing?.factors.contains(where: { $0.label == Array(label.utf8) }) == true {
+            throw CLIError("a factor named \"\(label)\" already exists for \(context.userName); choose another --name")
+        }
+
+        if parameters != .default {
+            warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
+        }
+        let uri = OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(context.userName.utf8),
+                             secret: key, parameters: parameters)
+        if qr == .utf8 {
+            print(renderUTF8(try QRMatrix(uri.string)))
+        }
+        print("Key:  \(groupedKey(key))")
+        print("URI:  \(uri.string)")
+        print("")
+        fflush(nil)
+
+        let verifier: TOTPVerifier
+        do { verifier = try TOTPVerifier() } catch { throw CLIError(error) }
+        let hmacKey = HMACKey(algorithm: parameters.algorithm, key: key)
+        for attempt in 1...Self.maxTries {
+            let answer: String
+            if let code {
+                answer = code
+            } else {
+                guard let line = promptLine("Verification code from your app: ") else {
+                    throw CLIError("no code entered; nothing was saved")
+                }
+                answer = line
+            }
+            let now = Int64(time(nil))
+            guard now - started <= Self.deadlineSeconds else {
+                throw CLIError("enrolment took longer than \(Self.deadlineSeconds / 60) minutes; nothing was saved, run totp-enroll again")
+            }
+            let digitsOnly = Array(answer.utf8).filter { $0 != 0x20 }
+            let step: UInt64?
+            do { step = try verifier.verify(answer: digitsOnly, key: hmacKey, parameters: parameters, at: now) } catch { throw CLIError(error) }
+            if step != nil {
+                let factor: Factor
+                do { factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, secret: key) } catch { throw CLIError(error) }
+                try context.openStore().addFactor(factor, user: context.userName)
+                print("Enrolled factor \"\(label)\" for \(context.userName).")
+                return
+            }
+            if code != nil || attempt == Self.maxTries { break }
+            warn("that code is not valid; check the time on your phone and try again (\(Self.maxTries - attempt) left)")
+        }
+        throw CLIError("the code did not verify; nothing was saved")
+    }
+
+    func groupedKey(_ key: [UInt8]) -> String {
+        let text = Base32.encodeString(key)
+        var out = ""
+        for (i, c) in text.enumerated() {
+            if i > 0 && i % 4 == 0 { out += " " }
+            out.append(c)
+        }
+        return out
+    }
+}
+
+func hostName() -> String {
+    var buf = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buf, buf.count - 1) == 0 else { return "localhost" }
+    let name = String(cString: buf)
+    return name.isEmpty ? "localhost" : name
+}
+
+func warn(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+/// Asks on stderr, reads a line from stdin; nil on end of input.
+func promptLine(_ text: String) -> String? {
+    FileHandle.standardError.write(Data(text.utf8))
+    return readLine(strippingNewline: true)
+}

@@ -1,0 +1,54 @@
+import ArgumentParser
+import CQREncode
+import Foundation
+
+/// A QR code as a square of modules (true = dark), made by libqrencode.
+struct QRMatrix {
+    let width: Int
+    let dark: [Bool]
+
+    init(_ text: String) throws {
+        // Level M, byte mode, case-sensitive: what Google's Key URI examples use.
+        guard let qr = QRcode_encodeString(text, 0, QR_ECLEVEL_M, QR_MODE_8, 1) else {
+            throw CLIError("libqrencode could not encode the URI (errno \(errno))")
+        }
+        defer { QRcode_free(qr) }
+        let w = Int(qr.pointee.width)
+        width = w
+        let data = UnsafeBufferPointer(start: qr.pointee.data, count: w * w)
+        dark = data.map { $0 & 1 == 1 }
+    }
+
+    func isDark(_ x: Int, _ y: Int) -> Bool {
+        x >= 0 && y >= 0 && x < width && y < width && dark[y * width + x]
+    }
+}
+
+enum QRStyle: String, CaseIterable {
+    case utf8, none
+}
+
+extension QRStyle: ExpressibleByArgument {}
+
+/// Renders with Unicode half blocks, two module rows per text line, with a 4-module quiet
+/// zone. Like `qrencode -t UTF8`, light modules are drawn (for the usual light-on-dark
+/// terminal), so the code reads as dark modules on a light field.
+func renderUTF8(_ qr: QRMatrix) -> String {
+    let quiet = 4
+    var out = ""
+    var y = -quiet
+    while y < qr.width + quiet {
+        for x in -quiet..<(qr.width + quiet) {
+            let top = !qr.isDark(x, y), bottom = !qr.isDark(x, y + 1)
+            switch (top, bottom) {
+            case (true, true): out += "\u{2588}"
+            case (true, false): out += "\u{2580}"
+            case (false, true): out += "\u{2584}"
+            case (false, false): out += " "
+            }
+        }
+        out += "\n"
+        y += 2
+    }
+    return out
+}

@@ -1,0 +1,80 @@
+import ArgumentParser
+import Foundation
+import MFACore
+
+@main
+struct TOTPEnroll: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "totp-enroll",
+        abstract: "Enrol and manage TOTP second factors for pam_totp.",
+        discussion: """
+            Without a subcommand, runs `enroll`: generates a secret, shows it as a QR code, \
+            and saves the factor only after you type a valid code from your authenticator app.
+            """,
+        subcommands: [Enroll.self, Code.self],
+        defaultSubcommand: Enroll.self)
+}
+
+/// One clear line on stderr and a non-zero exit.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+    init(_ error: MFAError) { self.description = Self.text(error) }
+
+    static func text(_ error: MFAError) -> String {
+        switch error {
+        case .invalidOption(let m): return m.string
+        case .invalidBase32: return "the secret is not valid Base32 (RFC 4648: letters A-Z and digits 2-7)"
+        case .invalidParameters(let m): return m.string
+        case .invalidUserName: return "this user name cannot be enrolled"
+        case .invalidLabel: return "the factor name must be 1 to 64 characters without control characters"
+        case .insecureStore(let m): return "refusing an insecure store: " + m.string
+        case .corruptRecord(let m): return "the existing record is unreadable: " + m.string
+        case .system(let op, let e): return op.string + " failed: " + String(cString: strerror(e))
+        case .lockTimeout: return "timed out waiting for the record lock; try again"
+        case .clockOutOfRange: return "the system clock is out of range"
+        }
+    }
+}
+
+/// Parses `--algorithm`.
+extension HashAlgorithm: ExpressibleByArgument {
+    public init?(argument: String) { self.init(name: Array(argument.utf8)) }
+    public static var allValueStrings: [String] { ["sha1", "sha256", "sha512"] }
+}
+
+/// The OTP parameters shared by `enroll` and `code`.
+struct OTPOptions: ParsableArguments {
+    @Option(help: "HMAC algorithm: sha1, sha256 or sha512.")
+    var algorithm: HashAlgorithm = .sha1
+
+    @Option(help: "Code length: 6, 7 or 8 digits.")
+    var digits: Int = 6
+
+    @Option(help: "Time step in seconds (1-3600).")
+    var period: UInt64 = 30
+
+    func parameters() throws -> OTPParameters {
+        do { return try OTPParameters(algorithm: algorithm, digits: digits, period: period) } catch { throw CLIError(error) }
+    }
+
+    mutating func validate() throws {
+        guard OTPParameters.digitsRange.contains(digits) else { throw ValidationError("--digits must be 6, 7 or 8") }
+        guard OTPParameters.periodRange.contains(period) else { throw ValidationError("--period must be 1 to 3600") }
+    }
+}
+
+/// Reads a secret given as `--secret B32`, or from standard input with `--secret -` (which
+/// keeps it out of the process list).
+func readSecret(_ argument: String) throws -> [UInt8] {
+    var text = argument
+    if argument == "-" {
+        guard let line = readLine(strippingNewline: true) else { throw CLIError("no secret on standard input") }
+        text = line
+    }
+    let bytes: [UInt8]
+    do { bytes = try Base32.decode(Array(text.utf8)) } catch { throw CLIError(error) }
+    guard bytes.count >= 10 else { throw CLIError("the secret is too short: at least 80 bits (16 Base32 characters)") }
+    guard bytes.count <= 128 else { throw CLIError("the secret is too long: at most 1024 bits") }
+    return bytes
+}
