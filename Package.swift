@@ -44,8 +44,9 @@ if !embedded {
                 "MFACore", "CLibc", "CPAM", "CQREncode",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
-        .testTarget(name: "MFACoreTests", dependencies: ["MFACore"]),
-        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "CLibc"]),
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "TestSupport"]),
+        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "TestSupport"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
 }

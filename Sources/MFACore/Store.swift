@@ -21,10 +21,18 @@ public final class Store {
     /// Opens and checks the store directory. `path` must be absolute.
     public init(path: [UInt8], lockTimeoutMilliseconds: Int = Store.defaultLockTimeoutMilliseconds) throws(MFAError) {
         guard path.first == 0x2F else { throw .invalidOption("store must be an absolute path") }
-        let fd = try withCPath(path) { (p) throws(MFAError) -> Int32 in
-            try retryingOnEINTR("open store") {
-                clibc_open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)
+        let fd: Int32
+        do throws(MFAError) {
+            fd = try withCPath(path) { (p) throws(MFAError) -> Int32 in
+                try retryingOnEINTR("open store") {
+                    clibc_open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)
+                }
             }
+        } catch {
+            if case .system(_, let e) = error, e == ELOOP || e == ENOTDIR {
+                throw .insecureStore("store is a symlink or not a directory")
+            }
+            throw error
         }
         let owned = OwnedFD(fd)
         let st = try FileStatus(fd: fd)

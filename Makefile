@@ -1,0 +1,88 @@
+# pam_totp — see README.md. Two builds from one Package.swift (DESIGN.md §3):
+#   .build-embedded/  the shipped pam_totp.so, Embedded Swift (libc + libpam only)
+#   .build/           totp-enroll (release, static Swift stdlib) and the test suite
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+DOCDIR      ?= $(PREFIX)/share/doc/pam_totp
+MULTIARCH   := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+PAMDIR      ?= /lib/$(MULTIARCH)/security
+STOREDIR    ?= /var/lib/pam-totp
+PAMCONFDIR  ?= /etc/pam.d
+SWIFT       ?= swift
+
+EMBEDDED_SO := .build-embedded/release/libpam_totp.so
+STRIPPED_SO := .build-embedded/pam_totp.so
+ENROLL_BIN  := .build/release/totp-enroll
+
+BUILD_DEPS  := libpam0g-dev libqrencode-dev
+TEST_DEPS   := pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server python3
+BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool
+
+# Installs the Debian packages named in $(1) that are missing (apt-get update only if needed).
+define apt_install
+	missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+endef
+
+.PHONY: all module enroll install uninstall check test bench deps test-deps bench-deps clean
+
+all: module enroll
+
+deps:
+	@$(call apt_install,$(BUILD_DEPS))
+
+test-deps: deps
+	@$(call apt_install,$(TEST_DEPS))
+
+bench-deps: deps
+	@$(call apt_install,$(BENCH_DEPS))
+
+module: $(STRIPPED_SO)
+
+$(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources/*/*.map Sources/*/module.modulemap)
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam_totp
+	strip --strip-all -o $@ $(EMBEDDED_SO)
+
+enroll:
+	$(SWIFT) build -c release --scratch-path .build --product totp-enroll --static-swift-stdlib
+
+install: deps all
+	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR)/pam.d
+	install -m 0644 $(STRIPPED_SO) $(DESTDIR)$(PAMDIR)/pam_totp.so
+	# Not set-uid yet: totp-enroll does not re-authenticate its caller (issue "totp-enroll").
+	install -m 0755 $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
+	install -d -m 0700 -o root -g root $(DESTDIR)$(STOREDIR)
+	install -m 0644 pam.d/* $(DESTDIR)$(DOCDIR)/pam.d/
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	# The tool's own PAM service; an existing (admin-edited) one is kept.
+	[ -e $(DESTDIR)$(PAMCONFDIR)/totp-enroll ] || install -D -m 0644 pam.d/totp-enroll $(DESTDIR)$(PAMCONFDIR)/totp-enroll
+	@# Run what was installed: the module loads with only libc/libpam, the CLI computes RFC 6238's first vector.
+	@if ldd $(DESTDIR)$(PAMDIR)/pam_totp.so | grep -qi swift; then echo "pam_totp.so links a Swift library" >&2; exit 1; fi
+	@test "$$($(DESTDIR)$(BINDIR)/totp-enroll code --secret GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ --time 59 --digits 8)" = 94287082
+	@echo "installed $(DESTDIR)$(PAMDIR)/pam_totp.so ($$(stat -c %s $(DESTDIR)$(PAMDIR)/pam_totp.so) bytes), $(DESTDIR)$(BINDIR)/totp-enroll, store $(DESTDIR)$(STOREDIR)"
+	@echo "no /etc/pam.d stack was changed; see README.md 'Enable it' and $(DOCDIR)/pam.d/"
+
+uninstall:
+	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
+
+# Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and
+# pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
+check: test-deps module
+	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) $(SWIFT) test --scratch-path .build 2>&1 | tee .build-test.log
+	@grep -Eq 'Executed [0-9]+ tests?, with 0 failures' .build-test.log
+
+test: check
+
+bench: bench-deps module enroll
+	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) docs/benchmarks.md
+
+clean:
+	rm -rf .build .build-embedded .build-test.log
