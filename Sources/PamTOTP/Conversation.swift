@@ -30,7 +30,7 @@ func bytes(_ p: UnsafePointer<CChar>, max: Int) -> [UInt8]? {
 func userName(_ pamh: OpaquePointer) -> [UInt8]? {
     var user: UnsafePointer<CChar>? = nil
     guard pam_get_user(pamh, &user, nil) == PAM_SUCCESS, let user else { return nil }
-    guard let name = bytes(user, max: 256), !name.isEmpty else { return nil }
+    guard let name = bytes(user, max: maxArgumentLength), !name.isEmpty else { return nil }
     return name
 }
 

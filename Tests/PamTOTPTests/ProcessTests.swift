@@ -1,0 +1,103 @@
+import CPAM
+import Foundation
+import MFACore
+import TestSupport
+import XCTest
+
+/// Out of process: pamtester against the module with codes from oathtool (an independent
+/// implementation), faketime to move the clock, and checks of the shipped .so's symbols and
+/// dependencies. pamtester reads services from /etc/pam.d only, so these need root.
+final class PamtesterTests: XCTestCase {
+    var root: URL!
+    var store: URL!
+    var service = ""
+    let secretB32 = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(isRoot, "pamtester needs a service file in /etc/pam.d (run as root, as make check in CI does)")
+        root = try makeTemporaryDirectory("pam_totp_pamtester")
+        store = root.appendingPathComponent("store")
+        XCTAssertEqual(mkdir(store.path, 0o700), 0)
+        service = "pam_totp_test_\(getpid())"
+    }
+
+    override func tearDown() {
+        if !service.isEmpty { unlink("/etc/pam.d/" + service) }
+        if let root { removeTemporaryDirectory(root) }
+    }
+
+    func writeService(_ arguments: String = "") throws {
+        try "auth required \(moduleURL.path) store=\(store.path) \(arguments)\n"
+            .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+    }
+
+    func oathtool(_ args: [String]) throws -> String {
+        let r = try runCommand(["oathtool"] + args)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func pamtester(_ user: String, answer: String, faketime: String? = nil) throws -> CommandResult {
+        let cmd = (faketime.map { ["faketime", $0] } ?? []) + ["pamtester", service, user, "authenticate"]
+        return try runCommand(cmd, input: answer + "\n")
+    }
+
+    /// Enrols with the real totp-enroll (--user/--store as root), proving the code with oathtool,
+    /// then logs in through pamtester with a fresh oathtool code.
+    func testEnrolWithTotpEnrollThenLogInThroughPamtester() throws {
+        try writeService()
+        awayFromStepBoundary()
+        let enrol = try runCommand([enrollURL.path, "--store", store.path, "--user", "nobody", "--name", "phone",
+                                    "--secret", secretB32, "--code", try oathtool(["--totp", "-b", secretB32]), "--qr", "none"])
+        XCTAssertEqual(enrol.status, 0, enrol.stderr)
+        let ok = try pamtester("nobody", answer: try oathtool(["--totp", "-b", secretB32]))
+        XCTAssertEqual(ok.status, 0, ok.stdout + ok.stderr)
+        XCTAssertTrue(ok.stderr.contains("Verification code: ") || ok.stdout.contains("Verification code: "))
+        let bad = try pamtester("nobody", answer: "000000" == (try oathtool(["--totp", "-b", secretB32])) ? "111111" : "000000")
+        XCTAssertNotEqual(bad.status, 0)
+        let unknown = try pamtester("daemon", answer: try oathtool(["--totp", "-b", secretB32]))
+        XCTAssertNotEqual(unknown.status, 0, "unenrolled users are denied")
+    }
+
+    /// The window edges with the clock moved by faketime: oathtool computes codes for T±5 and
+    /// T±6 steps; ±5 pass with adjacent_intervals=5, ±6 fail. Also SHA-256 / 8 digits / 60 s.
+    func testWindowEdgesUnderFaketime() throws {
+        try writeService("adjacent_intervals=5")
+        let s = try Store(path: Array(store.path.utf8))
+        let secret = try Base32.decode(Array(secretB32.utf8))
+        let p256 = try OTPParameters(algorithm: .sha256, digits: 8, period: 60)
+        try s.write(user: Array("alice".utf8), record: UserRecord(factors: [
+            try Factor(label: Array("phone".utf8), parameters: .default, created: 1, secret: secret),
+        ]))
+        try s.write(user: Array("bob".utf8), record: UserRecord(factors: [
+            try Factor(label: Array("token".utf8), parameters: p256, created: 1, secret: secret),
+        ]))
+        let t: Int64 = 2_000_000_010  // 10 s into a 30 s step, 50 s into a 60 s step... fixed either way
+        let at = "@\(t)"
+        for (offset, expectOK) in [(-5, true), (5, true), (-6, false), (6, false), (0, true)] {
+            let code = try oathtool(["--totp", "-b", secretB32, "--now=@\(t + Int64(offset) * 30)"])
+            let inside = try (-5...5).map { try oathtool(["--totp", "-b", secretB32, "--now=@\(t + Int64($0) * 30)"]) }
+            if !expectOK && inside.contains(code) { continue }  // chance collision: not an edge test
+            let r = try pamtester("alice", answer: code, faketime: at)
+            XCTAssertEqual(r.status == 0, expectOK, "offset \(offset): \(r.stderr)")
+        }
+        let code256 = try oathtool(["--totp=SHA256", "--digits=8", "--time-step-size=60s", "-b", secretB32, "--now=@\(t + 5 * 60)"])
+        XCTAssertEqual(try pamtester("bob", answer: code256, faketime: at).status, 0)
+    }
+
+    /// The shipped .so exports only pam_sm_* and loads with libc and libpam alone.
+    func testExportsAndDependencies() throws {
+        let nm = try runCommand(["nm", "-D", "--defined-only", "--extern-only", moduleURL.path])
+        XCTAssertEqual(nm.status, 0, nm.stderr)
+        let exported = nm.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").last.map(String.init) }.sorted()
+        XCTAssertEqual(exported, ["pam_sm_authenticate", "pam_sm_setcred"])
+        let ldd = try runCommand(["ldd", moduleURL.path])
+        XCTAssertEqual(ldd.status, 0, ldd.stderr)
+        XCTAssertFalse(ldd.stdout.lowercased().contains("swift"), ldd.stdout)
+        let libraries = ldd.stdout.split(separator: "\n").compactMap { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.map(String.init) }
+        for lib in libraries {
+            XCTAssertTrue(["linux-vdso.so.1", "libpam.so.0", "libc.so.6", "libaudit.so.1", "libcap-ng.so.0",
+                           "/lib64/ld-linux-x86-64.so.2"].contains(lib), "unexpected dependency \(lib)")
+        }
+    }
+}
