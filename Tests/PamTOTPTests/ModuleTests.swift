@@ -92,13 +92,18 @@ final class ModuleTests: XCTestCase {
     func testEveryFactorIsAccepted() throws {
         let other = [UInt8](repeating: 0x42, count: 32)
         let p = try OTPParameters(algorithm: .sha256, digits: 8, period: 60)
+        let long = (0..<64).map { UInt8($0 * 7 & 0xFF) }
+        let p512 = try OTPParameters(algorithm: .sha512, digits: 7, period: 45)
         let s = try Store(path: Array(fixture.store.path.utf8))
         try s.write(user: Array("carol".utf8), record: UserRecord(factors: [
             try Factor(label: Array("phone".utf8), parameters: .default, created: 1, secret: secret),
             try Factor(label: Array("token".utf8), parameters: p, created: 2, secret: other),
+            try Factor(label: Array("long".utf8), parameters: p512, created: 3, secret: long),
         ]))
+        // The release-built (Embedded, -Osize) SHA-1, SHA-256 and SHA-512 paths, each through libpam.
         XCTAssertEqual(auth("carol", try currentCode(secret)).0, PAM_SUCCESS)
         XCTAssertEqual(auth("carol", try currentCode(other, p)).0, PAM_SUCCESS)
+        XCTAssertEqual(auth("carol", try currentCode(long, p512)).0, PAM_SUCCESS)
     }
 
     func testStoreProblemsDeny() throws {

@@ -1,1 +1,0 @@
-public func probeAdd(_ a: Int, _ b: Int) -> Int { a &+ b }
