@@ -70,8 +70,9 @@ public final class Store {
             throw error
         }
         let file = OwnedFD(fd)
-        try checkFile(file.raw, what: "record")
-        var bytes = try readBounded(file.raw, limit: UserRecord.maxSize)
+        let st = try checkFile(file.raw, what: "record")
+        var bytes = try readBounded(file.raw, limit: UserRecord.maxSize,
+                                    expected: st.size > Int64(UserRecord.maxSize) ? UserRecord.maxSize + 1 : Int(st.size))
         defer { wipe(&bytes) }
         return try UserRecord.parse(bytes)
     }
@@ -152,11 +153,13 @@ public final class Store {
         _ = try retryingOnEINTR("fsync store") { fsync(directory.raw) }
     }
 
-    func checkFile(_ fd: Int32, what: Message) throws(MFAError) {
+    @discardableResult
+    func checkFile(_ fd: Int32, what: Message) throws(MFAError) -> FileStatus {
         let st = try FileStatus(fd: fd)
         guard st.isRegular else { throw .insecureStore(what + " is not a regular file") }
         guard st.owner == owner else { throw .insecureStore(what + " has the wrong owner") }
         guard !st.groupOrOtherAccess else { throw .insecureStore(what + " is accessible to group or other") }
         guard st.links == 1 else { throw .insecureStore(what + " has more than one link") }
+        return st
     }
 }

@@ -80,11 +80,18 @@ func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(MFAError) {
     }
 }
 
-/// Reads at most `limit` bytes; throws `corruptRecord` if the file holds more.
-func readBounded(_ fd: Int32, limit: Int) throws(MFAError) -> [UInt8] {
-    var out = [UInt8](repeating: 0, count: limit + 1)
+/// Reads the whole file, at most `limit` bytes; throws `corruptRecord` if it holds more.
+/// `expected` (the size fstat reported) sizes the buffer, so a small record costs a small
+/// buffer; a file that grows while we read is still cut off at `limit`.
+func readBounded(_ fd: Int32, limit: Int, expected: Int) throws(MFAError) -> [UInt8] {
+    if expected > limit { throw .corruptRecord("record too large") }
+    var out = [UInt8](repeating: 0, count: max(expected, 0) + 1)
     var total = 0
-    while total < out.count {
+    while true {
+        if total == out.count {
+            if out.count > limit { break }
+            out += [UInt8](repeating: 0, count: min(out.count, limit + 1 - out.count))
+        }
         let n = out.withUnsafeMutableBufferPointer { buf -> Int in
             guard let base = buf.baseAddress else { return 0 }
             return read(fd, base + total, buf.count - total)
@@ -92,6 +99,7 @@ func readBounded(_ fd: Int32, limit: Int) throws(MFAError) -> [UInt8] {
         if n < 0 {
             let e = clibc_errno()
             if e == EINTR { continue }
+            wipe(&out)
             throw .system(operation: "read", errno: e)
         }
         if n == 0 { break }
