@@ -76,8 +76,14 @@ uninstall:
 # Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
 check: test-deps module
-	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) $(SWIFT) test --scratch-path .build 2>&1 | tee .build-test.log
-	@grep -Eq 'Executed [0-9]+ tests?, with 0 failures' .build-test.log
+	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
+	@# One plain closing line from XCTest's final summary: "Executed N tests, with [S tests skipped and] F failures".
+	@summary=$$(grep -E '^\s*Executed [0-9]+ tests?, with' .build-test.log | tail -1); \
+	  n=$$(sed -E 's/.*Executed ([0-9]+) tests?.*/\1/' <<<"$$summary"); \
+	  f=$$(sed -E 's/.* ([0-9]+) failures?.*/\1/' <<<"$$summary"); \
+	  s=$$(grep -Eo '[0-9]+ tests? skipped' <<<"$$summary" | grep -Eo '^[0-9]+' || echo 0); \
+	  [ -n "$$n" ] && [ "$$n" -gt 0 ] || { echo "check: no tests ran" >&2; exit 1; }; \
+	  echo "check: $$((n - f - s)) passed, $$f failed, $$s skipped"; [ "$$f" -eq 0 ]
 
 test: check
 
