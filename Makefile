@@ -88,7 +88,7 @@ check: test-deps module
 test: check
 
 bench: bench-deps module enroll
-	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) docs/benchmarks.md
+	OUR_SO_SYMBOLS=$(abspath $(EMBEDDED_SO)) scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) docs/benchmarks.md
 
 clean:
 	rm -rf .build .build-embedded .build-test.log

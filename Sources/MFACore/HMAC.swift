@@ -35,6 +35,17 @@ public struct HMACKey: Sendable {
 
     /// HMAC(key, message); `algorithm.digestLength` bytes.
     public func authenticate(_ message: [UInt8]) -> [UInt8] {
+        message.withUnsafeBufferPointer { authenticate(bytes: $0) }
+    }
+
+    /// HMAC(key, the counter as 8 big-endian bytes), as HOTP needs, without building an array.
+    public func authenticate(counter: UInt64) -> [UInt8] {
+        withUnsafeBytes(of: counter.bigEndian) { raw in
+            raw.withMemoryRebound(to: UInt8.self) { authenticate(bytes: $0) }
+        }
+    }
+
+    func authenticate(bytes message: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         switch pads {
         case .sha1(let inner, let outer):
             return hmacFinish(inner: inner, outer: outer, message: message)
@@ -89,9 +100,6 @@ private func hmacPadStates<S: MDHashState>(_: S.Type, key: [UInt8]) -> (inner: S
 }
 
 /// H(opad-state || H(ipad-state || message)), each continuing after one compressed pad block.
-private func hmacFinish<S: MDHashState>(inner: S, outer: S, message: [UInt8]) -> [UInt8] {
-    let innerState = message.withUnsafeBufferPointer {
-        inner.finalState($0, prefixBytes: S.blockBytes)
-    }
-    return outer.finishWithDigest(of: innerState)
+private func hmacFinish<S: MDHashState>(inner: S, outer: S, message: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+    outer.finishWithDigest(of: inner.finalState(message, prefixBytes: S.blockBytes))
 }

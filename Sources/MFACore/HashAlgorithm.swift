@@ -82,7 +82,7 @@ extension MDHashState {
     static func setByte(_ block: inout InlineArray<16, Word>, _ index: Int, _ byte: UInt8) {
         let word = (index / wordBytes) & 15
         let shift = (wordBytes &- 1 &- (index % wordBytes)) &* 8
-        block[word] |= Word(byte) &<< shift
+        block[unchecked: word] |= Word(byte) &<< shift  // word is masked to 0...15
     }
 
     /// Hashes `message` starting from `self`, where `prefixBytes` bytes (whole blocks) have already

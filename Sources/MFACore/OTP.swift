@@ -61,15 +61,7 @@ extension HashAlgorithm {
 public enum HOTP {
     /// The dynamic-truncation value modulo 10^digits.
     public static func value(key: HMACKey, counter: UInt64, digits: Int) -> UInt32 {
-        var message = [UInt8](repeating: 0, count: 8)
-        var c = counter
-        var i = 7
-        while i >= 0 {
-            message[i] = UInt8(truncatingIfNeeded: c)
-            c >>= 8
-            i -= 1
-        }
-        let mac = key.authenticate(message)
+        let mac = key.authenticate(counter: counter)
         // The MAC is at least 20 bytes; the offset is at most 15, so offset+3 ≤ 18 is in range.
         guard mac.count >= 20, let last = mac.last else { return 0 }
         let offset = Int(last & 0x0F)

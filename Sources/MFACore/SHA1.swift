@@ -28,10 +28,10 @@ struct SHA1State: MDHashState {
         // W[t] = ROTL1(W[t-3] ^ W[t-8] ^ W[t-14] ^ W[t-16]), indices mod 16.
         @inline(__always)
         func word(_ t: Int, _ expand: Bool) -> UInt32 {
-            if !expand { return w[t & 15] }
+            if !expand { return w[unchecked: t & 15] }
             let v = hashRotateLeft(
-                w[(t &+ 13) & 15] ^ w[(t &+ 8) & 15] ^ w[(t &+ 2) & 15] ^ w[t & 15], 1)
-            w[t & 15] = v
+                w[unchecked: (t &+ 13) & 15] ^ w[unchecked: (t &+ 8) & 15] ^ w[unchecked: (t &+ 2) & 15] ^ w[unchecked: t & 15], 1)
+            w[unchecked: t & 15] = v
             return v
         }
 

@@ -83,10 +83,10 @@ struct SHA256State: MDHashState {
         // W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16], indices mod 16.
         @inline(__always)
         func word(_ t: Int, _ expand: Bool) -> UInt32 {
-            if !expand { return w[t & 15] }
-            let w15 = w[(t &+ 1) & 15], w2 = w[(t &+ 14) & 15]
-            let v = w[t & 15] &+ (hashRotateRight(w15, 7) ^ hashRotateRight(w15, 18) ^ (w15 &>> 3)) &+ w[(t &+ 9) & 15] &+ (hashRotateRight(w2, 17) ^ hashRotateRight(w2, 19) ^ (w2 &>> 10))
-            w[t & 15] = v
+            if !expand { return w[unchecked: t & 15] }
+            let w15 = w[unchecked: (t &+ 1) & 15], w2 = w[unchecked: (t &+ 14) & 15]
+            let v = w[unchecked: t & 15] &+ (hashRotateRight(w15, 7) ^ hashRotateRight(w15, 18) ^ (w15 &>> 3)) &+ w[unchecked: (t &+ 9) & 15] &+ (hashRotateRight(w2, 17) ^ hashRotateRight(w2, 19) ^ (w2 &>> 10))
+            w[unchecked: t & 15] = v
             return v
         }
 
@@ -173,10 +173,10 @@ struct SHA512State: MDHashState {
         // W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16], indices mod 16.
         @inline(__always)
         func word(_ t: Int, _ expand: Bool) -> UInt64 {
-            if !expand { return w[t & 15] }
-            let w15 = w[(t &+ 1) & 15], w2 = w[(t &+ 14) & 15]
-            let v = w[t & 15] &+ (hashRotateRight(w15, 1) ^ hashRotateRight(w15, 8) ^ (w15 &>> 7)) &+ w[(t &+ 9) & 15] &+ (hashRotateRight(w2, 19) ^ hashRotateRight(w2, 61) ^ (w2 &>> 6))
-            w[t & 15] = v
+            if !expand { return w[unchecked: t & 15] }
+            let w15 = w[unchecked: (t &+ 1) & 15], w2 = w[unchecked: (t &+ 14) & 15]
+            let v = w[unchecked: t & 15] &+ (hashRotateRight(w15, 1) ^ hashRotateRight(w15, 8) ^ (w15 &>> 7)) &+ w[unchecked: (t &+ 9) & 15] &+ (hashRotateRight(w2, 19) ^ hashRotateRight(w2, 61) ^ (w2 &>> 6))
+            w[unchecked: t & 15] = v
             return v
         }
 

@@ -1,0 +1,445 @@
+#!/usr/bin/env bash
+# scripts/bench.sh: measure pam_totp.so against Debian's pam_google_authenticator.so.
+#
+# Usage (as root, Debian 12):  scripts/bench.sh OUR_SO TOTP_ENROLL OUT_MD
+#   OUR_SO       absolute path to the built (stripped) pam_totp.so
+#   TOTP_ENROLL  absolute path to the totp-enroll CLI; used to enrol the test user if it is
+#                executable, otherwise the store record is written by this script
+#   OUT_MD       markdown report to write (e.g. docs/benchmarks.md); also printed on stdout
+#
+# Both modules are driven by pamtester in one run, for the same user, secret and code:
+# callgrind instruction counts, wall/CPU time (hyperfine, else a bash loop), peak RSS
+# (/usr/bin/time) and .so size, each for pam_permit.so (the floor), pam_totp and
+# google-authenticator, on the success path and on the wrong-code path.
+#
+# Environment (optional):
+#   BENCH_RUNS=200          timed runs per module and path
+#   TMPDIR=/tmp             where the temporary store, state files and reset script go
+#   BENCH_NO_HYPERFINE=1    time with the bash loop even if hyperfine is installed
+#   OUR_SO_SYMBOLS=PATH    the unstripped build of OUR_SO: adds the in-process verification row
+#   BENCH_ALLOW_STANDIN=1   development only: do not require OUR_SO to accept the right code and
+#                           reject a wrong one (lets you run with pam_permit.so as a stand-in)
+#
+# Every system change (user totpbench, /etc/pam.d/pam_totp_bench_*, the temp dir) is undone on exit.
+set -euo pipefail
+
+readonly BENCH_USER=totpbench
+readonly SERVICE_PREFIX=pam_totp_bench_
+readonly MODULES=(floor ours theirs)
+readonly SO_TARGET_BYTES=204800            # 200 KiB
+readonly WRONG_PATH_BUDGET_MS=20000        # cap per module when a run sleeps (pam_fail_delay)
+RUNS=${BENCH_RUNS:-200}
+STANDIN=${BENCH_ALLOW_STANDIN:-0}
+
+die()  { printf 'bench.sh: error: %s\n' "$*" >&2; exit 1; }
+warn() { printf 'bench.sh: warning: %s\n' "$*" >&2; }
+log()  { printf 'bench.sh: %s\n' "$*" >&2; }
+
+[[ $# -eq 3 ]] || die "usage: $0 OUR_SO TOTP_ENROLL OUT_MD"
+OUR_SO=$1 TOTP_ENROLL=$2 OUT_MD=$3
+[[ $OUR_SO == /* ]] || die "OUR_SO must be an absolute path (PAM resolves relative names in its module dir): $OUR_SO"
+[[ -f $OUR_SO ]] || die "OUR_SO not found: $OUR_SO (build it first)"
+[[ $TOTP_ENROLL == /* ]] || die "TOTP_ENROLL must be an absolute path: $TOTP_ENROLL"
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer: $RUNS"
+[[ $(id -u) -eq 0 ]] || die "must run as root (it writes /etc/pam.d/${SERVICE_PREFIX}* and creates user $BENCH_USER)"
+
+need() { # need COMMAND PACKAGE
+    command -v "$1" >/dev/null 2>&1 ||
+        die "'$1' not found: apt-get install -y $2   (the Makefile's bench target installs it)"
+}
+need pamtester pamtester
+need oathtool oathtool
+need valgrind valgrind
+need dpkg-query dpkg
+need base32 coreutils
+need useradd passwd
+[[ -x /usr/bin/time ]] || die "/usr/bin/time not found (the shell keyword cannot report peak RSS): apt-get install -y time"
+HAVE_HYPERFINE=0
+if [[ ${BENCH_NO_HYPERFINE:-0} == 1 ]]; then log "BENCH_NO_HYPERFINE=1: timing with a bash loop"
+elif command -v hyperfine >/dev/null 2>&1; then HAVE_HYPERFINE=1
+else warn "hyperfine not found (apt-get install -y hyperfine): timing with a bash loop instead"; fi
+
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch 2>/dev/null || true)
+[[ -n $multiarch ]] || die "cannot determine the multiarch triplet (need dpkg-dev's dpkg-architecture or gcc)"
+SECDIR=
+for d in "/lib/$multiarch/security" "/usr/lib/$multiarch/security"; do
+    [[ -f $d/pam_permit.so ]] && { SECDIR=$d; break; }
+done
+[[ -n $SECDIR ]] || die "PAM module directory not found under /lib/$multiarch/security"
+GA_SO=$SECDIR/pam_google_authenticator.so
+PERMIT_SO=$SECDIR/pam_permit.so
+[[ -f $GA_SO ]] || die "$GA_SO not found: apt-get install -y libpam-google-authenticator"
+
+# ---------------------------------------------------------------- set-up and cleanup
+TMP=
+CREATED_USER=0
+PAMD_FILES=()
+cleanup() {
+    local rc=$?
+    local f
+    for f in "${PAMD_FILES[@]}"; do rm -f -- "$f"; done
+    if ((CREATED_USER)); then userdel "$BENCH_USER" >/dev/null 2>&1 || warn "could not remove user $BENCH_USER"; fi
+    if [[ -n $TMP && -d $TMP ]]; then rm -rf -- "$TMP"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pam_totp_bench.XXXXXXXX")
+chmod 0700 "$TMP"
+
+if ! id "$BENCH_USER" >/dev/null 2>&1; then
+    useradd -r -M -s /usr/sbin/nologin "$BENCH_USER"
+    CREATED_USER=1
+fi
+
+SECRET=$(head -c 20 /dev/urandom | base32 | tr -d '=\n')   # 20 bytes -> 32 Base32 chars
+printf '%s\n' "$SECRET" >"$TMP/secret"
+
+# Seconds left in the current 30 s step; sleep into the next step when fewer than $1 remain.
+guard_step() {
+    local now rem
+    now=$(date +%s)
+    rem=$((30 - now % 30))
+    if ((rem < $1)); then sleep "$rem"; fi
+}
+current_code() { guard_step 3; oathtool --totp -b "$SECRET"; }
+
+# google-authenticator's state file: secret + TOTP_AUTH only. No RATE_LIMIT, no DISALLOW_REUSE
+# (either makes the module rewrite the file on every attempt), default WINDOW_SIZE (3).
+mkdir -m 0700 "$TMP/ga"
+printf '%s\n" TOTP_AUTH\n' "$SECRET" >"$TMP/ga/$BENCH_USER"
+chmod 0600 "$TMP/ga/$BENCH_USER"
+
+# Our store: root-owned 0700 directory, one 0600 record per user.
+mkdir -m 0700 "$TMP/store"
+ENROLLED_WITH="this script (format v1)"
+if [[ -x $TOTP_ENROLL ]]; then
+    log "enrolling $BENCH_USER with $TOTP_ENROLL"
+    "$TOTP_ENROLL" --store "$TMP/store" --user "$BENCH_USER" --name bench --secret "$SECRET" \
+        --code "$(current_code)" --qr none </dev/null >"$TMP/enroll.out" 2>&1 ||
+        die "enrolment failed: $TOTP_ENROLL --store DIR --user $BENCH_USER --name bench --secret S --code C --qr none: $(tail -3 "$TMP/enroll.out")"
+    [[ -f $TMP/store/$BENCH_USER ]] || die "$TOTP_ENROLL succeeded but wrote no $TMP/store/$BENCH_USER"
+    ENROLLED_WITH="$TOTP_ENROLL"
+else
+    log "$TOTP_ENROLL not executable: writing the store record (format v1) directly"
+    printf 'pam_totp 1\nfactor bench sha1 6 30 1700000000 %s\n' "$SECRET" >"$TMP/store/$BENCH_USER"
+    chmod 0600 "$TMP/store/$BENCH_USER"
+fi
+
+# Pristine copies: every measured run starts from the same state (our module records the last
+# accepted step and counts failures; restoring keeps replay guard and lockout out of the numbers).
+mkdir -m 0700 "$TMP/pristine"
+cp -a "$TMP/store" "$TMP/ga" "$TMP/pristine/"
+GA_HASH=$(sha256sum <"$TMP/ga/$BENCH_USER")
+OURS_HASH=$(cd "$TMP/store" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+
+# reset.sh: restore both modules' state and write a fresh valid code (never timed: it runs in
+# hyperfine's --prepare or outside the timed region of the loop).
+cat >"$TMP/reset.sh" <<EOF
+#!/bin/sh
+set -eu
+rm -rf '$TMP/store' '$TMP/ga'
+cp -a '$TMP/pristine/store' '$TMP/pristine/ga' '$TMP/'
+now=\$(date +%s); rem=\$((30 - now % 30)); [ "\$rem" -ge 3 ] || sleep "\$rem"
+oathtool --totp -b "\$(cat '$TMP/secret')" >'$TMP/code_ok'
+EOF
+chmod 0700 "$TMP/reset.sh"
+reset_state() { "$TMP/reset.sh"; }
+
+# A wrong code: not valid anywhere in +/-1600 steps, so google-authenticator's +/-1499-step skew
+# search finds nothing (a hit would make it rewrite its file) during the whole run.
+wrong=$(current_code)
+wrong=$(printf '%06d' $(((10#$wrong + 1) % 1000000)))
+tries=0
+while oathtool --totp -b -w 1600 "$SECRET" "$wrong" >/dev/null 2>&1; do
+    wrong=$(printf '%06d' $(((10#$wrong + 7919) % 1000000)))
+    ((++tries < 1000)) || die "could not find a wrong code"
+done
+printf '%s\n' "$wrong" >"$TMP/code_wrong"
+
+svc() { printf '%s%s' "$SERVICE_PREFIX" "$1"; }
+write_service() { # write_service MODULE LINE
+    local f
+    f=/etc/pam.d/$(svc "$1")
+    PAMD_FILES+=("$f")
+    printf '# temporary, written by scripts/bench.sh\n%s\n' "$2" >"$f"
+}
+write_service floor  "auth required pam_permit.so"
+write_service ours   "auth required $OUR_SO store=$TMP/store adjacent_intervals=5"
+write_service theirs "auth required pam_google_authenticator.so secret=$TMP/ga/\${USER} user=root"
+
+pt() { # pt MODULE CODEFILE [extra wrapper...]: one pamtester authenticate, answer on stdin
+    local m=$1 input=$2
+    shift 2
+    "$@" pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$input" >/dev/null 2>&1
+}
+now_ns() { date +%s%N; }
+
+# ---------------------------------------------------------------- correctness gate
+declare -A PROBE_WRONG_MS
+CHECK_MSG=
+check_module() { # check_module MODULE LABEL
+    local m=$1 label=$2 rc t0
+    reset_state
+    rc=0; pt "$m" "$TMP/code_ok" || rc=$?
+    if ((rc != 0)) && [[ $m == ours ]]; then
+        # e.g. an enrolment that consumed the current step: the next step must work
+        log "$label rejected the current code (exit $rc); retrying in the next time step"
+        sleep $((30 - $(date +%s) % 30)); reset_state
+        rc=0; pt "$m" "$TMP/code_ok" || rc=$?
+    fi
+    if ((rc != 0)); then CHECK_MSG="$label: the right code was rejected (pamtester exit $rc)"; return 1; fi
+    reset_state
+    t0=$(now_ns)
+    rc=0; pt "$m" "$TMP/code_wrong" || rc=$?
+    PROBE_WRONG_MS[$m]=$((($(now_ns) - t0) / 1000000))
+    if ((rc == 0)); then CHECK_MSG="$label: the wrong code $(cat "$TMP/code_wrong") was accepted"; return 1; fi
+    return 0
+}
+log "checking that both modules accept the right code and reject a wrong one"
+check_module theirs google-authenticator || die "$CHECK_MSG: fix the set-up before benchmarking"
+[[ $(sha256sum <"$TMP/ga/$BENCH_USER") == "$GA_HASH" ]] ||
+    die "google-authenticator rewrote its state file during the check (options not as intended)"
+if check_module ours pam_totp; then :
+elif [[ $STANDIN == 1 ]]; then warn "BENCH_ALLOW_STANDIN=1: ignoring: $CHECK_MSG"
+else die "$CHECK_MSG: a benchmark of a broken path is worthless"
+fi
+OURS_WRITES=no
+[[ $(cd "$TMP/store" && find . -type f -print0 | sort -z | xargs -0 sha256sum) == "$OURS_HASH" ]] || OURS_WRITES=yes
+rc=0; pt floor "$TMP/code_wrong" || rc=$?
+((rc == 0)) || die "pam_permit.so floor service failed (exit $rc)"
+PROBE_WRONG_MS[floor]=0
+
+# ---------------------------------------------------------------- 1. instructions (callgrind)
+declare -A INSTR
+callgrind_run() { # callgrind_run MODULE PATH(ok|wrong)
+    local m=$1 p=$2 rc n
+    reset_state
+    rc=0
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$TMP/vg.log" \
+        pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$TMP/code_$p" >/dev/null 2>&1 || rc=$?
+    n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.log")
+    [[ -n $n ]] || die "no 'Collected' line from callgrind for $m/$p: $(tail -3 "$TMP/vg.log")"
+    if [[ $m != floor && ! ($m == ours && $STANDIN == 1) ]]; then
+        if [[ $p == ok ]] && ((rc != 0)); then die "$m rejected the right code under valgrind (exit $rc)"; fi
+        if [[ $p == wrong ]] && ((rc == 0)); then die "$m accepted the wrong code under valgrind"; fi
+    fi
+    INSTR[$m,$p]=$n
+}
+for p in ok wrong; do
+    for m in "${MODULES[@]}"; do
+        log "callgrind: $m, ${p/ok/success} path"
+        callgrind_run "$m" "$p"
+    done
+done
+
+# ---------------------------------------------------------------- 2. wall and CPU time
+declare -A WALL SD CPU NRUNS
+time_hyperfine() { # time_hyperfine MODULE PATH RUNS
+    local m=$1 p=$2 n=$3 warm=5 ign=()
+    [[ $p == wrong ]] && ign=(--ignore-failure)
+    if ((n < RUNS)); then warm=0; fi
+    hyperfine --style none --runs "$n" --warmup "$warm" "${ign[@]}" \
+        --prepare "$TMP/reset.sh" --export-csv "$TMP/hf.csv" \
+        "pamtester $(svc "$m") $BENCH_USER authenticate <$TMP/code_$p" >"$TMP/hf.out" 2>&1 ||
+        die "hyperfine failed for $m/$p (a run failed on the success path?): $(tail -5 "$TMP/hf.out")"
+    # command,mean,stddev,median,user,system,min,max (seconds)
+    local mean sd cpu
+    read -r mean sd cpu < <(sed -n 2p "$TMP/hf.csv" |
+        awk -F, '{ printf "%.4f %.4f %.4f\n", $2 * 1000, $3 * 1000, ($5 + $6) * 1000 }')
+    [[ -n $cpu ]] || die "unreadable hyperfine CSV for $m/$p"
+    WALL[$m,$p]=$mean SD[$m,$p]=$sd CPU[$m,$p]=$cpu
+}
+time_loop() { # time_loop MODULE PATH RUNS: bash fallback, only pamtester itself is timed
+    local m=$1 p=$2 n=$3 i rc total=0 sq=0 cpu=0 r u s
+    local TIMEFORMAT='%3R %3U %3S'
+    for ((i = 0; i < n; i++)); do
+        reset_state
+        rc=0
+        { time pt "$m" "$TMP/code_$p" 2>/dev/null; } 2>"$TMP/t.out" || rc=$?
+        if [[ $p == ok ]] && ((rc != 0)) && [[ ! ($m == ours && $STANDIN == 1) ]]; then
+            die "$m rejected the right code in run $i (exit $rc)"
+        fi
+        read -r r u s <"$TMP/t.out"
+        total=$(awk -v a="$total" -v b="$r" 'BEGIN { print a + b * 1000 }')
+        sq=$(awk -v a="$sq" -v b="$r" 'BEGIN { print a + b * b * 1000000 }')
+        cpu=$(awk -v a="$cpu" -v b="$u" -v c="$s" 'BEGIN { print a + (b + c) * 1000 }')
+    done
+    WALL[$m,$p]=$(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.4f", t / n }')
+    SD[$m,$p]=$(awk -v t="$total" -v q="$sq" -v n="$n" 'BEGIN { v = n > 1 ? (q - t * t / n) / (n - 1) : 0; printf "%.4f", (v > 0 ? sqrt(v) : 0) }')
+    CPU[$m,$p]=$(awk -v t="$cpu" -v n="$n" 'BEGIN { printf "%.4f", t / n }')
+}
+for p in ok wrong; do
+    for m in "${MODULES[@]}"; do
+        n=$RUNS
+        if [[ $p == wrong ]] && ((PROBE_WRONG_MS[$m] > 100)); then
+            # a failure that sleeps (pam_fail_delay): bound the time spent, note it in the report
+            n=$((WRONG_PATH_BUDGET_MS / PROBE_WRONG_MS[$m]))
+            if ((n < 3)); then n=3; fi
+            if ((n > RUNS)); then n=$RUNS; fi
+        fi
+        NRUNS[$m,$p]=$n
+        log "timing: $m, ${p/ok/success} path, $n runs"
+        if ((HAVE_HYPERFINE)); then time_hyperfine "$m" "$p" "$n"; else time_loop "$m" "$p" "$n"; fi
+    done
+done
+
+# ---------------------------------------------------------------- 3. peak RSS (success path)
+declare -A RSS
+for m in "${MODULES[@]}"; do
+    vals=()
+    for _ in 1 2 3 4 5; do
+        reset_state
+        pt "$m" "$TMP/code_ok" /usr/bin/time -f %M -o "$TMP/rss" || [[ $m == ours && $STANDIN == 1 ]] ||
+            die "$m rejected the right code under /usr/bin/time"
+        vals+=("$(tail -1 "$TMP/rss")")
+    done
+    RSS[$m]=$(printf '%s\n' "${vals[@]}" | sort -n | sed -n 3p)   # median of 5
+done
+
+# ---------------------------------------------------------------- 4. sizes
+declare -A SIZE
+SIZE[floor]=$(stat -L -c %s "$PERMIT_SO")
+SIZE[ours]=$(stat -L -c %s "$OUR_SO")
+SIZE[theirs]=$(stat -L -c %s "$GA_SO")
+
+# ---------------------------------------------------------------- 5. in-process verification
+# The unstripped build of the same module (OUR_SO_SYMBOLS, optional) lets callgrind attribute
+# instructions to functions: the cost of Authenticator.check (the whole verification at window
+# 5) against the part spent in the hash functions it calls (pad states, compressions, padding,
+# digest bytes), i.e. the HMACs it must compute.
+VERIFY_TOTAL="" VERIFY_HMAC="" VERIFY_RATIO=""
+if [[ -n ${OUR_SO_SYMBOLS:-} && -f ${OUR_SO_SYMBOLS:-} ]]; then
+    write_service ours_symbols "auth required $OUR_SO_SYMBOLS store=$TMP/store adjacent_intervals=5"
+    reset_state
+    valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.symbols" --log-file="$TMP/vg.symbols.log" \
+        pamtester "$(svc ours_symbols)" "$BENCH_USER" authenticate <"$TMP/code_ok" >/dev/null 2>&1 ||
+        die "the unstripped module rejected the right code under valgrind"
+    callgrind_annotate --tree=calling --inclusive=yes "$TMP/cg.symbols" >"$TMP/cg.symbols.txt" 2>/dev/null
+    read -r VERIFY_TOTAL VERIFY_HMAC < <(awk '
+        function num(s) { gsub(/,/, "", s); return s + 0 }
+        /^ *[0-9,]+ \( *[0-9.]+%\)  \*  .*AuthenticatorO5check_6answer/ { inside = 1; if (num($1) > total) total = num($1); next }
+        inside && /^ *$/ { inside = 0 }
+        inside && /compress|finalC0_|finishWithDigest|hmacPadStates|MDHashStatePAAE6digest/ { hmac += num($1) }
+        END { printf "%d %d\n", total, hmac }' "$TMP/cg.symbols.txt")
+    if ((VERIFY_TOTAL > 0 && VERIFY_HMAC > 0)); then
+        VERIFY_RATIO=pending  # computed with ratio() in the report
+    else
+        warn "could not find Authenticator.check in the callgrind profile of $OUR_SO_SYMBOLS"
+    fi
+fi
+
+# ---------------------------------------------------------------- report
+ratio() { # 3 significant digits, so a tiny ratio does not print as 0.000
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) { print "n/a"; exit } r = a / b
+        if (r >= 1000 || r <= -1000) printf "%.0f\n", r; else printf "%#.3g\n", r }'
+}
+sub_() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%d\n", a - b }'; }
+fmt_ms() { awk -v a="$1" 'BEGIN { printf "%.3f\n", a }'; }
+fmt_sd() { awk -v a="$1" -v s="$2" 'BEGIN { printf "%.3f ± %.3f\n", a, s }'; }
+row() { printf '| %s | %s | %s | %s | %s |\n' "$@"; }
+
+declare -A ABOVE
+for p in ok wrong; do
+    ABOVE[ours,$p]=$(sub_ "${INSTR[ours,$p]}" "${INSTR[floor,$p]}")
+    ABOVE[theirs,$p]=$(sub_ "${INSTR[theirs,$p]}" "${INSTR[floor,$p]}")
+done
+r_ok=$(ratio "${ABOVE[ours,ok]}" "${ABOVE[theirs,ok]}")
+r_wrong=$(ratio "${ABOVE[ours,wrong]}" "${ABOVE[theirs,wrong]}")
+met() { # met VALUE LIMIT
+    awk -v v="$1" -v l="$2" 'BEGIN { if (v == "n/a") print "n/a"; else if (v + 0 <= l + 0) print "**met**"; else print "**NOT met**" }'
+}
+
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+ver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo unknown; }
+hf_ver=$( ((HAVE_HYPERFINE)) && hyperfine --version | awk '{ print $2 }' || echo "not installed")
+runs_note() {
+    local p=$1
+    printf '%s/%s/%s' "${NRUNS[floor,$p]}" "${NRUNS[ours,$p]}" "${NRUNS[theirs,$p]}"
+}
+
+{
+    echo "# Benchmarks: pam_totp vs pam_google_authenticator"
+    echo
+    echo "Generated by \`scripts/bench.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
+    echo
+    echo "- Machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, Linux $(uname -r), temp files on $(df -T "$TMP" | awk 'NR == 2 { print $2 }')"
+    echo "- libpam0g $(ver libpam0g); libpam-google-authenticator $(ver libpam-google-authenticator); pamtester $(ver pamtester); $(valgrind --version); hyperfine $hf_ver"
+    echo "- pam_totp: \`$OUR_SO\` (sha256 $(sha256sum "$OUR_SO" | cut -c1-16)…), store record written by $ENROLLED_WITH"
+    if [[ $STANDIN == 1 ]]; then
+        echo "- **Development run with BENCH_ALLOW_STANDIN=1: the pam_totp column may be a stand-in module; its numbers and the targets below mean nothing.**"
+    fi
+    echo
+    echo "## How it was measured"
+    echo
+    echo "- One run of this script, one system user (\`$BENCH_USER\`), one random 20-byte secret, the same code for both modules."
+    echo "  Three PAM services in \`/etc/pam.d\`, each \`pamtester SERVICE $BENCH_USER authenticate\` with the answer on stdin:"
+    echo "  - floor: \`auth required pam_permit.so\`"
+    echo "  - pam_totp: \`auth required pam_totp.so store=DIR adjacent_intervals=5\` (root-owned 0700 store, one 0600 record)"
+    echo "  - google-authenticator: \`auth required pam_google_authenticator.so secret=DIR/\${USER} user=root\`; the file holds the secret and"
+    echo "    \`\" TOTP_AUTH\` only (no RATE_LIMIT, no DISALLOW_REUSE, default window of 3 codes, default skew search), so it never rewrites it."
+    echo "- Success path: the current code from \`oathtool --totp\`, regenerated before every run (never within 3 s of a step change)."
+    echo "  Wrong-code path: the fixed code \`$(cat "$TMP/code_wrong")\`, valid nowhere within ±1600 steps, so google-authenticator's"
+    echo "  ±1499-step clock-skew search runs in full and finds nothing."
+    echo "- Before every measured run both modules' state is restored from a pristine copy (not timed), so pam_totp's replay guard and"
+    echo "  failure counter start from the same state each time. pam_totp changed its store during a login: $OURS_WRITES."
+    echo "- Instructions: \`valgrind --tool=callgrind\` total (\"Collected\") for the whole pamtester process, one run each; \"above floor\" subtracts"
+    echo "  the pam_permit.so run of the same path, leaving the module's own cost (load, parse, verify)."
+    if ((HAVE_HYPERFINE)); then
+        echo "- Wall and CPU time: \`hyperfine --runs N --warmup 5 --prepare RESET 'pamtester … <CODEFILE'\` per module and path (shell start-up"
+        echo "  subtracted by hyperfine); mean per run. CPU = user + system."
+    else
+        echo "- Wall and CPU time: a bash loop timing each pamtester run with the \`time\` keyword (1 ms resolution); mean per run. CPU = user + system."
+    fi
+    echo "  Runs (floor/pam_totp/google-authenticator): success $(runs_note ok), wrong code $(runs_note wrong)."
+    if [[ $(runs_note wrong) != "$RUNS/$RUNS/$RUNS" ]]; then
+        echo "  Fewer wrong-code runs where one failed login sleeps (\`pam_fail_delay\`, applied by libpam since pamtester sets no delay"
+        echo "  callback); that wall time is mostly the delay, compare CPU time instead."
+    fi
+    echo "- Peak RSS: \`/usr/bin/time -f %M\` of the pamtester process, success path, median of 5."
+    echo "- .so size: \`stat -c %s\` of the installed file (pam_totp: the stripped build)."
+    echo
+    echo "## Results"
+    echo
+    row "metric" "floor (pam_permit)" "pam_totp" "google-authenticator" "ratio ours/theirs"
+    row "---" "---:" "---:" "---:" "---:"
+    row "instructions, success (raw)" "${INSTR[floor,ok]}" "${INSTR[ours,ok]}" "${INSTR[theirs,ok]}" "$(ratio "${INSTR[ours,ok]}" "${INSTR[theirs,ok]}")"
+    row "instructions, success, above floor" "0" "${ABOVE[ours,ok]}" "${ABOVE[theirs,ok]}" "$r_ok"
+    row "instructions, wrong code (raw)" "${INSTR[floor,wrong]}" "${INSTR[ours,wrong]}" "${INSTR[theirs,wrong]}" "$(ratio "${INSTR[ours,wrong]}" "${INSTR[theirs,wrong]}")"
+    row "instructions, wrong code, above floor" "0" "${ABOVE[ours,wrong]}" "${ABOVE[theirs,wrong]}" "$r_wrong"
+    for p in ok wrong; do
+        lbl=${p/ok/success}; lbl=${lbl/wrong/wrong code}
+        row "wall time, $lbl (ms/run, mean ± sd)" "$(fmt_sd "${WALL[floor,$p]}" "${SD[floor,$p]}")" "$(fmt_sd "${WALL[ours,$p]}" "${SD[ours,$p]}")" \
+            "$(fmt_sd "${WALL[theirs,$p]}" "${SD[theirs,$p]}")" "$(ratio "${WALL[ours,$p]}" "${WALL[theirs,$p]}")"
+    done
+    for p in ok wrong; do
+        lbl=${p/ok/success}; lbl=${lbl/wrong/wrong code}
+        row "CPU time, $lbl (ms/run, mean)" "$(fmt_ms "${CPU[floor,$p]}")" "$(fmt_ms "${CPU[ours,$p]}")" "$(fmt_ms "${CPU[theirs,$p]}")" "$(ratio "${CPU[ours,$p]}" "${CPU[theirs,$p]}")"
+    done
+    row "peak RSS, success (KB)" "${RSS[floor]}" "${RSS[ours]}" "${RSS[theirs]}" "$(ratio "${RSS[ours]}" "${RSS[theirs]}")"
+    row ".so size (bytes)" "${SIZE[floor]}" "${SIZE[ours]}" "${SIZE[theirs]}" "$(ratio "${SIZE[ours]}" "${SIZE[theirs]}")"
+    echo
+    echo "## Targets"
+    echo
+    echo "- Instructions above floor, success path ≤ 0.5× google-authenticator: $r_ok → $(met "$r_ok" 0.5)"
+    echo "- Instructions above floor, wrong code ≤ 0.05× google-authenticator: $r_wrong → $(met "$r_wrong" 0.05)"
+    echo "- pam_totp.so ≤ 200 KB ($SO_TARGET_BYTES bytes): ${SIZE[ours]} bytes → $(met "${SIZE[ours]}" "$SO_TARGET_BYTES")"
+    if [[ -n $VERIFY_RATIO ]]; then
+        VERIFY_RATIO=$(ratio "$VERIFY_TOTAL" "$VERIFY_HMAC")
+        echo "- In-process verification at window 5 ≤ 2× the HMACs it computes: Authenticator.check $VERIFY_TOTAL instructions," \
+            "of which $VERIFY_HMAC in the hash functions (11 HMACs + key set-up): $VERIFY_RATIO× → $(met "$VERIFY_RATIO" 2)"
+    else
+        echo "- In-process verification: not measured (set OUR_SO_SYMBOLS to the unstripped module)"
+    fi
+} >"$TMP/report.md"
+
+mkdir -p -- "$(dirname -- "$OUT_MD")"
+new_file=0
+[[ -e $OUT_MD ]] || new_file=1
+cat "$TMP/report.md" >"$OUT_MD"
+# a new file takes the owner of its directory (the script runs as root inside a user's checkout)
+if ((new_file)); then chown --reference="$(dirname -- "$OUT_MD")" -- "$OUT_MD" 2>/dev/null || true; fi
+cat "$TMP/report.md"
+log "report written to $OUT_MD"
