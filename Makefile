@@ -56,7 +56,7 @@ install: deps all
 	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR)/pam.d
 	install -m 0644 $(STRIPPED_SO) $(DESTDIR)$(PAMDIR)/pam_totp.so
 	# Not set-uid yet: totp-enroll does not re-authenticate its caller (issue "totp-enroll").
-	install -m 0755 $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
+	install -s -m 0755 $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
 	install -d -m 0700 -o root -g root $(DESTDIR)$(STOREDIR)
 	install -m 0644 pam.d/* $(DESTDIR)$(DOCDIR)/pam.d/
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import Glibc
 import MFACore
 
 /// `totp-enroll code`: prints the current code for a secret, like `oathtool --totp`.
@@ -17,7 +17,7 @@ struct Code: ParsableCommand {
 
     func run() throws {
         let key = try readSecret(secret)
-        let now = time ?? Int64(Foundation.time(nil))
+        let now = time ?? Int64(Glibc.time(nil))
         do {
             let code = try TOTP.code(secret: key, parameters: try otp.parameters(), at: now)
             print(String(decoding: code, as: UTF8.self))

@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 import MFACore
 
 /// Who the tool acts for, and where the store is. `--user` and `--store` are honoured only

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import Glibc
 import MFACore
 
 /// `totp-enroll enroll`: generate (or take) a secret, show it, and save the factor only after
@@ -122,11 +122,21 @@ func hostName() -> String {
 }
 
 func warn(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
+    writeStderr(text + "\n")
 }
 
 /// Asks on stderr, reads a line from stdin; nil on end of input.
 func promptLine(_ text: String) -> String? {
-    FileHandle.standardError.write(Data(text.utf8))
+    writeStderr(text)
     return readLine(strippingNewline: true)
+}
+
+func writeStderr(_ text: String) {
+    let bytes = Array(text.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        if n <= 0 { if n < 0 && errno == EINTR { continue }; return }
+        offset += n
+    }
 }

@@ -1,6 +1,6 @@
 import ArgumentParser
 import CQREncode
-import Foundation
+import Glibc
 
 /// A QR code as a square of modules (true = dark), made by libqrencode.
 struct QRMatrix {
