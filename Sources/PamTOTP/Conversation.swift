@@ -44,8 +44,8 @@ func prompt(_ pamh: OpaquePointer, _ text: Message) -> [UInt8]? {
         return nil
     }
     let n = strnlen(reply, maxAnswerLength + 1)
-    var answer = n > maxAnswerLength ? [UInt8](repeating: 0x2A, count: 1) : (bytes(UnsafePointer(reply), max: maxAnswerLength) ?? [])
-    if n > maxAnswerLength { answer = [] }
+    // An overlong reply becomes the empty answer, which never matches.
+    let answer = bytes(UnsafePointer(reply), max: maxAnswerLength) ?? []
     clibc_wipe(reply, n)
     free(reply)
     return answer
