@@ -1,39 +1,167 @@
-/// The module's arguments from a pam.d line (DESIGN.md §5). Parsing is strict: an unknown
-/// argument, a duplicate-free but malformed value, or an out-of-range number throws
-/// `invalidOption` naming the argument, and the module denies (never silently ignores).
+import CLibc
+
+/// The module's settings (DESIGN.md §5): from `/etc/security/pam_totp.conf` (or `config=FILE`),
+/// then the pam.d arguments, which override the file. Parsing is strict: an unknown name, a
+/// malformed or out-of-range value throws `invalidOption` naming it (and, for the file, the
+/// file and line), and the module denies; nothing is silently ignored.
 public struct ModuleOptions: Equatable, Sendable {
+    public static let defaultConfigFile: [UInt8] = Array("/etc/security/pam_totp.conf".utf8)
+    public static let defaultPrompt: [UInt8] = Array("Verification code: ".utf8)
+    public static let maxFailuresRange: ClosedRange<UInt64> = 1...100
+    public static let lockoutRange: ClosedRange<UInt64> = 0...86_400
+    static let maxConfigSize = 64 * 1024
+
     public var adjacentIntervals: Int = TOTPVerifier.defaultAdjacentIntervals
     public var nullok = false
     public var store: [UInt8] = Store.defaultDirectory
+    public var maxFailures: UInt32 = 10
+    public var lockoutSeconds: Int64 = 300
+    public var prompt: [UInt8] = ModuleOptions.defaultPrompt
     public var debug = false
 
     public init() {}
 
+    /// Settings from the pam.d arguments alone (no configuration file).
     public static func parse(_ arguments: [[UInt8]]) throws(MFAError) -> ModuleOptions {
         var o = ModuleOptions()
-        for arg in arguments {
-            let eq = arg.firstIndex(of: ASCII.equals)
-            let name = eq.map { Array(arg[..<$0]) } ?? arg
-            let value = eq.map { Array(arg[($0 + 1)...]) }
-            switch (name, value) {
-            case (Array("nullok".utf8), nil): o.nullok = true
-            case (Array("debug".utf8), nil): o.debug = true
-            case (Array("adjacent_intervals".utf8), let v?):
-                guard let n = parseDecimal(v, limit: UInt64(TOTPVerifier.maxAdjacentIntervals)) else {
-                    throw .invalidOption("adjacent_intervals must be 0 to 10: " + printable(arg))
-                }
-                o.adjacentIntervals = Int(n)
-            case (Array("store".utf8), let v?):
-                guard v.first == 0x2F, v.count <= 1024 else {
-                    throw .invalidOption("store must be an absolute path: " + printable(arg))
-                }
-                o.store = v
-            default:
-                throw .invalidOption("unknown or malformed argument: " + printable(arg))
-            }
-        }
+        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
         return o
     }
+
+    /// Settings as the module uses them: the configuration file (`config=FILE` among the
+    /// arguments, else the default file if it exists), then the arguments.
+    public static func load(_ arguments: [[UInt8]]) throws(MFAError) -> ModuleOptions {
+        var path = defaultConfigFile
+        var explicit = false
+        for arg in arguments where isConfigArgument(arg) {
+            path = Array(arg.dropFirst(7))
+            explicit = true
+            guard path.first == 0x2F else { throw .invalidOption("config must be an absolute path: " + printable(arg)) }
+        }
+        var o = ModuleOptions()
+        if let text = try readConfigFile(path, required: explicit) {
+            try o.applyConfig(text, file: printable(path))
+        }
+        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
+        return o
+    }
+
+    static func isConfigArgument(_ arg: [UInt8]) -> Bool {
+        arg.count >= 7 && Array(arg.prefix(7)) == Array("config=".utf8)
+    }
+
+    /// Applies a configuration file: one setting per line as `name`, `name=value` or
+    /// `name = value`; `#` starts a comment; blank lines are ignored.
+    mutating func applyConfig(_ text: [UInt8], file: Message) throws(MFAError) {
+        var lineNumber: UInt64 = 0
+        for rawLine in text.split(separator: ASCII.newline, omittingEmptySubsequences: false) {
+            lineNumber += 1
+            var line = Array(rawLine)
+            if let hash = line.firstIndex(of: 0x23) { line = Array(line[..<hash]) }
+            line = trimmed(line)
+            if line.isEmpty { continue }
+            if let eq = line.firstIndex(of: ASCII.equals) {
+                line = trimmed(Array(line[..<eq])) + [ASCII.equals] + trimmed(Array(line[(eq + 1)...]))
+            }
+            if Self.isConfigArgument(line) {
+                throw .invalidOption(file + ":" + Message(decimalBytes(lineNumber)) + ": config= is not allowed in the file")
+            }
+            try apply(line, origin: file + ":" + Message(decimalBytes(lineNumber)) + ": ")
+        }
+    }
+
+    mutating func apply(_ arg: [UInt8], origin: Message) throws(MFAError) {
+        let eq = arg.firstIndex(of: ASCII.equals)
+        let name = eq.map { Array(arg[..<$0]) } ?? arg
+        let value = eq.map { Array(arg[($0 + 1)...]) }
+        func bad(_ why: Message) -> MFAError { .invalidOption(origin + why + ": " + printable(arg)) }
+        switch name {
+        case Array("nullok".utf8):
+            guard let v = Self.flag(value) else { throw bad("nullok takes no value, or yes/no") }
+            nullok = v
+        case Array("debug".utf8):
+            guard let v = Self.flag(value) else { throw bad("debug takes no value, or yes/no") }
+            debug = v
+        case Array("adjacent_intervals".utf8):
+            guard let v = value, let n = parseDecimal(v, limit: UInt64(TOTPVerifier.maxAdjacentIntervals)) else {
+                throw bad("adjacent_intervals must be 0 to 10")
+            }
+            adjacentIntervals = Int(n)
+        case Array("store".utf8):
+            guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(0) else {
+                throw bad("store must be an absolute path")
+            }
+            store = v
+        case Array("max_failures".utf8):
+            guard let v = value, let n = parseDecimal(v, limit: Self.maxFailuresRange.upperBound),
+                  Self.maxFailuresRange.contains(n) else { throw bad("max_failures must be 1 to 100") }
+            maxFailures = UInt32(n)
+        case Array("lockout".utf8):
+            guard let v = value, let n = parseDecimal(v, limit: Self.lockoutRange.upperBound) else {
+                throw bad("lockout must be 0 to 86400 seconds")
+            }
+            lockoutSeconds = Int64(n)
+        case Array("prompt".utf8):
+            guard let v = value, !v.isEmpty, v.count <= 128, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw bad("prompt must be 1 to 128 printable characters")
+            }
+            prompt = v
+        default:
+            throw bad("unknown or malformed setting")
+        }
+    }
+
+    /// A flag: bare name, `=yes` or `=no`.
+    static func flag(_ value: [UInt8]?) -> Bool? {
+        switch value {
+        case nil: return true
+        case Array("yes".utf8)?: return true
+        case Array("no".utf8)?: return false
+        default: return nil
+        }
+    }
+
+    /// Reads the configuration file safely: regular file, owned by root, not writable by group
+    /// or other, at most 64 KiB. A missing file is nil unless it was named explicitly.
+    static func readConfigFile(_ path: [UInt8], required: Bool) throws(MFAError) -> [UInt8]? {
+        let fd: Int32
+        do throws(MFAError) {
+            fd = try withCPath(path) { (p) throws(MFAError) -> Int32 in
+                try retryingOnEINTR("open config") { clibc_open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0) }
+            }
+        } catch {
+            if case .system(_, let e) = error, e == ENOENT, !required { return nil }
+            throw .invalidOption("cannot open " + printable(path) + describeErrno(error))
+        }
+        let file = OwnedFD(fd)
+        let st = try FileStatus(fd: file.raw)
+        guard st.isRegular else { throw .invalidOption(printable(path) + " is not a regular file") }
+        guard st.owner == 0 || st.owner == UInt32(geteuid()) else {
+            throw .invalidOption(printable(path) + " must be owned by root")
+        }
+        guard st.mode & 0o022 == 0 else { throw .invalidOption(printable(path) + " must not be writable by group or other") }
+        do throws(MFAError) {
+            return try readBounded(file.raw, limit: maxConfigSize,
+                                   expected: st.size > Int64(maxConfigSize) ? maxConfigSize + 1 : Int(st.size))
+        } catch {
+            throw .invalidOption(printable(path) + " is too large or unreadable")
+        }
+    }
+}
+
+func describeErrno(_ error: MFAError) -> Message {
+    if case .system(_, let e) = error {
+        if e == ELOOP { return ": it is a symlink" }
+        return Message(Array(": errno ".utf8) + decimalBytes(UInt64(e)))
+    }
+    return ""
+}
+
+func trimmed(_ bytes: [UInt8]) -> [UInt8] {
+    var s = bytes[...]
+    while let f = s.first, f == ASCII.space || f == ASCII.tab || f == 0x0D { s = s.dropFirst() }
+    while let l = s.last, l == ASCII.space || l == ASCII.tab || l == 0x0D { s = s.dropLast() }
+    return Array(s)
 }
 
 /// Text safe to put in a log line: printable ASCII kept, everything else as '?', at most 128

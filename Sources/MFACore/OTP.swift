@@ -138,6 +138,18 @@ public struct TOTPVerifier: Sendable {
     /// matching step, or nil.
     public func verify(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
                        at unixTime: Int64, usedUpTo notAfter: UInt64? = nil) throws(MFAError) -> UInt64? {
+        try match(answer: answer, key: key, parameters: parameters, at: unixTime, usedUpTo: notAfter).step
+    }
+
+    /// The result of checking one factor: the lowest unused matching step, and whether the
+    /// answer matched a step that was already used (a replay).
+    public struct Match: Equatable, Sendable {
+        public var step: UInt64?
+        public var replayed: Bool
+    }
+
+    public func match(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
+                      at unixTime: Int64, usedUpTo notAfter: UInt64?) throws(MFAError) -> Match {
         let now = try TOTP.step(at: unixTime, period: parameters.period)
         // A malformed answer still costs the same HMACs, so its timing says nothing.
         let submitted = Self.parseCode(answer, digits: parameters.digits)
@@ -148,7 +160,8 @@ public struct TOTPVerifier: Sendable {
         guard !overflow else { throw .clockOutOfRange }
 
         var found: UInt64 = 0
-        var foundMask: UInt64 = 0  // all ones once a step matched
+        var foundMask: UInt64 = 0  // all ones once an eligible step matched
+        var usedMatch: UInt64 = 0  // all ones once a used step matched
         var step = first
         while step <= last {
             let value = HOTP.value(key: key, counter: step, digits: parameters.digits)
@@ -159,8 +172,9 @@ public struct TOTPVerifier: Sendable {
             let take = equal & eligible & ~foundMask
             found = (found & ~take) | (step & take)
             foundMask |= take
+            usedMatch |= equal & ~eligible
             step += 1
         }
-        return foundMask != 0 ? found : nil
+        return Match(step: foundMask != 0 ? found : nil, replayed: usedMatch != 0)
     }
 }

@@ -32,6 +32,8 @@ public struct Factor: Equatable, Sendable {
 /// ```
 /// pam_totp 1
 /// factor <label, percent-encoded> <sha1|sha256|sha512> <digits> <period> <created> <secret, Base32>
+/// recovery <set id, 16 hex> <PBKDF2 iterations> <salt, hex>
+/// recovery-code <PBKDF2-HMAC-SHA-256 of the code, 64 hex>        (one line per code)
 /// ```
 /// The first line names the format and version; a reader rejects any other version, any
 /// unknown line, any malformed field and any file larger than `maxSize`, so a record is either
@@ -43,8 +45,15 @@ public struct UserRecord: Equatable, Sendable {
     static let magic = Array("pam_totp".utf8)
 
     public var factors: [Factor]
+    public var recovery: RecoverySet?
 
-    public init(factors: [Factor] = []) { self.factors = factors }
+    public init(factors: [Factor] = [], recovery: RecoverySet? = nil) {
+        self.factors = factors
+        self.recovery = recovery
+    }
+
+    /// True when the record lets the user authenticate at all.
+    public var isEnrolled: Bool { !factors.isEmpty || !(recovery?.hashes.isEmpty ?? true) }
 
     public func serialized() -> [UInt8] {
         var out = Self.magic + [ASCII.space] + decimalBytes(Self.formatVersion) + [ASCII.newline]
@@ -62,6 +71,11 @@ public struct UserRecord: Equatable, Sendable {
             out.append(ASCII.space)
             out += Base32.encode(f.secret)
             out.append(ASCII.newline)
+        }
+        if let r = recovery {
+            out += Array("recovery ".utf8) + hex64(r.id) + [ASCII.space] + decimalBytes(UInt64(r.iterations))
+                + [ASCII.space] + Hex.encode(r.salt) + [ASCII.newline]
+            for h in r.hashes { out += Array("recovery-code ".utf8) + Hex.encode(h) + [ASCII.newline] }
         }
         return out
     }
@@ -82,6 +96,26 @@ public struct UserRecord: Equatable, Sendable {
         for line in lines.dropFirst() {
             let fields = splitFields(line)
             guard let keyword = fields.first else { throw .corruptRecord("empty line") }
+            if Array(keyword) == Array("recovery".utf8) {
+                guard record.recovery == nil, fields.count == 4, fields[1].count == 16,
+                      let id = Hex.decode(fields[1]).map(uint64),
+                      let iterations = parseDecimal(fields[2], limit: RecoverySet.iterationRange.upperBound),
+                      RecoverySet.iterationRange.contains(iterations),
+                      let salt = Hex.decode(fields[3]), salt.count >= 8, salt.count <= 64 else {
+                    throw .corruptRecord("bad recovery line")
+                }
+                record.recovery = RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: [])
+                continue
+            }
+            if Array(keyword) == Array("recovery-code".utf8) {
+                guard fields.count == 2, let h = Hex.decode(fields[1]), h.count == 32,
+                      var r = record.recovery, r.hashes.count < RecoverySet.maxCodes else {
+                    throw .corruptRecord("bad recovery-code line")
+                }
+                r.hashes.append(h)
+                record.recovery = r
+                continue
+            }
             guard Array(keyword) == Array("factor".utf8) else { throw .corruptRecord("unknown line") }
             guard fields.count == 7 else { throw .corruptRecord("factor line has wrong field count") }
             guard record.factors.count < maxFactors else { throw .corruptRecord("too many factors") }
@@ -109,4 +143,18 @@ public struct UserRecord: Equatable, Sendable {
         }
         return record
     }
+}
+
+/// 16 lower-case hex digits, big-endian.
+func hex64(_ v: UInt64) -> [UInt8] {
+    var bytes: [UInt8] = []
+    for i in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(56 - 8 * i))) }
+    return Hex.encode(bytes)
+}
+
+/// The big-endian value of up to 8 bytes.
+func uint64(_ bytes: [UInt8]) -> UInt64 {
+    var v: UInt64 = 0
+    for b in bytes.prefix(8) { v = v << 8 | UInt64(b) }
+    return v
 }

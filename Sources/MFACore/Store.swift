@@ -55,22 +55,8 @@ public final class Store {
     /// The user's record, or nil when the user has none.
     public func read(user: [UInt8]) throws(MFAError) -> UserRecord? {
         try Store.validate(user: user)
-        let fd: Int32
-        do throws(MFAError) {
-            fd = try withCPath(user) { (p) throws(MFAError) -> Int32 in
-                try retryingOnEINTR("open record") {
-                    clibc_openat(directory.raw, p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0)
-                }
-            }
-        } catch {
-            if case .system(_, let e) = error {
-                if e == ENOENT { return nil }
-                if e == ELOOP { throw .insecureStore("record is a symlink") }
-            }
-            throw error
-        }
-        let file = OwnedFD(fd)
-        let st = try checkFile(file.raw, what: "record")
+        guard let file = try openChecked(user, flags: O_RDONLY, what: "record") else { return nil }
+        let st = try FileStatus(fd: file.raw)
         var bytes = try readBounded(file.raw, limit: UserRecord.maxSize,
                                     expected: st.size > Int64(UserRecord.maxSize) ? UserRecord.maxSize + 1 : Int(st.size))
         defer { wipe(&bytes) }
@@ -114,9 +100,15 @@ public final class Store {
     /// Replaces the record; the caller must hold the user's lock.
     public func writeLocked(user: [UInt8], record: UserRecord) throws(MFAError) {
         try Store.validate(user: user)
-        let temp = Array(".tmp.".utf8) + user
         var bytes = record.serialized()
         defer { wipe(&bytes) }
+        try replaceFile(user, contents: bytes)
+    }
+
+    /// Atomically replaces (or creates) `name` with `contents`: temp file with O_EXCL, fsync,
+    /// renameat, fsync of the directory. The caller holds the lock that covers `name`.
+    func replaceFile(_ name: [UInt8], contents: [UInt8]) throws(MFAError) {
+        let temp = Array(".tmp.".utf8) + name
         try withCPath(temp) { (tp) throws(MFAError) in
             // A temp left by a crashed writer is stale: we hold the lock. Remove and retry once.
             var fd = clibc_openat(directory.raw, tp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -124,14 +116,14 @@ public final class Store {
                 _ = unlinkat(directory.raw, tp, 0)
                 fd = clibc_openat(directory.raw, tp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             }
-            if fd < 0 { throw .system(operation: "create temp record", errno: clibc_errno()) }
+            if fd < 0 { throw .system(operation: "create temp file", errno: clibc_errno()) }
             let file = OwnedFD(fd)
             do throws(MFAError) {
                 _ = try retryingOnEINTR("fchmod") { fchmod(file.raw, 0o600) }
-                try writeAll(file.raw, bytes)
-                _ = try retryingOnEINTR("fsync record") { fsync(file.raw) }
-                try withCPath(user) { (up) throws(MFAError) in
-                    _ = try retryingOnEINTR("rename record") { renameat(directory.raw, tp, directory.raw, up) }
+                try writeAll(file.raw, contents)
+                _ = try retryingOnEINTR("fsync") { fsync(file.raw) }
+                try withCPath(name) { (up) throws(MFAError) in
+                    _ = try retryingOnEINTR("rename") { renameat(directory.raw, tp, directory.raw, up) }
                 }
             } catch {
                 _ = unlinkat(directory.raw, tp, 0)
@@ -141,25 +133,25 @@ public final class Store {
         _ = try retryingOnEINTR("fsync store") { fsync(directory.raw) }
     }
 
-    /// Deletes the user's record; the caller must hold the user's lock.
+    /// Deletes the user's record and state; the caller must hold the user's lock.
     public func removeLocked(user: [UInt8]) throws(MFAError) {
         try Store.validate(user: user)
-        try withCPath(user) { (p) throws(MFAError) in
-            if unlinkat(directory.raw, p, 0) != 0 {
-                let e = clibc_errno()
-                if e != ENOENT { throw .system(operation: "unlink record", errno: e) }
+        for name in [user, Store.stateName(user)] {
+            try withCPath(name) { (p) throws(MFAError) in
+                if unlinkat(directory.raw, p, 0) != 0 {
+                    let e = clibc_errno()
+                    if e != ENOENT { throw .system(operation: "unlink", errno: e) }
+                }
             }
         }
         _ = try retryingOnEINTR("fsync store") { fsync(directory.raw) }
     }
 
-    @discardableResult
-    func checkFile(_ fd: Int32, what: Message) throws(MFAError) -> FileStatus {
+    func checkFile(_ fd: Int32, what: Message) throws(MFAError) {
         let st = try FileStatus(fd: fd)
         guard st.isRegular else { throw .insecureStore(what + " is not a regular file") }
         guard st.owner == owner else { throw .insecureStore(what + " has the wrong owner") }
         guard !st.groupOrOtherAccess else { throw .insecureStore(what + " is accessible to group or other") }
         guard st.links == 1 else { throw .insecureStore(what + " has more than one link") }
-        return st
     }
 }

@@ -6,8 +6,9 @@ import MFACore
 /// the prompt in pam_sm_authenticate.
 func pamCode(_ outcome: AuthOutcome) -> Int32 {
     switch outcome {
-    case .success: return PAM_SUCCESS
+    case .success, .recoveryCode: return PAM_SUCCESS
     case .wrongCode: return PAM_AUTH_ERR
+    case .lockedOut: return PAM_AUTH_ERR   // same as a wrong code: the caller learns nothing more
     case .unenrolled: return PAM_AUTH_ERR  // same as a wrong code: no account enumeration
     case .failed(let error):
         switch error {
@@ -36,7 +37,7 @@ func describe(_ error: MFAError) -> Message {
     }
 }
 
-func decimal(_ value: Int32) -> Message {
+func decimal<T: BinaryInteger>(_ value: T) -> Message {
     if value == 0 { return "0" }
     var digits: [UInt8] = []
     var v = value.magnitude

@@ -4,13 +4,18 @@ import MFACore
 
 // The exported C ABI: pam_sm_authenticate and pam_sm_setcred only (exports.map hides the rest).
 
+/// The delay libpam applies after a failed authentication (it takes the longest any module
+/// asked for, randomised by ±25%): 2 s, like pam_unix.
+let failDelayMicroseconds: UInt32 = 2_000_000
+
 @_cdecl("pam_sm_authenticate")
 public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32,
                                 _ argv: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     guard let pamh else { return PAM_SERVICE_ERR }
+    _ = pam_fail_delay(pamh, failDelayMicroseconds)
     let options: ModuleOptions
     do throws(MFAError) {
-        options = try ModuleOptions.parse(arguments(argc, argv))
+        options = try ModuleOptions.load(arguments(argc, argv))
     } catch {
         return finish(pamh, .failed(error), user: [], debug: true)
     }
@@ -18,16 +23,17 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "cannot determine the user name")
         return PAM_USER_UNKNOWN
     }
-    let enrollment = Authenticator.lookup(user: user, options: options)
-    if case .unenrolled = enrollment, options.nullok {
+    // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
+    // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
+    if case .unenrolled = Authenticator.lookup(user: user, options: options), options.nullok {
         if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
         return PAM_IGNORE
     }
-    guard var answer = prompt(pamh, "Verification code: ") else {
+    guard var answer = prompt(pamh, Message(options.prompt)) else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
-    let outcome = Authenticator.check(enrollment, answer: answer, at: Int64(time(nil)), options: options)
+    let outcome = Authenticator.authenticate(user: user, answer: answer, at: Int64(time(nil)), options: options)
     wipe(&answer)
     return finish(pamh, outcome, user: user, debug: options.debug)
 }
@@ -38,14 +44,24 @@ public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32
     PAM_SUCCESS
 }
 
-/// Logs the outcome and returns its PAM code (ErrorMapping.swift has the table).
+/// Logs the outcome (never a code or secret) and returns its PAM code (ErrorMapping.swift).
 func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug: Bool) -> Int32 {
     let who = "user " + printable(user)
     switch outcome {
     case .success(let factor, _):
         log(pamh, LOG_INFO, "accepted code for " + who + " (factor " + printable(factor) + ")")
-    case .wrongCode:
-        log(pamh, LOG_NOTICE, "wrong code for " + who)
+    case .recoveryCode(let remaining):
+        log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")
+    case .wrongCode(let replayed, let failures, let lockedUntil, let saved):
+        var line = (replayed ? "replayed code for " : "wrong code for ") + who + " (" + decimal(failures)
+            + " consecutive failures)"
+        if lockedUntil != nil { line = line + "; locked out for a while" }
+        if failures >= UserState.hardFailureCap { line = line + "; locked until an admin runs totp-enroll unlock" }
+        if !saved { line = line + "; the failure could not be recorded" }
+        log(pamh, LOG_NOTICE, line)
+    case .lockedOut(_, let permanent):
+        log(pamh, LOG_WARNING, "denied " + who + (permanent ? ": locked after too many failures (totp-enroll unlock)"
+                                                   : ": temporarily locked out"))
     case .unenrolled:
         log(pamh, LOG_NOTICE, "denied " + who + ": not enrolled")
     case .failed(let error):

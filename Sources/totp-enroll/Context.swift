@@ -48,8 +48,9 @@ struct StoreAccess {
         do { return try store.read(user: Array(user.utf8)) } catch { throw CLIError(error) }
     }
 
-    /// Adds a factor under the user's lock (read, append, atomic write).
-    func addFactor(_ factor: Factor, user: String) throws {
+    /// Adds a factor under the user's lock (read, append, atomic write) and records `step`, the
+    /// time step of the code that proved it, as used: that code cannot log in afterwards.
+    func addFactor(_ factor: Factor, usedStep step: UInt64, user: String) throws {
         let name = Array(user.utf8)
         do {
             try store.withLock(user: name) { () throws(MFAError) in
@@ -61,7 +62,27 @@ struct StoreAccess {
                     throw .invalidParameters("too many factors; remove one first")
                 }
                 record.factors.append(factor)
+                var state = try store.readState(user: name)
+                state.setLastStep(step, forLabel: factor.label)
                 try store.writeLocked(user: name, record: record)
+                try store.writeStateLocked(user: name, state: state)
+            }
+        } catch { throw CLIError(error) }
+    }
+}
+
+extension StoreAccess {
+    /// Clears the failure count and any lockout (root: `totp-enroll unlock`).
+    func unlock(user: String) throws -> (failures: UInt32, lockedUntil: Int64) {
+        let name = Array(user.utf8)
+        do {
+            return try store.withLock(user: name) { () throws(MFAError) -> (UInt32, Int64) in
+                var state = try store.readState(user: name)
+                let before = (state.failures, state.lockedUntil)
+                state.failures = 0
+                state.lockedUntil = 0
+                try store.writeStateLocked(user: name, state: state)
+                return before
             }
         } catch { throw CLIError(error) }
     }

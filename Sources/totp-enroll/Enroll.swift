@@ -90,10 +90,10 @@ struct Enroll: ParsableCommand {
             let digitsOnly = Array(answer.utf8).filter { $0 != 0x20 }
             let step: UInt64?
             do { step = try verifier.verify(answer: digitsOnly, key: hmacKey, parameters: parameters, at: now) } catch { throw CLIError(error) }
-            if step != nil {
+            if let step {
                 let factor: Factor
                 do { factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, secret: key) } catch { throw CLIError(error) }
-                try context.openStore().addFactor(factor, user: context.userName)
+                try context.openStore().addFactor(factor, usedStep: step, user: context.userName)
                 print("Enrolled factor \"\(label)\" for \(context.userName).")
                 return
             }

@@ -94,7 +94,11 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(d.adjacentIntervals, 5)
         XCTAssertFalse(d.nullok)
         XCTAssertEqual(d.store, Array("/var/lib/pam-totp".utf8))
-        let o = try parse(["adjacent_intervals=0", "nullok", "store=/tmp/x", "debug"])
+        let o = try parse(["adjacent_intervals=0", "nullok", "store=/tmp/x", "debug", "max_failures=3", "lockout=0",
+                           "prompt=Code:"])
+        XCTAssertEqual(o.maxFailures, 3)
+        XCTAssertEqual(o.lockoutSeconds, 0)
+        XCTAssertEqual(o.prompt, Array("Code:".utf8))
         XCTAssertEqual(o.adjacentIntervals, 0)
         XCTAssertTrue(o.nullok && o.debug)
         XCTAssertEqual(o.store, Array("/tmp/x".utf8))
@@ -103,7 +107,8 @@ final class OptionsTests: XCTestCase {
 
     func testUnknownAndOutOfRangeAreErrors() {
         for args in [["adjacent_intervals=11"], ["adjacent_intervals=-1"], ["adjacent_intervals="], ["adjacent_intervals"],
-                     ["nullok=1"], ["store=relative"], ["store="], ["bogus"], ["NULLOK"], ["adjacent_intervals=99999999999999999999999"]] {
+                     ["nullok=1"], ["store=relative"], ["store="], ["bogus"], ["NULLOK"], ["adjacent_intervals=99999999999999999999999"],
+                     ["max_failures=0"], ["max_failures=101"], ["lockout=86401"], ["lockout=-5"], ["prompt="], ["debug=true"]] {
             XCTAssertThrowsError(try parse(args), "\(args)") { error in
                 guard case .invalidOption = error as? MFAError else { return XCTFail("\(error)") }
             }

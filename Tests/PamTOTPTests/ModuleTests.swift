@@ -11,7 +11,8 @@ final class ModuleTests: XCTestCase {
 
     override func setUpWithError() throws {
         fixture = try PAMFixture()
-        try fixture.service("totp", ["auth required MODULE STORE"])
+        // max_failures=50: these tests fail on purpose many times and are not about lockout.
+        try fixture.service("totp", ["auth required MODULE STORE max_failures=50"])
         try fixture.enroll("alice", secret: secret)
     }
 
@@ -68,7 +69,8 @@ final class ModuleTests: XCTestCase {
     }
 
     func testArgumentsAreValidated() throws {
-        for bad in ["bogus", "adjacent_intervals=11", "adjacent_intervals=x", "store=relative", "nullok=yes"] {
+        for bad in ["bogus", "adjacent_intervals=11", "adjacent_intervals=x", "store=relative", "nullok=maybe",
+                    "max_failures=0", "max_failures=101", "lockout=86401", "config=relative", "config=/nonexistent/pam_totp.conf"] {
             try fixture.service("bad", ["auth required MODULE STORE " + bad])
             let (rc, conversation) = auth("alice", try currentCode(secret), service: "bad")
             XCTAssertEqual(rc, PAM_SERVICE_ERR, bad)
@@ -79,14 +81,15 @@ final class ModuleTests: XCTestCase {
     func testAdjacentIntervalsZeroAndTen() throws {
         try fixture.service("n0", ["auth required MODULE STORE adjacent_intervals=0"])
         try fixture.service("n10", ["auth required MODULE STORE adjacent_intervals=10"])
+        for u in ["n0user", "n10a", "n10b"] { try fixture.enroll(u, secret: secret) }
         awayFromStepBoundary()
-        XCTAssertEqual(auth("alice", try currentCode(secret), service: "n0").0, PAM_SUCCESS)
-        let previous = try currentCode(secret, offsetSteps: -2)
+        XCTAssertEqual(auth("n0user", try currentCode(secret), service: "n0").0, PAM_SUCCESS)
+        let previous = try currentCode(secret, offsetSteps: -1)
         if previous != (try currentCode(secret)) {
-            XCTAssertEqual(auth("alice", previous, service: "n0").0, PAM_AUTH_ERR)
+            XCTAssertEqual(auth("n0user", previous, service: "n0").0, PAM_AUTH_ERR)
         }
-        XCTAssertEqual(auth("alice", try currentCode(secret, offsetSteps: -10), service: "n10").0, PAM_SUCCESS)
-        XCTAssertEqual(auth("alice", try currentCode(secret, offsetSteps: 9), service: "n10").0, PAM_SUCCESS)
+        XCTAssertEqual(auth("n10a", try currentCode(secret, offsetSteps: -10), service: "n10").0, PAM_SUCCESS)
+        XCTAssertEqual(auth("n10b", try currentCode(secret, offsetSteps: 10), service: "n10").0, PAM_SUCCESS)
     }
 
     func testEveryFactorIsAccepted() throws {
@@ -138,16 +141,19 @@ final class ModuleTests: XCTestCase {
     }
 
     /// 200 pam_start/pam_authenticate/pam_end cycles in one process: the module is loaded and
-    /// unloaded each time and must neither crash nor leak state between cycles.
+    /// unloaded each time and must neither crash nor leak state between cycles. 100 enrolled
+    /// users succeed once each (their state files are written), 100 wrong answers fail.
     func testTwoHundredCyclesInOneProcess() throws {
+        for i in 0..<100 { try fixture.enroll("user\(i)", secret: secret) }
         awayFromStepBoundary(margin: 10)
         let good = try currentCode(secret)
         var successes = 0, failures = 0
         for i in 0..<200 {
-            let rc = auth(i % 2 == 0 ? "alice" : "bob", good).0
+            let rc = i % 2 == 0 ? auth("user\(i / 2)", good).0 : auth(i % 4 == 1 ? "bob" : "alice", Array("12x456".utf8)).0
             if rc == PAM_SUCCESS { successes += 1 } else if rc == PAM_AUTH_ERR { failures += 1 }
         }
         XCTAssertEqual(successes, 100)
         XCTAssertEqual(failures, 100)
+        XCTAssertEqual(try fixture.state("alice").failures, 50, "alice: 50 counted failures")
     }
 }

@@ -50,6 +50,10 @@ private let converse: @convention(c) (Int32, UnsafeMutablePointer<UnsafePointer<
     return PAM_SUCCESS
 }
 
+/// The application's PAM_FAIL_DELAY callback (a documented libpam feature): here it does not
+/// sleep, so hundreds of failures take no time. pamtester has none, so the 2 s delay applies there.
+private let noDelay: @convention(c) (Int32, UInt32, UnsafeMutableRawPointer?) -> Void = { _, _, _ in }
+
 /// A PAM service directory for pam_start_confdir, with a store, removed on `cleanup`.
 final class PAMFixture {
     let root: URL
@@ -77,20 +81,28 @@ final class PAMFixture {
         try text.write(to: confdir.appendingPathComponent(name), atomically: true, encoding: .utf8)
     }
 
-    func enroll(_ user: String, secret: [UInt8], parameters: OTPParameters = .default, label: String = "phone") throws {
+    func enroll(_ user: String, secret: [UInt8], parameters: OTPParameters = .default, label: String = "phone",
+                recovery: RecoverySet? = nil) throws {
         let s = try Store(path: Array(store.path.utf8))
         try s.write(user: Array(user.utf8), record: UserRecord(factors: [
             try Factor(label: Array(label.utf8), parameters: parameters, created: 1_700_000_000, secret: secret),
-        ]))
+        ], recovery: recovery))
+    }
+
+    func state(_ user: String) throws -> UserState {
+        try Store(path: Array(store.path.utf8)).readState(user: Array(user.utf8))
     }
 
     /// One pam_start_confdir / pam_authenticate / pam_end cycle through the real libpam.
-    func authenticate(service: String, user: String, conversation: Conversation) -> Int32 {
+    func authenticate(service: String, user: String, conversation: Conversation, keepFailDelay: Bool = false) -> Int32 {
         let data = Unmanaged.passUnretained(conversation).toOpaque()
         var conv = pam_conv(conv: converse, appdata_ptr: data)
         var handle: OpaquePointer? = nil
         let started = pam_start_confdir(service, user, &conv, confdir.path, &handle)
         guard started == PAM_SUCCESS, let handle else { return started }
+        if !keepFailDelay {
+            XCTAssertEqual(pam_set_item(handle, PAM_FAIL_DELAY, unsafeBitCast(noDelay, to: UnsafeRawPointer.self)), PAM_SUCCESS)
+        }
         let result = pam_authenticate(handle, 0)
         pam_end(handle, result)
         return result

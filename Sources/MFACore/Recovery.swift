@@ -1,0 +1,83 @@
+/// PBKDF2 (RFC 8018 §5.2) with HMAC-SHA-256, one 32-byte block: what recovery codes are
+/// stored as. The password is the code's digits; the salt is per user.
+public func pbkdf2SHA256(password: [UInt8], salt: [UInt8], iterations: Int) -> [UInt8] {
+    let key = HMACKey(algorithm: .sha256, key: password)
+    var u = key.authenticate(salt + [0, 0, 0, 1])
+    var out = u
+    var i = 1
+    while i < iterations {
+        u = key.authenticate(u)
+        for j in 0..<min(out.count, u.count) { out[j] ^= u[j] }
+        i += 1
+    }
+    return out
+}
+
+/// A user's recovery codes as stored: one salt and iteration count for the set, and the
+/// PBKDF2 hash of each code. A random set id ties the "used" bits in the state file to this
+/// set, so a regenerated set starts with every code unused.
+public struct RecoverySet: Equatable, Sendable {
+    public static let maxCodes = 32
+    public static let defaultIterations = 10_000
+    public static let iterationRange: ClosedRange<UInt64> = 1_000...1_000_000
+    public static let codeDigits = 12
+
+    public var id: UInt64
+    public var iterations: Int
+    public var salt: [UInt8]
+    public var hashes: [[UInt8]]
+
+    public init(id: UInt64, iterations: Int, salt: [UInt8], hashes: [[UInt8]]) {
+        self.id = id
+        self.iterations = iterations
+        self.salt = salt
+        self.hashes = hashes
+    }
+
+    /// Generates `count` codes of `codeDigits` digits. Returns the codes (to show once) and the
+    /// set to store. Digits come from `generator` by rejection sampling (no modulo bias).
+    public static func generate<G: RandomNumberGenerator>(count: Int = 10, iterations: Int = defaultIterations,
+                                                          using generator: inout G) -> (codes: [[UInt8]], set: RecoverySet) {
+        var salt: [UInt8] = []
+        for _ in 0..<2 {
+            var w = generator.next()
+            for _ in 0..<8 { salt.append(UInt8(truncatingIfNeeded: w)); w >>= 8 }
+        }
+        var codes: [[UInt8]] = []
+        var hashes: [[UInt8]] = []
+        for _ in 0..<max(1, min(count, maxCodes)) {
+            var code: [UInt8] = []
+            while code.count < codeDigits {
+                let byte = UInt8(truncatingIfNeeded: generator.next())
+                if byte < 250 { code.append(ASCII.zero &+ byte % 10) }
+            }
+            codes.append(code)
+            hashes.append(pbkdf2SHA256(password: code, salt: salt, iterations: iterations))
+        }
+        return (codes, RecoverySet(id: generator.next(), iterations: iterations, salt: salt, hashes: hashes))
+    }
+
+    /// The digits of an answer that has the shape of a recovery code: 10–32 digits, with
+    /// optional '-' or ' ' between groups. Nil for anything else (including TOTP-length codes).
+    public static func normalize(_ answer: [UInt8]) -> [UInt8]? {
+        var digits: [UInt8] = []
+        for c in answer {
+            if c == 0x2D || c == ASCII.space { continue }
+            guard ASCII.isDigit(c) else { return nil }
+            digits.append(c)
+        }
+        return digits.count >= 10 && digits.count <= 32 ? digits : nil
+    }
+
+    /// The index of the unused code that `digits` matches, or nil. Computes the hash once and
+    /// compares it with every stored hash in constant time.
+    public func match(_ digits: [UInt8], used: UInt32) -> Int? {
+        let h = pbkdf2SHA256(password: digits, salt: salt, iterations: iterations)
+        var found: Int? = nil
+        for (i, stored) in hashes.enumerated() {
+            let isUsed = i < 32 && (used >> UInt32(i)) & 1 == 1
+            if constantTimeEqual(h, stored) && !isUsed && found == nil { found = i }
+        }
+        return found
+    }
+}
