@@ -94,7 +94,7 @@ final class PAMFixture {
     }
 
     /// One pam_start_confdir / pam_authenticate / pam_end cycle through the real libpam.
-    func authenticate(service: String, user: String, conversation: Conversation, keepFailDelay: Bool = false) -> Int32 {
+    func authenticate(service: String, user: String?, conversation: Conversation, keepFailDelay: Bool = false) -> Int32 {
         let data = Unmanaged.passUnretained(conversation).toOpaque()
         var conv = pam_conv(conv: converse, appdata_ptr: data)
         var handle: OpaquePointer? = nil
