@@ -59,6 +59,9 @@ install: deps all
 	install -s -m 0755 $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
 	install -d -m 0700 -o root -g root $(DESTDIR)$(STOREDIR)
 	install -m 0644 pam.d/* $(DESTDIR)$(DOCDIR)/pam.d/
+	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
+	# pam-auth-update --enable pam_totp.
+	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	# The tool's own PAM service; an existing (admin-edited) one is kept.
 	[ -e $(DESTDIR)$(PAMCONFDIR)/totp-enroll ] || install -D -m 0644 pam.d/totp-enroll $(DESTDIR)$(PAMCONFDIR)/totp-enroll
@@ -69,7 +72,8 @@ install: deps all
 	@echo "no /etc/pam.d stack was changed; see README.md 'Enable it' and $(DOCDIR)/pam.d/"
 
 uninstall:
-	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll
+	@if grep -qs pam_totp $(DESTDIR)$(PAMCONFDIR)/common-auth; then echo "pam_totp is enabled in common-auth: run pam-auth-update --disable pam_totp first" >&2; exit 1; fi
+	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll $(DESTDIR)/usr/share/pam-configs/pam_totp
 	rm -rf $(DESTDIR)$(DOCDIR)
 	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
 
