@@ -45,6 +45,8 @@ if !embedded {
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
+        .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),
         .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "TestSupport"]),
         .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "TestSupport"]),
     ]

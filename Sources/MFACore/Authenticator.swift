@@ -52,6 +52,12 @@ public enum Authenticator {
         }
         do throws(MFAError) {
             let store = try Store(path: options.store)
+            // Only enrolled users get a lock file: a name that has no record is answered without
+            // creating anything, so guessing user names cannot fill the store with files.
+            guard let found = try store.read(user: user), found.isEnrolled else {
+                decoy(answer, at: unixTime)
+                return .unenrolled
+            }
             return try store.withLock(user: user) { () throws(MFAError) -> AuthOutcome in
                 guard let record = try store.read(user: user), record.isEnrolled else {
                     decoy(answer, at: unixTime)
@@ -115,7 +121,7 @@ public enum Authenticator {
         // A failure: count it; every max_failures-th consecutive failure starts a lockout.
         state.failures = state.failures < UInt32.max ? state.failures + 1 : state.failures
         var lockedUntil: Int64? = nil
-        if options.lockoutSeconds > 0 && state.failures % options.maxFailures == 0 {
+        if options.lockoutSeconds > 0 && options.maxFailures > 0 && state.failures % options.maxFailures == 0 {
             let (until, overflow) = unixTime.addingReportingOverflow(options.lockoutSeconds)
             state.lockedUntil = overflow ? Int64.max : until
             lockedUntil = state.lockedUntil

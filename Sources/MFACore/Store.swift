@@ -21,6 +21,9 @@ public final class Store {
     /// Opens and checks the store directory. `path` must be absolute.
     public init(path: [UInt8], lockTimeoutMilliseconds: Int = Store.defaultLockTimeoutMilliseconds) throws(MFAError) {
         guard path.first == 0x2F else { throw .invalidOption("store must be an absolute path") }
+        // "link/" would resolve through a symlink despite O_NOFOLLOW: drop trailing slashes.
+        var path = path
+        while path.count > 1 && path.last == 0x2F { path.removeLast() }
         let fd: Int32
         do throws(MFAError) {
             fd = try withCPath(path) { (p) throws(MFAError) -> Int32 in

@@ -77,7 +77,21 @@ extension StoreAccess {
         let name = Array(user.utf8)
         do {
             return try store.withLock(user: name) { () throws(MFAError) -> (UInt32, Int64) in
-                var state = try store.readState(user: name)
+                var state: UserState
+                do throws(MFAError) {
+                    state = try store.readState(user: name)
+                } catch {
+                    guard case .corruptRecord = error else { throw error }
+                    // An unreadable state is replaced. Its replay guard is rebuilt from the clock:
+                    // every factor's steps up to now count as used, so no earlier code replays.
+                    warn("the state of \(user) was unreadable; it is rebuilt (codes up to now count as used)")
+                    state = UserState()
+                    let now = Int64(time(nil))
+                    for f in try store.read(user: name)?.factors ?? [] {
+                        state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, forLabel: f.label)
+                    }
+                    state.failures = UserState.hardFailureCap  // reported as "was locked"
+                }
                 let before = (state.failures, state.lockedUntil)
                 state.failures = 0
                 state.lockedUntil = 0

@@ -47,9 +47,13 @@ final class ModuleTests: XCTestCase {
     }
 
     func testUnenrolledIsDeniedWithTheSamePrompt() throws {
+        let before = try FileManager.default.contentsOfDirectory(atPath: fixture.store.path).sorted()
         let (rc, conversation) = auth("bob", try currentCode(secret))
         XCTAssertEqual(rc, PAM_AUTH_ERR)
         XCTAssertEqual(conversation.prompts, ["Verification code: "], "no account enumeration: same prompt")
+        for name in (0..<20).map({ "guess\($0)" }) { XCTAssertEqual(auth(name, Array("123456".utf8)).0, PAM_AUTH_ERR) }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fixture.store.path).sorted(), before,
+                       "guessing user names creates no files in the store")
     }
 
     func testNullokGivesIgnoreForUnenrolledOnly() throws {

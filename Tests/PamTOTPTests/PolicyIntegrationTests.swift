@@ -77,6 +77,25 @@ final class ErrorMappingTests: XCTestCase {
         XCTAssertEqual(auth("nobody", try currentCode(secret)), PAM_SUCCESS)
     }
 
+    /// A state file with no valid slot denies (the replay guard cannot be trusted) until root
+    /// runs unlock, which rebuilds it so that no code up to now can be replayed.
+    func testCorruptState_AuthinfoUnavailUntilUnlock() throws {
+        try XCTSkipUnless(isRoot, "unlock is root-only")
+        try fixture.enroll("nobody", secret: secret)
+        awayFromStepBoundary()
+        let good = try currentCode(secret)
+        XCTAssertEqual(auth("nobody", good), PAM_SUCCESS)
+        let statePath = fixture.store.appendingPathComponent(".state.nobody").path
+        try Data(repeating: 0x41, count: UserState.fileSize).write(to: URL(fileURLWithPath: statePath))
+        XCTAssertEqual(chmod(statePath, 0o600), 0)
+        XCTAssertEqual(auth("nobody", try currentCode(secret, offsetSteps: 1)), PAM_AUTHINFO_UNAVAIL)
+        let r = try runCommand([enrollURL.path, "unlock", "--user", "nobody", "--store", fixture.store.path])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stderr.contains("rebuilt"), r.stderr)
+        XCTAssertEqual(auth("nobody", good), PAM_AUTH_ERR, "the code used before the corruption does not replay")
+        XCTAssertEqual(auth("nobody", try currentCode(secret, offsetSteps: 1)), PAM_SUCCESS)
+    }
+
     func testUnenrolled_AuthErr_NullokIgnore() throws {
         XCTAssertEqual(auth("bob", Array("123456".utf8)), PAM_AUTH_ERR)
         try fixture.service("nullok", ["auth [success=ok ignore=ignore default=die] MODULE STORE nullok",

@@ -94,6 +94,18 @@ final class PamtesterTests: XCTestCase {
         XCTAssertEqual(nm.status, 0, nm.stderr)
         let exported = nm.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").last.map(String.init) }.sorted()
         XCTAssertEqual(exported, ["pam_sm_authenticate", "pam_sm_setcred"])
+        // Hygiene inside the host (DESIGN §4.9): the module imports nothing that reads the
+        // environment, installs signal handlers, starts threads, or changes umask or cwd.
+        let imports = try runCommand(["nm", "-D", "--undefined-only", moduleURL.path])
+        XCTAssertEqual(imports.status, 0, imports.stderr)
+        let importedNames = Set(imports.stdout.split(separator: "\n").compactMap {
+            $0.split(separator: " ").last.map { String($0.split(separator: "@").first ?? "") }
+        })
+        for forbidden in ["getenv", "secure_getenv", "signal", "sigaction", "pthread_create", "umask", "chdir", "fchdir",
+                          "setenv", "putenv", "fork", "system", "popen", "dlopen"] {
+            XCTAssertFalse(importedNames.contains(forbidden), "pam_totp.so imports \(forbidden)")
+        }
+        XCTAssertTrue(importedNames.contains("pam_get_user"), "the check reads real import names")
         let ldd = try runCommand(["ldd", moduleURL.path])
         XCTAssertEqual(ldd.status, 0, ldd.stderr)
         XCTAssertFalse(ldd.stdout.lowercased().contains("swift"), ldd.stdout)
