@@ -170,7 +170,7 @@ extension Store {
         let offset = Int(next.sequence % 2) * UserState.slotSize
         let name = Store.stateName(user)
         if let file = try openChecked(name, flags: O_RDWR, what: "state file") {
-            try pwriteAll(file.raw, slot, offset: offset)
+            try writeAll(file.raw, slot, at: offset)
             _ = try retryingOnEINTR("fdatasync state") { fdatasync(file.raw) }
             return
         }
@@ -200,23 +200,5 @@ extension Store {
         let file = OwnedFD(fd)
         try checkFile(file.raw, what: what)
         return file
-    }
-}
-
-/// Writes all of `bytes` at `offset`, retrying short writes and EINTR.
-func pwriteAll(_ fd: Int32, _ bytes: [UInt8], offset: Int) throws(MFAError) {
-    var done = 0
-    while done < bytes.count {
-        let n = bytes.withUnsafeBufferPointer { buf -> Int in
-            guard let base = buf.baseAddress else { return 0 }
-            return pwrite(fd, base + done, buf.count - done, off_t(offset + done))
-        }
-        if n < 0 {
-            let e = clibc_errno()
-            if e == EINTR { continue }
-            throw .system(operation: "write state", errno: e)
-        }
-        if n == 0 { throw .system(operation: "write state", errno: EIO) }
-        done += n
     }
 }

@@ -62,13 +62,15 @@ func sleepMilliseconds(_ ms: Int) {
     while nanosleep(&ts, &rem) != 0 && clibc_errno() == EINTR { ts = rem }
 }
 
-/// Writes all of `bytes`, retrying short writes and EINTR.
-func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(MFAError) {
-    var offset = 0
-    while offset < bytes.count {
+/// Writes all of `bytes` (at the file offset, or with pwrite at `offset`), retrying short
+/// writes and EINTR.
+func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int? = nil) throws(MFAError) {
+    var done = 0
+    while done < bytes.count {
         let n = bytes.withUnsafeBufferPointer { buf -> Int in
             guard let base = buf.baseAddress else { return 0 }
-            return write(fd, base + offset, buf.count - offset)
+            if let offset { return pwrite(fd, base + done, buf.count - done, off_t(offset + done)) }
+            return write(fd, base + done, buf.count - done)
         }
         if n < 0 {
             let e = clibc_errno()
@@ -76,7 +78,7 @@ func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(MFAError) {
             throw .system(operation: "write", errno: e)
         }
         if n == 0 { throw .system(operation: "write", errno: EIO) }
-        offset += n
+        done += n
     }
 }
 
