@@ -40,8 +40,21 @@ public enum Authenticator {
     }
 
     /// Verifies `answer` for `user` at `unixTime` under the user's lock, updating the state.
+    /// `enrollment` is what `lookup` found before the prompt: an unenrolled user is answered
+    /// without taking a lock (so guessing names creates no lock files); for an enrolled user the
+    /// record is read again under the lock.
     public static func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
-                                    options: ModuleOptions) -> AuthOutcome {
+                                    options: ModuleOptions, enrollment: Enrollment) -> AuthOutcome {
+        switch enrollment {
+        case .unenrolled:
+            decoy(answer, at: unixTime)
+            return .unenrolled
+        case .failed(let e):
+            decoy(answer, at: unixTime)
+            return .failed(e)
+        case .enrolled:
+            break
+        }
         let verifier: TOTPVerifier
         do throws(MFAError) {
             verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
@@ -52,12 +65,6 @@ public enum Authenticator {
         }
         do throws(MFAError) {
             let store = try Store(path: options.store)
-            // Only enrolled users get a lock file: a name that has no record is answered without
-            // creating anything, so guessing user names cannot fill the store with files.
-            guard let found = try store.read(user: user), found.isEnrolled else {
-                decoy(answer, at: unixTime)
-                return .unenrolled
-            }
             return try store.withLock(user: user) { () throws(MFAError) -> AuthOutcome in
                 guard let record = try store.read(user: user), record.isEnrolled else {
                     decoy(answer, at: unixTime)

@@ -1,3 +1,5 @@
+import CLibc
+
 // Small byte helpers shared by the parsers. Everything works on [UInt8]: the module runs in
 // Embedded Swift, where String processing beyond ASCII would pull in Unicode tables.
 
@@ -70,7 +72,7 @@ public func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
 
 /// Overwrites the bytes before the array is released (best effort: Swift may have copied it).
 public func wipe(_ bytes: inout [UInt8]) {
-    for i in 0..<bytes.count { bytes[i] = 0 }
+    bytes.withUnsafeMutableBytes { clibc_wipe($0.baseAddress, $0.count) }
     bytes.removeAll()
 }
 

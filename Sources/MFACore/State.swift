@@ -24,9 +24,14 @@ public struct UserState: Equatable, Sendable {
             && !zip(a.lastSteps, b.lastSteps).contains { $0.key != $1.key || $0.step != $1.step }
     }
 
-    /// The factor's key in the state: the first 8 bytes of SHA-256 of its label (labels are
-    /// unique within a record, and the state stays small whatever the labels are).
-    public static func key(forLabel label: [UInt8]) -> UInt64 { uint64(SHA256.hash(label)) }
+    /// The factor's key in the state: FNV-1a of its label (labels are unique within a record,
+    /// and the state stays small whatever the labels are). Two labels that collided would share
+    /// one replay step, which only ever refuses more codes, never fewer.
+    public static func key(forLabel label: [UInt8]) -> UInt64 {
+        var h: UInt64 = 0xCBF2_9CE4_8422_2325
+        for b in label { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3 }
+        return h
+    }
 
     public func lastStep(forLabel label: [UInt8]) -> UInt64? {
         let k = Self.key(forLabel: label)
@@ -78,14 +83,14 @@ public struct UserState: Equatable, Sendable {
 
     /// Parses one slot; nil when it is torn, zeroed or otherwise not a complete valid slot.
     static func parse(slot: ArraySlice<UInt8>) -> UserState? {
-        let endMarker = Array("\nend ".utf8)
-        // Find "\nend " (the checksum line) by scanning; the checksum covers bytes up to and
-        // including that newline.
-        guard slot.count >= magic.count + endMarker.count + 65 else { return nil }
+        // A slot starts with the magic line (a zeroed or foreign slot stops here), and its
+        // checksum line "end <64 hex>\n" covers every byte before it.
+        guard slot.count > magic.count + 70, slot.prefix(magic.count).elementsEqual(magic) else { return nil }
+        let e: UInt8 = 0x65, n: UInt8 = 0x6E, d: UInt8 = 0x64
         var endAt: Int? = nil
         var i = slot.startIndex
-        while i + endMarker.count + 65 <= slot.endIndex {
-            if slot[i] == ASCII.newline && Array(slot[i..<(i + endMarker.count)]) == endMarker {
+        while i + 69 <= slot.endIndex {
+            if slot[i] == ASCII.newline && slot[i + 1] == e && slot[i + 2] == n && slot[i + 3] == d && slot[i + 4] == ASCII.space {
                 endAt = i + 1
                 break
             }
@@ -93,7 +98,7 @@ public struct UserState: Equatable, Sendable {
         }
         guard let end = endAt else { return nil }
         let body = Array(slot[slot.startIndex..<end])
-        let checksumStart = end + 4
+        let checksumStart = end + 4  // end + 4 + 64 < endIndex: the loop left room for it
         guard let stored = Hex.decode(slot[checksumStart..<(checksumStart + 64)]),
               constantTimeEqual(stored, SHA256.hash(body)),
               slot[checksumStart + 64] == ASCII.newline else { return nil }

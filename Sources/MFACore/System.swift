@@ -108,7 +108,6 @@ func readBounded(_ fd: Int32, limit: Int, expected: Int) throws(MFAError) -> [UI
         total += n
     }
     if total > limit { wipe(&out); throw .corruptRecord("record too large") }
-    let result = Array(out[0..<total])
-    wipe(&out)
-    return result
+    out.removeLast(out.count - total)  // shrinks in place: no copy of the contents
+    return out
 }

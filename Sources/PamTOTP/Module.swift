@@ -25,7 +25,8 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
-    if case .unenrolled = Authenticator.lookup(user: user, options: options), options.nullok {
+    let enrollment = Authenticator.lookup(user: user, options: options)
+    if case .unenrolled = enrollment, options.nullok {
         if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
         return PAM_IGNORE
     }
@@ -33,7 +34,8 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
-    let outcome = Authenticator.authenticate(user: user, answer: answer, at: Int64(time(nil)), options: options)
+    let outcome = Authenticator.authenticate(user: user, answer: answer, at: Int64(time(nil)), options: options,
+                                             enrollment: enrollment)
     wipe(&answer)
     return finish(pamh, outcome, user: user, debug: options.debug)
 }
