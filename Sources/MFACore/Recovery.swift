@@ -57,8 +57,10 @@ public struct RecoverySet: Equatable, Sendable {
         return (codes, RecoverySet(id: generator.next(), iterations: iterations, salt: salt, hashes: hashes))
     }
 
-    /// The digits of an answer that has the shape of a recovery code: 10–32 digits, with
-    /// optional '-' or ' ' between groups. Nil for anything else (including TOTP-length codes).
+    /// The digits of an answer that has the shape of a recovery code: 8–32 digits, with
+    /// optional '-' or ' ' between groups (8 for scratch codes imported from
+    /// google-authenticator; ours have 12). Nil for anything else. An 8-digit answer is tried
+    /// as a TOTP code first and as a recovery code only if no factor matched.
     public static func normalize(_ answer: [UInt8]) -> [UInt8]? {
         var digits: [UInt8] = []
         for c in answer {
@@ -66,7 +68,7 @@ public struct RecoverySet: Equatable, Sendable {
             guard ASCII.isDigit(c) else { return nil }
             digits.append(c)
         }
-        return digits.count >= 10 && digits.count <= 32 ? digits : nil
+        return digits.count >= 8 && digits.count <= 32 ? digits : nil
     }
 
     /// The index of the unused code that `digits` matches, or nil. Computes the hash once and

@@ -134,7 +134,8 @@ final class PolicyTests: XCTestCase {
     }
 
     func testRecoveryShapeIsDistinctFromTOTP() {
-        XCTAssertNil(RecoverySet.normalize(Array("12345678".utf8)))
+        XCTAssertNil(RecoverySet.normalize(Array("1234567".utf8)), "6–7 digits are only ever TOTP codes")
+        XCTAssertEqual(RecoverySet.normalize(Array("12345678".utf8)), Array("12345678".utf8), "imported scratch codes")
         XCTAssertNil(RecoverySet.normalize(Array("12345a7890".utf8)))
         XCTAssertEqual(RecoverySet.normalize(Array("1234-5678 90".utf8)), Array("1234567890".utf8))
         XCTAssertNil(RecoverySet.normalize([UInt8](repeating: 0x31, count: 33)))

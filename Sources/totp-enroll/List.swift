@@ -1,0 +1,75 @@
+import ArgumentParser
+import Glibc
+import MFACore
+
+/// `totp-enroll list`: the user's factors and recovery-code count — never a secret.
+struct List: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List your factors: label, algorithm/digits/period, created, last used (never the secret).")
+
+    @Option(help: ArgumentHelp("List this user's factors (root only).", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
+    var store: String?
+
+    func run() throws {
+        let context = try CallerContext(user: user, store: store)
+        let access = try context.openStore()
+        guard let record = try access.readRecord(user: context.userName), record.isEnrolled else {
+            print("\(context.userName) has no factors. Run totp-enroll to add one.")
+            return
+        }
+        let state = try access.readState(user: context.userName)
+        var rows = [["LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
+        for f in record.factors {
+            let last = state.lastStep(forLabel: f.label).map { step -> String in
+                let (t, overflow) = Int64(clamping: step).multipliedReportingOverflow(by: Int64(f.parameters.period))
+                return overflow ? "?" : formatTime(t)
+            } ?? "never"
+            rows.append([String(decoding: f.label, as: UTF8.self), f.parameters.algorithm.name.uppercased(),
+                         "\(f.parameters.digits)", "\(f.parameters.period)s", formatTime(f.created), last])
+        }
+        print(table(rows), terminator: "")
+        if let r = record.recovery {
+            let used = state.usedRecovery(set: r.id)
+            let left = (0..<r.hashes.count).filter { $0 >= 32 || (used >> UInt32($0)) & 1 == 0 }.count
+            print("Recovery codes: \(left) of \(r.hashes.count) unused.")
+        } else {
+            print("Recovery codes: none (totp-enroll recovery-codes makes a set).")
+        }
+        if state.failures > 0 {
+            print("Consecutive failed attempts: \(state.failures).")
+        }
+    }
+}
+
+/// "2026-11-21 14:03 UTC".
+func formatTime(_ t: Int64) -> String {
+    var time = time_t(t)
+    var parts = tm()
+    guard gmtime_r(&time, &parts) != nil else { return "?" }
+    var buf = [CChar](repeating: 0, count: 64)
+    let n = strftime(&buf, buf.count, "%Y-%m-%d %H:%M UTC", &parts)
+    return String(decoding: buf.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+/// Left-aligned columns separated by two spaces.
+func table(_ rows: [[String]]) -> String {
+    var widths: [Int] = []
+    for row in rows {
+        for (i, cell) in row.enumerated() {
+            if i >= widths.count { widths.append(0) }
+            widths[i] = max(widths[i], cell.count)
+        }
+    }
+    var out = ""
+    for row in rows {
+        var line = ""
+        for (i, cell) in row.enumerated() {
+            line += i == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[i] - cell.count + 2)
+        }
+        out += line + "\n"
+    }
+    return out
+}
