@@ -7,6 +7,7 @@ SHELL := /bin/bash
 PREFIX      ?= /usr/local
 BINDIR      ?= $(PREFIX)/bin
 DOCDIR      ?= $(PREFIX)/share/doc/pam_totp
+MANDIR      ?= $(PREFIX)/share/man
 MULTIARCH   := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 PAMDIR      ?= /lib/$(MULTIARCH)/security
 STOREDIR    ?= /var/lib/pam-totp
@@ -18,7 +19,7 @@ STRIPPED_SO := .build-embedded/pam_totp.so
 ENROLL_BIN  := .build/release/totp-enroll
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev
-TEST_DEPS   := pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3
+TEST_DEPS   := pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra
 BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool
 
 # Installs the Debian packages named in $(1) that are missing (apt-get update only if needed).
@@ -55,14 +56,17 @@ enroll:
 install: deps all
 	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR)/pam.d
 	install -m 0644 $(STRIPPED_SO) $(DESTDIR)$(PAMDIR)/pam_totp.so
-	# Not set-uid yet: totp-enroll does not re-authenticate its caller (issue "totp-enroll").
-	install -s -m 0755 $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
+	# Set-uid root like passwd: it acts only for the real uid and re-authenticates the caller
+	# through /etc/pam.d/totp-enroll before any change (DESIGN.md §4.3).
+	install -s -m 4755 -o root -g root $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
 	install -d -m 0700 -o root -g root $(DESTDIR)$(STOREDIR)
 	install -m 0644 pam.d/* $(DESTDIR)$(DOCDIR)/pam.d/
 	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
 	# pam-auth-update --enable pam_totp.
 	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -D -m 0644 man/totp-enroll.1 $(DESTDIR)$(MANDIR)/man1/totp-enroll.1
+	install -D -m 0644 man/pam_totp.8 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	# The tool's own PAM service; an existing (admin-edited) one is kept.
 	[ -e $(DESTDIR)$(PAMCONFDIR)/totp-enroll ] || install -D -m 0644 pam.d/totp-enroll $(DESTDIR)$(PAMCONFDIR)/totp-enroll
 	@# Run what was installed: the module loads with only libc/libpam, the CLI computes RFC 6238's first vector.
@@ -75,6 +79,7 @@ uninstall:
 	@if grep -qs pam_totp $(DESTDIR)$(PAMCONFDIR)/common-auth; then echo "pam_totp is enabled in common-auth: run pam-auth-update --disable pam_totp first" >&2; exit 1; fi
 	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll $(DESTDIR)/usr/share/pam-configs/pam_totp
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(MANDIR)/man1/totp-enroll.1 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
 
 # Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and

@@ -30,4 +30,9 @@ static inline int clibc_errno(void) { return errno; }
 // explicit_bzero is not always visible through the module importer with this feature set.
 static inline void clibc_wipe(void *p, size_t n) { if (p && n) explicit_bzero(p, n); }
 
+// setresuid/setresgid are declared only with _GNU_SOURCE; totp-enroll needs them to drop
+// privileges for good (real, effective and saved ids at once).
+extern int setresuid(uid_t ruid, uid_t euid, uid_t suid);
+extern int setresgid(gid_t rgid, gid_t egid, gid_t sgid);
+
 #endif

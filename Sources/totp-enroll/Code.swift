@@ -16,6 +16,7 @@ struct Code: ParsableCommand {
     @OptionGroup var otp: OTPOptions
 
     func run() throws {
+        try Privilege.dropPermanently()  // nothing here touches the store
         let key = try readSecret(secret)
         let now = time ?? Int64(Glibc.time(nil))
         do {

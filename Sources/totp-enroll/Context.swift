@@ -22,7 +22,10 @@ struct CallerContext {
             }
             userName = String(cString: name)
         }
-        storePath = store ?? String(decoding: Store.defaultDirectory, as: UTF8.self)
+        // The store: --store (root), else store= from /etc/security/pam_totp.conf (root-owned,
+        // checked), else the default — the same place the module looks.
+        let configured = (try? ModuleOptions.load([]))?.store ?? Store.defaultDirectory
+        storePath = store ?? String(decoding: configured, as: UTF8.self)
     }
 
     /// Opens the store, creating the directory (0700) if it does not exist yet.
@@ -50,7 +53,8 @@ struct StoreAccess {
 
     /// Adds a factor under the user's lock (read, append, atomic write) and records `step`, the
     /// time step of the code that proved it, as used: that code cannot log in afterwards.
-    func addFactor(_ factor: Factor, usedStep step: UInt64, user: String) throws {
+    /// `recovery`, if given, replaces the user's recovery codes in the same write.
+    func addFactor(_ factor: Factor, usedStep step: UInt64, user: String, recovery: RecoverySet? = nil) throws {
         let name = Array(user.utf8)
         do {
             try store.withLock(user: name) { () throws(MFAError) in
@@ -62,6 +66,7 @@ struct StoreAccess {
                     throw .invalidParameters("too many factors; remove one first")
                 }
                 record.factors.append(factor)
+                if let recovery { record.recovery = recovery }
                 var state = try store.readState(user: name)
                 state.setLastStep(step, forLabel: factor.label)
                 try store.writeLocked(user: name, record: record)

@@ -30,8 +30,14 @@ struct Enroll: ParsableCommand {
     @Option(help: ArgumentHelp("Finish with this code instead of asking for one.", valueName: "CODE"))
     var code: String?
 
-    @Option(help: "How to show the QR code in the terminal: utf8 or none.")
+    @Option(help: "How to show the QR code in the terminal; ansi uses colours, readable on any background.")
     var qr: QRStyle = .utf8
+
+    @Option(name: .customLong("qr-svg"), help: ArgumentHelp("Also write the QR code to this new SVG file (never overwritten).", valueName: "FILE"))
+    var qrSVG: String?
+
+    @Option(name: .customLong("qr-png"), help: ArgumentHelp("Also write the QR code to this new PNG file (never overwritten).", valueName: "FILE"))
+    var qrPNG: String?
 
     @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
     var store: String?
@@ -45,6 +51,9 @@ struct Enroll: ParsableCommand {
     func run() throws {
         let context = try CallerContext(user: user, store: store)
         let parameters = try otp.parameters()
+        // Not root: prove who you are first (password, and a current code if you already have
+        // a factor), before any secret is generated or shown.
+        try Privilege.reauthenticate(user: context.userName, code: nil)
         let host = hostName()
         let label = name ?? context.userName + "@" + host
         var key = try secret.map(readSecret) ?? Secret.generate(for: parameters.algorithm)
@@ -62,8 +71,17 @@ struct Enroll: ParsableCommand {
         }
         let uri = OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(context.userName.utf8),
                              secret: key, parameters: parameters)
-        if qr == .utf8 {
-            print(renderUTF8(try QRMatrix(uri.string)))
+        if qr != .none || qrSVG != nil || qrPNG != nil {
+            let matrix = try QRMatrix(uri.string)
+            // Files first (as the caller, DESIGN.md §4.3): if one cannot be written, stop before
+            // the key is shown.
+            if let qrSVG { try writeFileAsCaller(qrSVG, Array(svg(matrix).utf8)) }
+            if let qrPNG { try writeFileAsCaller(qrPNG, png(matrix: matrix)) }
+            for path in [qrSVG, qrPNG].compactMap({ $0 }) {
+                print("Wrote the QR code to \(path); it holds the secret key, delete it once scanned.")
+            }
+            if qr == .utf8 { print(renderUTF8(matrix)) }
+            if qr == .ansi { print(renderANSI(matrix)) }
         }
         print("Key:  \(groupedKey(key))")
         print("URI:  \(uri.string)")

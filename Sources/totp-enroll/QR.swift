@@ -25,7 +25,7 @@ struct QRMatrix {
 }
 
 enum QRStyle: String, CaseIterable {
-    case utf8, none
+    case utf8, ansi, none
 }
 
 extension QRStyle: ExpressibleByArgument {}
@@ -49,6 +49,25 @@ func renderUTF8(_ qr: QRMatrix) -> String {
         }
         out += "\n"
         y += 2
+    }
+    return out
+}
+
+/// Renders with ANSI background colours, two spaces per module (about square in a terminal
+/// cell): black modules on a white field with a 4-module quiet zone, like `qrencode -t ANSI`.
+/// The colours are explicit, so it reads the same on light and dark terminals. Each line ends
+/// with a reset, so no colour bleeds into what follows.
+func renderANSI(_ qr: QRMatrix) -> String {
+    let quiet = 4, black = "\u{1B}[40m", white = "\u{1B}[47m", reset = "\u{1B}[0m"
+    var out = ""
+    for y in -quiet..<(qr.width + quiet) {
+        var current: Bool? = nil
+        for x in -quiet..<(qr.width + quiet) {
+            let dark = qr.isDark(x, y)
+            if dark != current { out += dark ? black : white; current = dark }
+            out += "  "
+        }
+        out += reset + "\n"
     }
     return out
 }

@@ -17,6 +17,7 @@ struct RecoveryCodes: ParsableCommand {
 
     func run() throws {
         let context = try CallerContext(user: user, store: store)
+        try Privilege.reauthenticate(user: context.userName, code: nil)
         let access = try context.openStore()
         var rng = SystemRandomNumberGenerator()
         let (codes, set) = RecoverySet.generate(count: 10, using: &rng)

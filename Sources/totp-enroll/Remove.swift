@@ -2,9 +2,9 @@ import ArgumentParser
 import Glibc
 import MFACore
 
-/// `totp-enroll remove LABEL`: deletes one factor. Anyone but root proves possession first with
-/// a current code from any of their factors (which is then used up), and cannot remove their
-/// last factor unless the site's pam_totp configuration allows users without one (nullok).
+/// `totp-enroll remove LABEL`: deletes one factor. Anyone but root re-authenticates first
+/// (password and a current code from any factor, through the PAM service totp-enroll), and
+/// cannot remove their last factor unless the site's pam_totp configuration has nullok.
 struct Remove: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Remove a factor (needs a current code from any factor, or root).")
@@ -23,44 +23,26 @@ struct Remove: ParsableCommand {
 
     func run() throws {
         let context = try CallerContext(user: user, store: store)
+        // Not root: the PAM service totp-enroll asks for the password and a current code
+        // (pam_totp), and `--code` answers the code prompt.
+        try Privilege.reauthenticate(user: context.userName, code: code)
         let access = try context.openStore()
-        let isRoot = getuid() == 0
-        var answer: [UInt8] = []
-        if !isRoot {
-            guard let text = code ?? promptLine("Current verification code: ") else {
-                throw CLIError("no code entered; nothing was removed")
-            }
-            answer = Array(text.utf8).filter { $0 != 0x20 }
-        }
         let siteAllowsNone = (try? ModuleOptions.load([]))?.nullok ?? false
-        let remaining = try access.removeFactor(Array(label.utf8), user: context.userName, proof: isRoot ? nil : answer,
-                                                mayRemoveLast: isRoot || siteAllowsNone)
+        let remaining = try access.removeFactor(Array(label.utf8), user: context.userName,
+                                                mayRemoveLast: getuid() == 0 || siteAllowsNone)
         print("Removed factor \"\(label)\" from \(context.userName); \(remaining) factor\(remaining == 1 ? "" : "s") left.")
         if remaining == 0 { print("\(context.userName) has no factor now: their recovery codes were removed too.") }
     }
 }
 
 extension StoreAccess {
-    /// Removes the factor under the user's lock. `proof` (nil for root) must be a current code
-    /// of any factor at an unused step; it is recorded as used. Returns the number left.
-    func removeFactor(_ label: [UInt8], user: String, proof: [UInt8]?, mayRemoveLast: Bool) throws -> Int {
+    /// Removes the factor under the user's lock; returns the number left.
+    func removeFactor(_ label: [UInt8], user: String, mayRemoveLast: Bool) throws -> Int {
         let name = Array(user.utf8)
         do {
             return try store.withLock(user: name) { () throws(MFAError) -> Int in
                 guard var record = try store.read(user: name), let index = record.factors.firstIndex(where: { $0.label == label }) else {
                     throw .invalidParameters("no factor with that label (see totp-enroll list)")
-                }
-                var state = try store.readState(user: name)
-                if let proof {
-                    var options = ModuleOptions()
-                    options.maxFailures = 100
-                    let outcome = try Authenticator.decide(record: record, state: &state, answer: proof, at: Int64(time(nil)),
-                                                           verifier: try TOTPVerifier(), options: options) { (s) throws(MFAError) in
-                        try store.writeStateLocked(user: name, state: s)
-                    }
-                    guard case .success = outcome else {
-                        throw .invalidParameters("that code is not valid (or was already used, or the account is locked); nothing was removed")
-                    }
                 }
                 guard record.factors.count > 1 || mayRemoveLast else {
                     throw .invalidParameters("this is your last factor and logins here require one; enrol another first, or ask root")

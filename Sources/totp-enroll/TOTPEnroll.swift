@@ -11,8 +11,13 @@ struct TOTPEnroll: ParsableCommand {
             Without a subcommand, runs `enroll`: generates a secret, shows it as a QR code, \
             and saves the factor only after you type a valid code from your authenticator app.
             """,
-        subcommands: [Enroll.self, Code.self, Unlock.self, List.self, Remove.self, RecoveryCodes.self],
+        subcommands: [Enroll.self, Code.self, Unlock.self, List.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self],
         defaultSubcommand: Enroll.self)
+
+    static func main() {
+        Privilege.sanitize()
+        main(nil)
+    }
 }
 
 /// One clear line on stderr and a non-zero exit.

@@ -1,0 +1,400 @@
+import ArgumentParser
+import Glibc
+import MFACore
+
+/// `totp-enroll import-google-authenticator`: moves a user from pam_google_authenticator to
+/// pam_totp without a new QR code. The secret becomes a factor, the scratch codes become
+/// recovery codes, and the file's settings are mapped to pam_totp's module options (printed as
+/// suggestions: those options apply to every user). The file itself is left alone.
+struct ImportGoogleAuthenticator: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import-google-authenticator",
+        abstract: "Import a ~/.google_authenticator file (TOTP mode) as a factor and recovery codes.",
+        discussion: """
+            Reads FILE (default: the user's ~/.google_authenticator), which must be a regular \
+            file owned by the user and not writable by group or other, and adds its secret as a \
+            factor (SHA-1, 6 digits, its STEP_SIZE) and its scratch codes as recovery codes \
+            (replacing existing ones). Prints how each setting maps to pam_totp. HOTP-mode files \
+            are refused. Never prints the secret or the codes; does not change or delete FILE.
+            """)
+
+    static let defaultLabel = "google-authenticator"
+
+    @Argument(help: ArgumentHelp("The file to import (default: the user's ~/.google_authenticator).", valueName: "FILE"))
+    var file: String?
+
+    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
+    var store: String?
+
+    @Option(help: ArgumentHelp("A name for the new factor (default: google-authenticator).", valueName: "LABEL"))
+    var name: String?
+
+    mutating func validate() throws {
+        if let name { do { try Factor.validate(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+    }
+
+    func run() throws {
+        let context = try CallerContext(user: user, store: store)
+        guard let pw = getpwnam(context.userName) else { throw CLIError("no such user: \(context.userName)") }
+        let owner = GAFileOwner(name: context.userName, uid: pw.pointee.pw_uid, gid: pw.pointee.pw_gid)
+        let path: String
+        if let file {
+            path = file
+        } else {
+            guard let dir = pw.pointee.pw_dir, dir.pointee == 0x2F else {
+                throw CLIError("\(owner.name) has no home directory; name the file to import")
+            }
+            path = String(cString: dir) + "/.google_authenticator"
+        }
+        let label = name ?? Self.defaultLabel
+
+        // Everything about the file is checked before the store is touched: a refused file
+        // leaves no record, no state and no lock file.
+        var bytes = try readGoogleAuthenticatorFile(path, owner: owner)
+        defer { wipe(&bytes) }
+        var parsed = try GoogleAuthenticatorFile(parsing: bytes, path: displayPath(path))
+        defer { parsed.erase() }
+        let period = parsed.stepSize ?? GoogleAuthenticatorFile.defaultStepSize
+        let parameters: OTPParameters
+        do { parameters = try OTPParameters(algorithm: .sha1, digits: 6, period: period) } catch { throw CLIError(error) }
+
+        // Like every subcommand that changes the store: a caller who is not root proves who
+        // they are first (a no-op for root).
+        try Privilege.reauthenticate(user: context.userName, code: nil)
+        let access = try context.openStore()
+        let existing = try access.readRecord(user: context.userName)
+        if existing?.factors.contains(where: { $0.label == Array(label.utf8) }) == true {
+            throw CLIError("a factor named \"\(label)\" already exists for \(context.userName); choose another --name")
+        }
+
+        // The replay guard: every step up to now counts as used. That blocks the code the app
+        // shows right now too, which is the price of also blocking any code already typed at a
+        // google-authenticator prompt (or seen by someone else) within the window.
+        let now = Int64(time(nil))
+        var usedStep: UInt64
+        do { usedStep = try TOTP.step(at: now, period: period) } catch { throw CLIError(error) }
+        for step in parsed.usedSteps where step > usedStep && step <= usedStep + UInt64(TOTPVerifier.maxAdjacentIntervals) {
+            usedStep = step  // a code already used a little ahead of our clock (phone ahead)
+        }
+
+        let factor: Factor
+        do { factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, secret: parsed.secret) } catch { throw CLIError(error) }
+        let recovery = parsed.scratchCodes.isEmpty ? nil : makeImportedRecoverySet(codes: parsed.scratchCodes)
+        let existingCodes = existing?.recovery?.hashes.count ?? 0
+
+        if recovery != nil && existingCodes > 0 {
+            print("\(context.userName)'s \(existingCodes) existing recovery codes are replaced by the \(parsed.scratchCodes.count) imported scratch codes: the old ones stop working.")
+        }
+        // The factor and the recovery codes land in one locked, atomic write.
+        try access.addFactor(factor, usedStep: usedStep, user: context.userName, recovery: recovery)
+        print(report(parsed, path: displayPath(path), user: context.userName, label: label, period: period,
+                     keptRecovery: recovery == nil ? existingCodes : nil))
+    }
+
+    /// What was imported and how each setting maps to pam_totp; never a secret or a code.
+    fileprivate func report(_ f: GoogleAuthenticatorFile, path: String, user: String, label: String, period: UInt64,
+                keptRecovery: Int?) -> String {
+        var lines: [String] = []
+        lines.append("Imported \(path) for \(user) as factor \"\(label)\": TOTP, SHA-1, 6 digits, \(period)-second steps.")
+        lines.append("Its settings, and what they become in pam_totp:")
+        func row(_ setting: String, _ effect: String) {
+            let pad = setting.count < 22 ? String(repeating: " ", count: 22 - setting.count) : " "
+            lines.append("  " + setting + pad + "-> " + effect)
+        }
+        row("TOTP_AUTH", "TOTP, the only mode pam_totp supports")
+        row(f.stepSize.map { "STEP_SIZE \($0)" } ?? "STEP_SIZE (not set)", "the factor's period: \(period) seconds")
+
+        let window = f.windowSize ?? GoogleAuthenticatorFile.defaultWindowSize
+        let adjacent = min(max((window - 1) / 2, 0), TOTPVerifier.maxAdjacentIntervals)
+        var windowNote = f.windowSize == nil ? " (google-authenticator's default window of 3)" : ""
+        if window % 2 == 0 { windowNote += " (google-authenticator also accepted one more step ahead)" }
+        if (window - 1) / 2 > TOTPVerifier.maxAdjacentIntervals { windowNote += " (clamped: pam_totp's maximum is 10)" }
+        row(f.windowSize.map { "WINDOW_SIZE \($0)" } ?? "WINDOW_SIZE (not set)",
+            "adjacent_intervals=\(adjacent)\(windowNote); pam_totp's default is \(TOTPVerifier.defaultAdjacentIntervals)")
+
+        if f.disallowReuse {
+            row("DISALLOW_REUSE", "always on in pam_totp: every code works once")
+        } else {
+            row("DISALLOW_REUSE (not set)", "always on in pam_totp: every code works once (google-authenticator let this user reuse codes)")
+        }
+        if let (attempts, interval) = f.rateLimit {
+            row("RATE_LIMIT \(attempts) \(interval)",
+                "suggestion: max_failures=\(attempts) lockout=\(interval) (pam_totp counts consecutive failures, in the store, across sessions; google-authenticator counted every login attempt in a \(interval)-second window)")
+        } else {
+            row("RATE_LIMIT (not set)", "pam_totp always limits failures: max_failures (default 10), lockout (default 300 seconds)")
+        }
+        if let skew = f.timeSkew, skew != 0 {
+            let needed = Int(skew.magnitude) + adjacent
+            row("TIME_SKEW \(skew)",
+                "not carried over: pam_totp learns no per-user clock skew; this phone was \(skew) steps off: fix its clock"
+                + (needed <= TOTPVerifier.maxAdjacentIntervals ? ", or set adjacent_intervals=\(needed)" : " (more than adjacent_intervals can cover)"))
+        }
+        if f.resettingTimeSkew {
+            row("RESETTING_TIME_SKEW", "dropped: google-authenticator's skew-learning state; pam_totp has none")
+        }
+        let n = f.scratchCodes.count
+        if n > 0 {
+            row("\(n) scratch code\(n == 1 ? "" : "s")", "\(n) recovery code\(n == 1 ? "" : "s") (each works once)")
+        } else {
+            row("no scratch codes", keptRecovery.map { $0 > 0 ? "no recovery codes imported; \(user)'s \($0) existing recovery codes are kept" : "no recovery codes (make some with totp-enroll recovery-codes)" } ?? "no recovery codes")
+        }
+        lines.append("The module options above apply to every user: set them on the pam_totp.so line or in /etc/security/pam_totp.conf.")
+        lines.append("Replay guard: time steps up to now count as used, so no code already used with google-authenticator can log in again. This also blocks the code the app shows right now: log in with the next one, at most \(period) seconds away.")
+        lines.append("\(path) was not changed or deleted. After a login through pam_totp works, remove the pam_google_authenticator.so line from the PAM stacks and delete \(path).")
+        return lines.joined(separator: "\n")
+    }
+}
+
+// MARK: - Reading the file
+
+/// Whose file it must be.
+private struct GAFileOwner {
+    let name: String
+    let uid: uid_t
+    let gid: gid_t
+}
+
+/// The file is the user's: it is opened with the user's identity (the tool may run as root,
+/// or set-uid root), O_NOFOLLOW (a symlink is refused), O_NONBLOCK (a FIFO cannot hang us),
+/// then checked with fstat (regular, owned by the user, not writable by group or other) and
+/// read with a bound. The bytes hold the secret: the caller wipes them.
+private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) throws -> [UInt8] {
+    let shown = displayPath(path)
+    let fd = try withFileIdentity(of: owner) { () -> Int32 in
+        open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+    }
+    if fd < 0 {
+        let e = errno
+        switch e {
+        case ELOOP: throw CLIError("\(shown) is a symlink; refusing it (name the real file)")
+        case ENOENT: throw CLIError("\(shown) does not exist")
+        case EACCES: throw CLIError("cannot open \(shown) as \(owner.name): permission denied")
+        default: throw CLIError("cannot open \(shown): \(String(cString: strerror(e)))")
+        }
+    }
+    defer { close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown): \(String(cString: strerror(errno)))") }
+    guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError("\(shown) is not a regular file") }
+    guard st.st_uid == owner.uid else {
+        throw CLIError("\(shown) is owned by uid \(st.st_uid), not by \(owner.name) (uid \(owner.uid)); refusing it")
+    }
+    guard st.st_mode & 0o022 == 0 else {
+        throw CLIError("\(shown) is writable by group or other; refusing it (chmod 600 it, and check that nobody changed it)")
+    }
+    if st.st_mode & 0o044 != 0 {
+        warn("note: \(shown) is readable by group or other: others may have copied the secret; consider enrolling a new one with totp-enroll instead")
+    }
+    let limit = GoogleAuthenticatorFile.maxSize
+    guard st.st_size <= limit else { throw CLIError("\(shown) is larger than \(limit / 1024) KiB; not a google-authenticator file") }
+    var buffer = [UInt8](repeating: 0, count: limit + 1)
+    var total = 0
+    while total < buffer.count {
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, $0.count - total) }
+        if n < 0 {
+            if errno == EINTR { continue }
+            let e = errno
+            wipe(&buffer)
+            throw CLIError("cannot read \(shown): \(String(cString: strerror(e)))")
+        }
+        if n == 0 { break }
+        total += n
+    }
+    if total > limit { wipe(&buffer); throw CLIError("\(shown) is larger than \(limit / 1024) KiB; not a google-authenticator file") }
+    buffer.removeLast(buffer.count - total)  // in place: no copy of the secret left behind
+    return buffer
+}
+
+/// Runs `body` with the effective uid, gid and groups of `owner` when we are root and the
+/// owner is not, so that opening a caller-supplied path can do nothing the owner could not do
+/// (no root-only file, device or directory is reachable through it; NFS homes work). The
+/// identity is verified after the switch and restored afterwards.
+private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) throws -> R {
+    guard geteuid() == 0, owner.uid != 0 else { return try body() }
+    let savedGID = getegid()
+    let count = getgroups(0, nil)
+    guard count >= 0 else { throw CLIError("getgroups failed: \(String(cString: strerror(errno)))") }
+    var groups = [gid_t](repeating: 0, count: Int(count))
+    guard getgroups(count, &groups) == count else { throw CLIError("getgroups failed: \(String(cString: strerror(errno)))") }
+    func restore() throws {
+        guard seteuid(0) == 0, setegid(savedGID) == 0, setgroups(groups.count, groups) == 0,
+              geteuid() == 0, getegid() == savedGID else {
+            throw CLIError("cannot return to root after reading the file: \(String(cString: strerror(errno)))")
+        }
+    }
+    var one = [owner.gid]
+    guard setgroups(1, &one) == 0 else { throw CLIError("setgroups failed: \(String(cString: strerror(errno)))") }
+    guard setegid(owner.gid) == 0, seteuid(owner.uid) == 0, geteuid() == owner.uid, getegid() == owner.gid else {
+        let e = errno
+        try restore()
+        throw CLIError("cannot take the identity of \(owner.name) to read the file: \(String(cString: strerror(e)))")
+    }
+    let result: Result<R, Error>
+    do { result = .success(try body()) } catch { result = .failure(error) }
+    let e = errno  // body's errno survives the restore
+    try restore()
+    errno = e
+    return try result.get()
+}
+
+/// The path as it may be printed: control characters become '?'.
+private func displayPath(_ path: String) -> String {
+    String(path.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
+}
+
+// MARK: - The format
+
+/// A `~/.google_authenticator` file (google-authenticator-libpam's FILEFORMAT): line 1 the
+/// Base32 secret; option lines `" NAME [args]`; scratch codes, eight digits each. Parsed
+/// strictly: any line that is none of these is an error naming its number (but not its
+/// contents, which could be a code or the secret). Blank lines are allowed, as the module
+/// skips them; a trailing '\r' is tolerated.
+private struct GoogleAuthenticatorFile {
+    static let maxSize = 64 * 1024  // what pam_google_authenticator itself accepts
+    static let defaultStepSize: UInt64 = 30
+    static let defaultWindowSize = 3
+    static let hotpRefusal = "HOTP-mode files cannot be imported: pam_totp supports TOTP only; re-enrol the user with totp-enroll"
+
+    var secret: [UInt8] = []
+    var totp = false
+    var stepSize: UInt64?
+    var windowSize: Int?
+    var disallowReuse = false
+    /// The time steps listed after DISALLOW_REUSE: codes already used.
+    var usedSteps: [UInt64] = []
+    var rateLimit: (attempts: Int, interval: Int)?
+    var timeSkew: Int64?
+    var resettingTimeSkew = false
+    var scratchCodes: [[UInt8]] = []
+
+    init(parsing bytes: [UInt8], path: String) throws {
+        func fail(_ line: Int, _ what: String) -> CLIError { CLIError("\(path): line \(line): \(what)") }
+        guard !bytes.isEmpty else { throw CLIError("\(path) is empty") }
+        guard !bytes.contains(0) else { throw CLIError("\(path) contains a NUL byte; not a google-authenticator file") }
+        var lines = bytes.split(separator: 0x0A, omittingEmptySubsequences: false).map { line -> ArraySlice<UInt8> in
+            line.last == 0x0D ? line.dropLast() : line
+        }
+        if bytes.last == 0x0A { lines.removeLast() }
+
+        // The mode first: an HOTP file gets the one line that says why, whatever else is in it.
+        for line in lines.dropFirst() where Self.optionName(line) == Array("HOTP_COUNTER".utf8) {
+            throw CLIError("\(path): " + Self.hotpRefusal)
+        }
+
+        guard let first = lines.first, !first.isEmpty else { throw fail(1, "no secret (the first line must be the Base32 secret)") }
+        do { secret = try Base32.decode(first) } catch { throw fail(1, "the secret is not valid Base32") }
+        guard secret.count >= 10 else { wipe(&secret); throw fail(1, "the secret is shorter than 80 bits; enrol a new one with totp-enroll") }
+        guard secret.count <= 128 else { wipe(&secret); throw fail(1, "the secret is longer than 1024 bits") }
+
+        var seen: Set<[UInt8]> = []
+        for (index, line) in lines.enumerated().dropFirst() {
+            let number = index + 1
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
+            if line.first == 0x22 {
+                do { try parseOption(line, seen: &seen) } catch let e as ParseError { erase(); throw fail(number, e.text) }
+                continue
+            }
+            guard line.count == 8, line.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), line.first != 0x30 else {
+                erase()
+                throw fail(number, "neither an option (\" NAME) nor a scratch code (8 digits)")
+            }
+            guard scratchCodes.count < RecoverySet.maxCodes else {
+                erase()
+                throw fail(number, "more than \(RecoverySet.maxCodes) scratch codes; pam_totp keeps at most \(RecoverySet.maxCodes)")
+            }
+            scratchCodes.append(Array(line))
+        }
+        guard totp else {
+            erase()
+            throw CLIError("\(path): no TOTP_AUTH line: google-authenticator did not use this secret for time-based codes; enrol the user with totp-enroll")
+        }
+    }
+
+    struct ParseError: Error { let text: String }
+
+    /// The option name of a `" NAME ...` line, or nil.
+    static func optionName(_ line: ArraySlice<UInt8>) -> [UInt8]? {
+        guard line.count > 2, line.first == 0x22, line[line.startIndex + 1] == 0x20 else { return nil }
+        return Array(line.dropFirst(2).prefix { $0 != 0x20 && $0 != 0x09 })
+    }
+
+    mutating func parseOption(_ line: ArraySlice<UInt8>, seen: inout Set<[UInt8]>) throws {
+        guard let name = Self.optionName(line), !name.isEmpty else {
+            throw ParseError(text: "an option line must start with '\" ' and a name")
+        }
+        let args = line.dropFirst(2 + name.count).split(whereSeparator: { $0 == 0x20 || $0 == 0x09 })
+        let shown = String(decoding: name.prefix(32).map { $0 >= 0x20 && $0 < 0x7F ? $0 : 0x3F }, as: UTF8.self)
+        guard seen.insert(name).inserted else { throw ParseError(text: "\(shown) appears twice") }
+        func number(_ s: ArraySlice<UInt8>, _ range: ClosedRange<UInt64>, _ what: String) throws -> UInt64 {
+            guard !s.isEmpty, s.count <= 19, s.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { throw ParseError(text: what) }
+            let v = s.reduce(UInt64(0)) { $0 * 10 + UInt64($1 - 0x30) }
+            guard range.contains(v) else { throw ParseError(text: what) }
+            return v
+        }
+        switch name {
+        case Array("TOTP_AUTH".utf8):
+            guard args.isEmpty else { throw ParseError(text: "TOTP_AUTH takes no value") }
+            totp = true
+        case Array("STEP_SIZE".utf8):
+            guard args.count == 1 else { throw ParseError(text: "STEP_SIZE needs one value, 1 to 60") }
+            stepSize = try number(args[0], 1...60, "STEP_SIZE must be 1 to 60 seconds")
+        case Array("WINDOW_SIZE".utf8):
+            guard args.count == 1 else { throw ParseError(text: "WINDOW_SIZE needs one value, 1 to 100") }
+            windowSize = Int(try number(args[0], 1...100, "WINDOW_SIZE must be 1 to 100"))
+        case Array("DISALLOW_REUSE".utf8):
+            disallowReuse = true
+            for a in args { usedSteps.append(try number(a, 0...UInt64(UInt32.max), "DISALLOW_REUSE lists time steps (numbers)")) }
+        case Array("RATE_LIMIT".utf8):
+            guard args.count >= 2 else { throw ParseError(text: "RATE_LIMIT needs two values: attempts (1-100) and seconds (1-3600)") }
+            let attempts = try number(args[0], 1...100, "RATE_LIMIT attempts must be 1 to 100")
+            let interval = try number(args[1], 1...3600, "RATE_LIMIT seconds must be 1 to 3600")
+            for a in args.dropFirst(2) { _ = try number(a, 0...UInt64(UInt32.max), "RATE_LIMIT is followed by time stamps (numbers)") }
+            rateLimit = (Int(attempts), Int(interval))
+        case Array("TIME_SKEW".utf8):
+            guard args.count == 1 else { throw ParseError(text: "TIME_SKEW needs one value") }
+            let a = args[0]
+            let negative = a.first == 0x2D
+            let magnitude = try number(negative || a.first == 0x2B ? a.dropFirst() : a, 0...1_000_000, "TIME_SKEW must be a number of steps")
+            timeSkew = negative ? -Int64(magnitude) : Int64(magnitude)
+        case Array("RESETTING_TIME_SKEW".utf8):
+            // Pairs "step+skew" or "step-skew" the module keeps while it learns a skew; dropped.
+            for a in args {
+                guard let sign = a.firstIndex(where: { $0 == 0x2B || $0 == 0x2D }) else {
+                    throw ParseError(text: "RESETTING_TIME_SKEW lists step+skew pairs")
+                }
+                _ = try number(a[..<sign], 0...UInt64(UInt32.max), "RESETTING_TIME_SKEW lists step+skew pairs")
+                _ = try number(a[(sign + 1)...], 0...UInt64(Int32.max), "RESETTING_TIME_SKEW lists step+skew pairs")
+            }
+            resettingTimeSkew = true
+        default:
+            throw ParseError(text: "unknown option \(shown)")
+        }
+    }
+
+    /// Overwrites the secret and the codes.
+    mutating func erase() {
+        wipe(&secret)
+        for i in scratchCodes.indices { wipe(&scratchCodes[i]) }
+        scratchCodes.removeAll()
+    }
+}
+
+/// The scratch codes as a recovery set: one random 16-byte salt, PBKDF2-HMAC-SHA-256 with the
+/// default iterations, a random set id (so the state's "used" bits start empty). The same
+/// construction as `RecoverySet.generate`, for codes we did not generate.
+private func makeImportedRecoverySet(codes: [[UInt8]]) -> RecoverySet {
+    var rng = SystemRandomNumberGenerator()
+    var salt: [UInt8] = []
+    for _ in 0..<2 {
+        var w = rng.next()
+        for _ in 0..<8 { salt.append(UInt8(truncatingIfNeeded: w)); w >>= 8 }
+    }
+    let iterations = RecoverySet.defaultIterations
+    let hashes = codes.map { pbkdf2SHA256(password: $0, salt: salt, iterations: iterations) }
+    var id: UInt64 = 0
+    while id == 0 { id = rng.next() }
+    return RecoverySet(id: id, iterations: iterations, salt: salt, hashes: hashes)
+}

@@ -1,0 +1,144 @@
+import Foundation
+import MFACore
+import TestSupport
+import XCTest
+
+/// totp-enroll as an unprivileged user would run it: installed set-uid root (a copy of the
+/// built binary), re-authenticating through /etc/pam.d/totp-enroll (password via pam_unix, then
+/// a code via the built pam_totp.so with nullok), on the default store. Run under `setsid`, so
+/// there is no terminal and PAM's questions are answered on standard input.
+final class PrivilegeTests: XCTestCase {
+    var root: URL!
+    var binary = ""
+    var user = ""
+    var uid: uid_t = 0
+    var gid: gid_t = 0
+    let password = "c0rrect-h0rse-\(UInt32.random(in: 0...UInt32.max))"
+    let secretB32 = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
+    var savedService: Data?
+    var createdStore = false
+    var storePath = String(decoding: Store.defaultDirectory, as: UTF8.self)
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(isRoot, "needs root: useradd, a set-uid copy, /etc/pam.d/totp-enroll")
+        root = try makeTemporaryDirectory("pam_totp_suid")
+        XCTAssertEqual(chmod(root.path, 0o755), 0)
+        binary = root.appendingPathComponent("totp-enroll").path
+        try FileManager.default.copyItem(atPath: enrollURL.path, toPath: binary)
+        XCTAssertEqual(chown(binary, 0, 0), 0)
+        XCTAssertEqual(chmod(binary, 0o4755), 0)
+        user = "totpu\(getpid() % 100000)"
+        XCTAssertEqual(try runCommand(["useradd", "-M", "-s", "/bin/sh", user]).status, 0)
+        XCTAssertEqual(try runCommand(["chpasswd"], input: "\(user):\(password)\n").status, 0)
+        let pw = try XCTUnwrap(getpwnam(user))
+        uid = pw.pointee.pw_uid
+        gid = pw.pointee.pw_gid
+        savedService = FileManager.default.contents(atPath: "/etc/pam.d/totp-enroll")
+        try """
+            auth     required  pam_unix.so
+            auth     required  \(moduleURL.path) nullok
+            account  required  pam_unix.so
+
+            """.write(toFile: "/etc/pam.d/totp-enroll", atomically: true, encoding: .utf8)
+        if !FileManager.default.fileExists(atPath: storePath) {
+            XCTAssertEqual(mkdir(storePath, 0o700), 0)
+            createdStore = true
+        }
+    }
+
+    override func tearDown() {
+        guard isRoot, root != nil else { return }
+        for name in [user, ".state." + user, ".lock." + user, ".tmp." + user] { unlink(storePath + "/" + name) }
+        if createdStore { rmdir(storePath) }
+        if let savedService {
+            FileManager.default.createFile(atPath: "/etc/pam.d/totp-enroll", contents: savedService)
+        } else {
+            unlink("/etc/pam.d/totp-enroll")
+        }
+        _ = try? runCommand(["userdel", user])
+        removeTemporaryDirectory(root)
+    }
+
+    /// Runs `command` as the test user, without a controlling terminal.
+    func asUser(_ command: [String], input: String = "") throws -> CommandResult {
+        try runCommand(["setsid", "-w", "setpriv", "--reuid=\(uid)", "--regid=\(gid)", "--clear-groups"] + command, input: input)
+    }
+
+    func code(offsetSteps: Int64 = 0) -> String {
+        let secret = (try? Base32.decode(Array(secretB32.utf8))) ?? []
+        let t = Int64(time(nil)) + offsetSteps * 30
+        return String(decoding: (try? TOTP.code(secret: secret, parameters: .default, at: t)) ?? [], as: UTF8.self)
+    }
+
+    func record() throws -> UserRecord? { try Store(path: Array(storePath.utf8)).read(user: Array(user.utf8)) }
+
+    func testUnprivilegedUserEnrolsListsAndIsConfined() throws {
+        awayFromStepBoundary(margin: 6)
+        // A wrong password: refused before any secret is generated or shown.
+        let wrong = try asUser([binary, "--secret", secretB32, "--qr", "none", "--code", code()], input: "not-my-password\n")
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssertTrue(wrong.stderr.contains("Password"), "asked for the password first: " + wrong.stderr)
+        XCTAssertTrue(wrong.stderr.contains("authentication failed"), wrong.stderr)
+        XCTAssertFalse(wrong.stdout.contains("otpauth://"), "nothing shown before re-authentication")
+        XCTAssertNil(try record())
+
+        // The right password: enrols (no factor yet, so pam_totp's nullok lets the password decide).
+        let ok = try asUser([binary, "--name", "phone", "--secret", secretB32, "--qr", "none", "--code", code()],
+                            input: password + "\n")
+        XCTAssertEqual(ok.status, 0, ok.stdout + ok.stderr)
+        XCTAssertEqual(try record()?.factors.map { String(decoding: $0.label, as: UTF8.self) }, ["phone"])
+        let attrs = try FileManager.default.attributesOfItem(atPath: storePath + "/" + user)
+        XCTAssertEqual((attrs[.ownerAccountID] as? NSNumber)?.intValue, 0, "the record belongs to root")
+
+        // list: own factors, no password needed, no secret shown.
+        let list = try asUser([binary, "list"])
+        XCTAssertEqual(list.status, 0, list.stderr)
+        XCTAssertTrue(list.stdout.contains("phone"), list.stdout)
+        XCTAssertFalse(list.stdout.contains(secretB32))
+
+        // The store is not readable by the user, directly.
+        XCTAssertNotEqual(try asUser(["cat", storePath + "/" + user]).status, 0)
+        XCTAssertNotEqual(try asUser(["ls", storePath]).status, 0)
+
+        // Cannot act on another user, or point the tool at another store.
+        for args in [["list", "--user", "root"], ["--user", "root", "--qr", "none"], ["list", "--store", root.path],
+                     ["unlock", "--user", user]] {
+            let r = try asUser([binary] + args, input: password + "\n")
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.contains("root only"), "\(args): \(r.stderr)")
+        }
+
+        // A second factor needs the password AND a current code of the first one.
+        awayFromStepBoundary(margin: 6)
+        let second = try asUser([binary, "--name", "tablet", "--secret", secretB32, "--qr", "none", "--code", code(offsetSteps: 2)],
+                                input: password + "\n" + "000000" + "\n")
+        XCTAssertNotEqual(second.status, 0, "a wrong current code refuses the change")
+        XCTAssertEqual(try record()?.factors.count, 1)
+        let third = try asUser([binary, "--name", "tablet", "--secret", secretB32, "--qr", "none", "--code", code(offsetSteps: 2)],
+                               input: password + "\n" + code(offsetSteps: 1) + "\n")
+        XCTAssertEqual(third.status, 0, third.stdout + third.stderr)
+        XCTAssertEqual(try record()?.factors.count, 2)
+
+        // remove: password + a current code through PAM (--code answers the code prompt).
+        awayFromStepBoundary(margin: 6)
+        let removed = try asUser([binary, "remove", "tablet", "--code", code(offsetSteps: 3)], input: password + "\n")
+        XCTAssertEqual(removed.status, 0, removed.stdout + removed.stderr)
+        XCTAssertEqual(try record()?.factors.count, 1)
+        // ...but not the last factor (the site has no nullok).
+        let last = try asUser([binary, "remove", "phone", "--code", code(offsetSteps: 4)], input: password + "\n")
+        XCTAssertNotEqual(last.status, 0)
+        XCTAssertTrue(last.stderr.contains("last factor"), last.stderr)
+        XCTAssertEqual(try record()?.factors.count, 1)
+    }
+
+    func testEnvironmentIsClearedAndCodeRunsUnprivileged() throws {
+        // `code` drops privileges at once: it can read only what the caller can.
+        let r = try asUser([binary, "code", "--secret", "-", "--time", "59"], input: secretB32 + "\n")
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "287082")
+        // A hostile environment changes nothing (and the loader ignores LD_* for set-uid anyway).
+        let env = try asUser(["env", "LANG=xx_XX.bogus", "LC_ALL=xx", "PATH=/nonexistent", "TERM=dumb", binary, "list"])
+        XCTAssertEqual(env.status, 0, env.stderr)
+        XCTAssertTrue(env.stdout.contains("no factors"), env.stdout)
+    }
+}
