@@ -124,8 +124,14 @@ final class PrivilegeTests: XCTestCase {
         let removed = try asUser([binary, "remove", "tablet", "--code", code(offsetSteps: 3)], input: password + "\n")
         XCTAssertEqual(removed.status, 0, removed.stdout + removed.stderr)
         XCTAssertEqual(try record()?.factors.count, 1)
+        // And the factor logs in: the whole path a new user takes, through the real module.
+        let service = "pam_totp_suid_\(getpid())"
+        try "auth required \(moduleURL.path)\n".write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        defer { unlink("/etc/pam.d/" + service) }
+        let login = try runCommand(["pamtester", service, user, "authenticate"], input: code(offsetSteps: 4) + "\n")
+        XCTAssertEqual(login.status, 0, login.stdout + login.stderr)
         // ...but not the last factor (the site has no nullok).
-        let last = try asUser([binary, "remove", "phone", "--code", code(offsetSteps: 4)], input: password + "\n")
+        let last = try asUser([binary, "remove", "phone", "--code", code(offsetSteps: 5)], input: password + "\n")
         XCTAssertNotEqual(last.status, 0)
         XCTAssertTrue(last.stderr.contains("last factor"), last.stderr)
         XCTAssertEqual(try record()?.factors.count, 1)

@@ -1,0 +1,72 @@
+import Foundation
+import MFACore
+import TestSupport
+import XCTest
+
+/// The CLI contract of DESIGN.md §5: every subcommand and option is documented in --help, and
+/// an enrolment interrupted between showing the secret and the code commits nothing.
+final class CLIContractTests: XCTestCase {
+    /// Subcommand → the options its --help must list (DESIGN.md §5).
+    let contract: [(String, [String])] = [
+        ("enroll", ["--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
+                    "--qr", "--qr-svg", "--qr-png"]),
+        ("code", ["--secret", "--time", "--algorithm", "--digits", "--period"]),
+        ("list", ["--user"]),
+        ("remove", ["<label>", "--user", "--code"]),
+        ("recovery-codes", ["--user"]),
+        ("import-google-authenticator", ["<FILE>", "--user"]),
+        ("unlock", ["--user"]),
+    ]
+
+    func testHelpIsCompleteForEverySubcommand() throws {
+        let top = try runCommand([enrollURL.path, "--help"])
+        XCTAssertEqual(top.status, 0, top.stderr)
+        for (sub, options) in contract {
+            XCTAssertTrue(top.stdout.contains(sub), "top-level help lists \(sub)")
+            for form in [[sub, "--help"], ["help", sub]] {
+                let r = try runCommand([enrollURL.path] + form)
+                XCTAssertEqual(r.status, 0, "\(form): \(r.stderr)")
+                XCTAssertTrue(r.stdout.contains("USAGE: totp-enroll \(sub)"), "\(form): \(r.stdout)")
+                for option in options {
+                    XCTAssertTrue(r.stdout.contains(option), "\(sub) --help documents \(option)")
+                }
+            }
+        }
+    }
+
+    func testUnknownSubcommandOrOptionIsOneClearError() throws {
+        for args in [["frobnicate"], ["list", "--bogus"], ["code"], ["remove"]] {
+            let r = try runCommand([enrollURL.path] + args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.hasPrefix("Error: "), "\(args): \(r.stderr)")
+        }
+    }
+
+    /// SIGKILL while the tool waits for the code: the pending secret lived only in that
+    /// process, so no factor (and no record) exists afterwards.
+    func testKilledBetweenShowingTheSecretAndTheCodeCommitsNothing() throws {
+        try XCTSkipUnless(isRoot, "--user and --store are root-only")
+        let root = try makeTemporaryDirectory("pam_totp_pending")
+        defer { removeTemporaryDirectory(root) }
+        let store = root.appendingPathComponent("store").path
+        let out = root.appendingPathComponent("out").path
+        // The tool reads the code from a FIFO that nobody ever writes, so it waits forever.
+        let fifo = root.appendingPathComponent("in").path
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/sh")
+        p.arguments = ["-c", "exec 3<>\(fifo); exec \(enrollURL.path) --store \(store) --user nobody --qr none <\(fifo) >\(out) 2>&1"]
+        try p.run()
+        var shown = false
+        for _ in 0..<100 where !shown {
+            usleep(100_000)
+            shown = (try? String(contentsOfFile: out, encoding: .utf8))?.contains("otpauth://") ?? false
+        }
+        XCTAssertTrue(shown, "the secret was shown and the tool is waiting for the code")
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        XCTAssertNil(try Store(path: Array(store.utf8)).read(user: Array("nobody".utf8)), "no factor after the kill")
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: store)) ?? []
+        XCTAssertFalse(left.contains("nobody"), "\(left)")
+    }
+}
