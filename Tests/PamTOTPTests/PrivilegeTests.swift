@@ -73,6 +73,26 @@ final class PrivilegeTests: XCTestCase {
     func record() throws -> UserRecord? { try Store(path: Array(storePath.utf8)).read(user: Array(user.utf8)) }
 
     func testUnprivilegedUserEnrolsListsAndIsConfined() throws {
+        // The set-uid tool cannot be made to write where the user cannot: QR files are written
+        // by a child running as the user.
+        for target in ["/etc/pam_totp_evil.png", "/root/pam_totp_evil.svg", storePath + "/evil.png"] {
+            let opt = target.hasSuffix(".svg") ? "--qr-svg" : "--qr-png"
+            let r = try asUser([binary, "--name", "evil", "--qr", "none", opt, target, "--code", "000000"], input: password + "\n")
+            XCTAssertNotEqual(r.status, 0, target)
+            XCTAssertTrue(r.stderr.contains("cannot write"), "\(target): \(r.stderr)")
+            XCTAssertFalse(FileManager.default.fileExists(atPath: target), target)
+        }
+        let own = root.appendingPathComponent("mine")
+        XCTAssertEqual(mkdir(own.path, 0o700), 0)
+        XCTAssertEqual(chown(own.path, uid, gid), 0)
+        let png = own.appendingPathComponent("qr.png").path
+        let wrote = try asUser([binary, "--name", "spare", "--qr", "none", "--qr-png", png, "--secret", secretB32, "--code", "000000"],
+                               input: password + "\n")
+        XCTAssertNotEqual(wrote.status, 0, "000000 is not this secret's code now (nothing saved)")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: png), wrote.stderr)
+        let pngAttrs = try FileManager.default.attributesOfItem(atPath: png)
+        XCTAssertEqual((pngAttrs[.ownerAccountID] as? NSNumber)?.uint32Value, uid, "written as the user, not root")
+
         awayFromStepBoundary(margin: 6)
         // A wrong password: refused before any secret is generated or shown.
         let wrong = try asUser([binary, "--secret", secretB32, "--qr", "none", "--code", code()], input: "not-my-password\n")
