@@ -1,5 +1,19 @@
+import ArgumentParser
 import Glibc
 import MFACore
+
+/// `--user` and `--store`, shared by the subcommands that act on a user's factors. Both are
+/// for root only (real uid 0); everyone else acts for themselves on the configured store.
+struct TargetOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: ArgumentHelp("Use this store directory instead of the configured one, /var/lib/pam-totp by default (root only).",
+                               valueName: "DIR"))
+    var store: String?
+
+    func context() throws -> CallerContext { try CallerContext(user: user, store: store) }
+}
 
 /// Who the tool acts for, and where the store is. `--user` and `--store` are honoured only
 /// when the real uid is 0 (DESIGN.md §4.3): anyone else acts for themselves on the default

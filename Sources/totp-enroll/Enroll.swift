@@ -15,8 +15,7 @@ struct Enroll: ParsableCommand {
     static let maxTries = 3
     static let deadlineSeconds: Int64 = 300
 
-    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
-    var user: String?
+    @OptionGroup var target: TargetOptions
 
     @Option(help: ArgumentHelp("A name for this factor, shown by `list` and in logs (default USER@HOST).", valueName: "LABEL"))
     var name: String?
@@ -39,9 +38,6 @@ struct Enroll: ParsableCommand {
     @Option(name: .customLong("qr-png"), help: ArgumentHelp("Also write the QR code to this new PNG file (never overwritten).", valueName: "FILE"))
     var qrPNG: String?
 
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
-    var store: String?
-
     @OptionGroup var otp: OTPOptions
 
     mutating func validate() throws {
@@ -49,7 +45,7 @@ struct Enroll: ParsableCommand {
     }
 
     func run() throws {
-        let context = try CallerContext(user: user, store: store)
+        let context = try target.context()
         let parameters = try otp.parameters()
         // Not root: prove who you are first (password, and a current code if you already have
         // a factor), before any secret is generated or shown.

@@ -23,11 +23,7 @@ struct ImportGoogleAuthenticator: ParsableCommand {
     @Argument(help: ArgumentHelp("The file to import (default: the user's ~/.google_authenticator).", valueName: "FILE"))
     var file: String?
 
-    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
-    var user: String?
-
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
-    var store: String?
+    @OptionGroup var target: TargetOptions
 
     @Option(help: ArgumentHelp("A name for the new factor (default: google-authenticator).", valueName: "LABEL"))
     var name: String?
@@ -37,7 +33,7 @@ struct ImportGoogleAuthenticator: ParsableCommand {
     }
 
     func run() throws {
-        let context = try CallerContext(user: user, store: store)
+        let context = try target.context()
         guard let pw = getpwnam(context.userName) else { throw CLIError("no such user: \(context.userName)") }
         let owner = GAFileOwner(name: context.userName, uid: pw.pointee.pw_uid, gid: pw.pointee.pw_gid)
         let path: String

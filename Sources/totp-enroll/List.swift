@@ -7,14 +7,10 @@ struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List your factors: label, algorithm/digits/period, created, last used (never the secret).")
 
-    @Option(help: ArgumentHelp("List this user's factors (root only).", valueName: "NAME"))
-    var user: String?
-
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
-    var store: String?
+    @OptionGroup var target: TargetOptions
 
     func run() throws {
-        let context = try CallerContext(user: user, store: store)
+        let context = try target.context()
         let access = try context.openStore()
         guard let record = try access.readRecord(user: context.userName), record.isEnrolled else {
             print("\(context.userName) has no factors. Run totp-enroll to add one.")

@@ -9,14 +9,10 @@ struct RecoveryCodes: ParsableCommand {
         commandName: "recovery-codes",
         abstract: "Make 10 new single-use recovery codes (replacing any old ones) and show them once.")
 
-    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
-    var user: String?
-
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
-    var store: String?
+    @OptionGroup var target: TargetOptions
 
     func run() throws {
-        let context = try CallerContext(user: user, store: store)
+        let context = try target.context()
         try Privilege.reauthenticate(user: context.userName, code: nil)
         let access = try context.openStore()
         var rng = SystemRandomNumberGenerator()

@@ -12,17 +12,13 @@ struct Remove: ParsableCommand {
     @Argument(help: "The label of the factor to remove (see `totp-enroll list`).")
     var label: String
 
-    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
-    var user: String?
+    @OptionGroup var target: TargetOptions
 
     @Option(help: ArgumentHelp("A current code from any of your factors (asked for if omitted).", valueName: "CODE"))
     var code: String?
 
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp (root only).", valueName: "DIR"))
-    var store: String?
-
     func run() throws {
-        let context = try CallerContext(user: user, store: store)
+        let context = try target.context()
         // Not root: the PAM service totp-enroll asks for the password and a current code
         // (pam_totp), and `--code` answers the code prompt.
         try Privilege.reauthenticate(user: context.userName, code: code)
