@@ -2,7 +2,8 @@
 /// to decide whether to prompt at all), prompts, then `authenticate`, which takes the user's
 /// lock and does read → verify → write of the state as one step (DESIGN §4.5–4.7).
 public enum Enrollment {
-    case enrolled(UserRecord)
+    /// The user has a record in `store` (opened and checked once, reused under the lock).
+    case enrolled(Store)
     case unenrolled
     case failed(MFAError)
 }
@@ -33,7 +34,7 @@ public enum Authenticator {
         do throws(MFAError) {
             let store = try Store(path: options.store)
             guard let record = try store.read(user: user), record.isEnrolled else { return .unenrolled }
-            return .enrolled(record)
+            return .enrolled(store)
         } catch {
             return .failed(error)
         }
@@ -42,9 +43,10 @@ public enum Authenticator {
     /// Verifies `answer` for `user` at `unixTime` under the user's lock, updating the state.
     /// `enrollment` is what `lookup` found before the prompt: an unenrolled user is answered
     /// without taking a lock (so guessing names creates no lock files); for an enrolled user the
-    /// record is read again under the lock.
+    /// record is read again under the lock, from the store `lookup` opened.
     public static func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
                                     options: ModuleOptions, enrollment: Enrollment) -> AuthOutcome {
+        let store: Store
         switch enrollment {
         case .unenrolled:
             decoy(answer, at: unixTime)
@@ -52,19 +54,11 @@ public enum Authenticator {
         case .failed(let e):
             decoy(answer, at: unixTime)
             return .failed(e)
-        case .enrolled:
-            break
-        }
-        let verifier: TOTPVerifier
-        do throws(MFAError) {
-            verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
-            try Store.validate(user: user)
-        } catch {
-            decoy(answer, at: unixTime)
-            return error == .invalidUserName ? .unenrolled : .failed(error)
+        case .enrolled(let s):
+            store = s
         }
         do throws(MFAError) {
-            let store = try Store(path: options.store)
+            let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
             return try store.withLock(user: user) { () throws(MFAError) -> AuthOutcome in
                 guard let record = try store.read(user: user), record.isEnrolled else {
                     decoy(answer, at: unixTime)

@@ -36,7 +36,6 @@ public struct Message: Equatable, Sendable, ExpressibleByStringLiteral {
     }
 
     public static func + (lhs: Message, rhs: Message) -> Message { Message(lhs.bytes + rhs.bytes) }
-    public static func + (lhs: Message, rhs: StaticString) -> Message { lhs + Message(stringLiteral: rhs) }
 
     /// For the CLI and tests (not used inside the module).
     public var string: String { String(decoding: bytes, as: UTF8.self) }

@@ -24,12 +24,19 @@ enum Privilege {
     /// Drops to the real uid/gid for good (for work that never touches the store).
     static func dropPermanently() throws {
         guard elevated else { return }
-        let uid = getuid(), gid = getgid()
-        _ = setgroups(0, nil)
-        guard setresgid(gid, gid, gid) == 0, setresuid(uid, uid, uid) == 0,
-              geteuid() == uid, getegid() == gid else {
-            throw CLIError("cannot drop privileges")
-        }
+        guard dropToCaller() else { throw CLIError("cannot drop privileges") }
+    }
+
+    /// Sets real, effective and saved ids to the caller's real uid and gid, without
+    /// supplementary groups, and checks that the old effective ids cannot be taken back.
+    /// Only syscalls, so a forked child may call it. True on success.
+    static func dropToCaller() -> Bool {
+        let uid = getuid(), gid = getgid(), euid = geteuid(), egid = getegid()
+        _ = setgroups(0, nil)  // fails, harmlessly, unless we are root
+        // Group first, while we may still change it.
+        return setresgid(gid, gid, gid) == 0 && setresuid(uid, uid, uid) == 0
+            && getuid() == uid && geteuid() == uid && getgid() == gid && getegid() == gid
+            && (uid == 0 || ((euid == uid || seteuid(euid) != 0) && (egid == gid || setegid(egid) != 0)))
     }
 
     /// Re-authenticates the caller (not root) as `user` through the PAM service `totp-enroll`:

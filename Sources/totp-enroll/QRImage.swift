@@ -140,17 +140,10 @@ func writeFileAsCaller(_ path: String, _ bytes: [UInt8]) throws {
 /// uid and gid (no supplementary groups) and checked it cannot get the old ones back; returns
 /// what `body` returned (0 or an errno), or `privilegeDropFailed`.
 private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws -> Int32 {
-    let uid = getuid(), gid = getgid(), euid = geteuid(), egid = getegid()
     let pid = fork()
     guard pid >= 0 else { throw CLIError("cannot write \(path): fork failed: " + String(cString: strerror(errno))) }
     if pid == 0 {
-        _ = setgroups(0, nil)  // fails, harmlessly, unless the tool is set-uid root
-        // Group first, while we may still change it (setres[ug]id: CLibc). A caller other than
-        // root must not be able to take the old ids back.
-        guard setresgid(gid, gid, gid) == 0, setresuid(uid, uid, uid) == 0,
-              getuid() == uid, geteuid() == uid, getgid() == gid, getegid() == gid,
-              uid == 0 || ((euid == uid || seteuid(euid) != 0) && (egid == gid || setegid(egid) != 0))
-        else { _exit(privilegeDropFailed) }
+        guard Privilege.dropToCaller() else { _exit(privilegeDropFailed) }
         _exit(body())
     }
     var status: Int32 = 0
