@@ -220,12 +220,14 @@ final class CrossProcessPolicyTests: XCTestCase {
         try enroll("lock")
         let t: Int64 = 2_100_000_000
         for _ in 0..<3 { XCTAssertNotEqual(try runCommand(["faketime", "@\(t)", "pamtester", service, "lock", "authenticate"], input: "1234567\n").status, 0) }
-        XCTAssertEqual(try state("lock").lockedUntil, t + 60)
+        // faketime "@T" starts the clock at T and lets it run, so a slow start-up may add a second.
+        let lockedUntil = try state("lock").lockedUntil
+        XCTAssertTrue((t + 60)...(t + 63) ~= lockedUntil, "locked until \(lockedUntil - t) s after the last failure")
         let code10 = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t + 10), as: UTF8.self)
         XCTAssertNotEqual(try runCommand(["faketime", "@\(t + 10)", "pamtester", service, "lock", "authenticate"], input: code10 + "\n").status, 0,
                           "a new process still sees the lockout")
-        let code61 = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t + 61), as: UTF8.self)
-        let after = try runCommand(["faketime", "@\(t + 61)", "pamtester", service, "lock", "authenticate"], input: code61 + "\n")
+        let code70 = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t + 70), as: UTF8.self)
+        let after = try runCommand(["faketime", "@\(t + 70)", "pamtester", service, "lock", "authenticate"], input: code70 + "\n")
         XCTAssertEqual(after.status, 0, after.stderr)
         XCTAssertEqual(try state("lock").failures, 0)
     }
