@@ -10,7 +10,7 @@ import Foundation
 let embedded = ProcessInfo.processInfo.environment["PAM_TOTP_EMBEDDED"] == "1"
 
 let embeddedSwift: [SwiftSetting] = embedded
-    ? [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo", "-Xcc", "-fPIC", "-Osize"])]
+    ? [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo", "-Xcc", "-fPIC", "-Osize", "-Xfrontend", "-function-sections"])]
     : []
 
 let pamModuleLinker: [LinkerSetting] = [
@@ -18,6 +18,9 @@ let pamModuleLinker: [LinkerSetting] = [
     .unsafeFlags([
         "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/PamTOTP/exports.map",
         "-Xlinker", "--no-undefined",
+        // With -function-sections above: drop every function the module does not reach
+        // (MFACore also holds what only totp-enroll uses). 196 KB -> 93 KB stripped.
+        "-Xlinker", "--gc-sections",
     ]),
 ]
 
