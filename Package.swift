@@ -10,7 +10,7 @@ import Foundation
 let embedded = ProcessInfo.processInfo.environment["PAM_TOTP_EMBEDDED"] == "1"
 
 let embeddedSwift: [SwiftSetting] = embedded
-    ? [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo", "-Xcc", "-fPIC", "-Osize", "-Xfrontend", "-function-sections"])]
+    ? [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo", "-Xcc", "-fPIC", "-O", "-Xfrontend", "-function-sections"])]
     : []
 
 let pamModuleLinker: [LinkerSetting] = [

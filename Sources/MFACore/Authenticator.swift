@@ -168,11 +168,11 @@ extension FileStore {
                     }
                     record = now
                 }
-                let state = try readState(user: user)
+                let (state, file) = try readStateForUpdate(user: user)
                 let decision = try Authenticator.decide(record: record, state: state, answer: answer, at: unixTime,
                                                         verifier: verifier, options: options, process: process)
                 if let next = decision.state {
-                    do throws(MFAError) { try writeStateLocked(user: user, state: next) } catch { return .notRecorded(error) }
+                    do throws(MFAError) { try writeStateLocked(user: user, state: next, file: file) } catch { return .notRecorded(error) }
                 }
                 return decision.outcome
             }

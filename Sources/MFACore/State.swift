@@ -114,26 +114,32 @@ public struct UserState: Equatable, Sendable {
     static let headerSize = 56
     static let entrySize = 24
 
+    /// One slot, `slotSize` bytes.
     func slotBytes() -> [UInt8] {
         var out = [UInt8](repeating: 0, count: Self.slotSize)
+        encode(into: &out, at: 0)
+        return out
+    }
+
+    /// Writes this state as a slot into `out` at `base` (the slot's bytes must be zero there).
+    func encode(into out: inout [UInt8], at base: Int) {
         let count = min(lastSteps.count, Self.maxEntries)
-        out[0] = 0x50; out[1] = 0x54; out[2] = 0x53; out[3] = 0x02
-        storeLE(&out, 4, UInt64(count), 2)
-        storeLE(&out, 8, sequence, 8)
-        storeLE(&out, 16, recordID, 8)
-        storeLE(&out, 24, UInt64(failures), 4)
-        storeLE(&out, 28, UInt64(successProcess), 4)
-        storeLE(&out, 32, UInt64(bitPattern: lockedUntil), 8)
-        storeLE(&out, 40, recoverySet, 8)
-        storeLE(&out, 48, UInt64(recoveryUsed), 4)
-        var at = Self.headerSize
+        storeLE(&out, base, 0x0253_5450, 4)  // "PTS" 0x02
+        storeLE(&out, base + 4, UInt64(count), 2)
+        storeLE(&out, base + 8, sequence, 8)
+        storeLE(&out, base + 16, recordID, 8)
+        storeLE(&out, base + 24, UInt64(failures), 4)
+        storeLE(&out, base + 28, UInt64(successProcess), 4)
+        storeLE(&out, base + 32, UInt64(bitPattern: lockedUntil), 8)
+        storeLE(&out, base + 40, recoverySet, 8)
+        storeLE(&out, base + 48, UInt64(recoveryUsed), 4)
+        var at = base + Self.headerSize
         for e in lastSteps.prefix(count) {
             storeLE(&out, at, e.key, 8)
             storeLE(&out, at + 8, e.step, 8)
             at += Self.entrySize
         }
-        storeLE(&out, at, fnv1a64(out[0..<at]), 8)
-        return out
+        storeLE(&out, at, fnv1a64(out[base..<at]), 8)
     }
 
     /// Parses one slot (version 2, else version 1); nil when it is torn, zeroed, foreign or
@@ -270,36 +276,47 @@ extension FileStore {
 
     /// The user's state; a missing state file is the initial state (never used, no failures).
     public func readState(user: [UInt8]) throws(MFAError) -> UserState {
+        try readStateForUpdate(user: user, flags: O_RDONLY).state
+    }
+
+    /// The state and the open state file (nil if there is none yet), so that the write after
+    /// a login needs no second open. The state holds no secret: it is not wiped.
+    func readStateForUpdate(user: [UInt8], flags: Int32 = O_RDWR) throws(MFAError) -> (state: UserState, file: OwnedFD<Sys>?) {
         try Self.validate(user: user)
-        guard let file = try openChecked(Self.stateName(user), flags: O_RDONLY, what: "state file") else {
-            return UserState()
+        guard let (file, _) = try openChecked(Self.stateName(user), flags: flags, what: "state file") else {
+            return (UserState(), nil)
         }
-        var bytes = try readBounded(Sys.self, file.raw, limit: UserState.fileSize, expected: UserState.fileSize)
-        defer { wipe(&bytes) }
+        let bytes = try readBounded(Sys.self, file.raw, limit: UserState.fileSize, expected: UserState.fileSize)
         guard let state = UserState.parse(file: bytes) else { throw .corruptRecord("state file has no valid slot") }
-        return state
+        return (state, file)
     }
 
     /// Writes `state` (whose `sequence` is the one read) as the next sequence into the older
     /// slot. The caller must hold the user's lock. Creates the file, fully allocated, if needed.
     /// Every write is the same size at the same offset for a given sequence, whatever the
-    /// state says: whether it can be written does not depend on what was decided.
+    /// state says: whether it can be written does not depend on what was decided. `file` is
+    /// the state file opened read-write by `readStateForUpdate`, if the caller has it.
     public func writeStateLocked(user: [UInt8], state: UserState) throws(MFAError) {
+        try writeStateLocked(user: user, state: state, file: nil)
+    }
+
+    func writeStateLocked(user: [UInt8], state: UserState, file known: OwnedFD<Sys>?) throws(MFAError) {
         try Self.validate(user: user)
         var next = state
         next.sequence = state.sequence &+ 1
-        let slot = next.slotBytes()
         let offset = Int(next.sequence % 2) * UserState.slotSize
         let name = Self.stateName(user)
-        if let file = try openChecked(name, flags: O_RDWR, what: "state file") {
-            try writeAll(Sys.self, file.raw, slot, at: offset)
+        var file = known
+        if file == nil { file = try openChecked(name, flags: O_RDWR, what: "state file")?.file }
+        if let file {
+            try writeAll(Sys.self, file.raw, next.slotBytes(), at: offset)
             _ = try retryingOnEINTR("fdatasync state") { Sys.fdatasync(file.raw) }
             return
         }
         // First write: create the whole file through a temp name and rename it into place, so
         // the state file exists either complete or not at all.
-        let empty = [UInt8](repeating: 0, count: UserState.slotSize)
-        let whole = offset == 0 ? slot + empty : empty + slot
+        var whole = [UInt8](repeating: 0, count: UserState.fileSize)
+        next.encode(into: &whole, at: offset)
         try replaceFile(name, contents: whole)
     }
 }

@@ -69,8 +69,7 @@ public final class FileStore<Sys: SystemCalls> {
     /// not replaced (records are only ever replaced by rename, never changed in place).
     func readWithIdentity(user: [UInt8]) throws(MFAError) -> (record: UserRecord, file: OwnedFD<Sys>, identity: FileIdentity)? {
         try Self.validate(user: user)
-        guard let file = try openChecked(user, flags: O_RDONLY, what: "record") else { return nil }
-        let st = try FileStatus(Sys.self, fd: file.raw)
+        guard let (file, st) = try openChecked(user, flags: O_RDONLY, what: "record") else { return nil }
         var bytes = try readBounded(Sys.self, file.raw, limit: UserRecord.maxSize,
                                     expected: st.size > Int64(UserRecord.maxSize) ? UserRecord.maxSize + 1 : Int(st.size))
         defer { wipe(&bytes) }
@@ -101,7 +100,7 @@ public final class FileStore<Sys: SystemCalls> {
             }
         }
         let lock = OwnedFD<Sys>(fd)
-        try checkFile(lock.raw, what: "lock file")
+        _ = try checkFile(lock.raw, what: "lock file")
         var waited = 0
         while Sys.flock(lock.raw, LOCK_EX | LOCK_NB) != 0 {
             let e = clibc_errno()
@@ -208,16 +207,18 @@ public final class FileStore<Sys: SystemCalls> {
         }
     }
 
-    func checkFile(_ fd: Int32, what: Message) throws(MFAError) {
+    @discardableResult
+    func checkFile(_ fd: Int32, what: Message) throws(MFAError) -> FileStatus {
         let st = try FileStatus(Sys.self, fd: fd)
         guard st.isRegular else { throw .insecureStore(what + " is not a regular file") }
         guard st.owner == owner else { throw .insecureStore(what + " has the wrong owner") }
         guard !st.groupOrOtherAccess else { throw .insecureStore(what + " is accessible to group or other") }
         guard st.links == 1 else { throw .insecureStore(what + " has more than one link") }
+        return st
     }
 
     /// Opens `name` in the store with O_NOFOLLOW and checks it; nil if it does not exist.
-    func openChecked(_ name: [UInt8], flags: Int32, what: Message) throws(MFAError) -> OwnedFD<Sys>? {
+    func openChecked(_ name: [UInt8], flags: Int32, what: Message) throws(MFAError) -> (file: OwnedFD<Sys>, status: FileStatus)? {
         let fd: Int32
         do throws(MFAError) {
             fd = try withCPath(name) { (p) throws(MFAError) -> Int32 in
@@ -233,7 +234,6 @@ public final class FileStore<Sys: SystemCalls> {
             throw error
         }
         let file = OwnedFD<Sys>(fd)
-        try checkFile(file.raw, what: what)
-        return file
+        return (file, try checkFile(file.raw, what: what))
     }
 }

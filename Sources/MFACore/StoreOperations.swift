@@ -151,7 +151,9 @@ extension FileStore {
                 // The old file cannot be updated in place: replace it whole.
                 var next = state
                 next.sequence = 1
-                try replaceFile(Self.stateName(user), contents: next.slotBytes() + [UInt8](repeating: 0, count: UserState.slotSize))
+                var whole = [UInt8](repeating: 0, count: UserState.fileSize)
+                next.encode(into: &whole, at: Int(next.sequence % 2) * UserState.slotSize)
+                try replaceFile(Self.stateName(user), contents: whole)
             } else {
                 try writeStateLocked(user: user, state: state)
             }
