@@ -88,7 +88,7 @@ final class ManageTests: XCTestCase {
 
     func testRemove() throws {
         try enrol("phone")
-        try enrol("tablet", key: "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP")
+        try enrol("tablet", key: "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ")
         let missing = try tool(["remove", "laptop", "--user", "nobody"])
         XCTAssertNotEqual(missing.status, 0)
         XCTAssertTrue(missing.stderr.contains("no factor named \"laptop\""), missing.stderr)
