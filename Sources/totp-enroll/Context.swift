@@ -50,8 +50,7 @@ struct CallerContext {
         }
         // The store: --store (root), else store= from /etc/security/pam_totp.conf (root-owned,
         // checked), else the default — the same place the module looks.
-        let configured = (try? ModuleOptions.load([]))?.store ?? Store.defaultDirectory
-        storePath = store ?? String(decoding: configured, as: UTF8.self)
+        if let store { storePath = store } else { storePath = String(decoding: try siteOptions().store, as: UTF8.self) }
     }
 
     /// Opens the store, creating the directory (0700) if it does not exist yet.
@@ -78,6 +77,16 @@ func checkEnrollable(_ store: Store, _ context: CallerContext, label: String, se
     }
     try storeCall { () throws(MFAError) in
         try store.checkEnrollable(user: context.user, accountUID: context.uid, label: Array(label.utf8), secret: secret)
+    }
+}
+
+/// The site's settings, as the module reads them (`/etc/security/pam_totp.conf`, checked):
+/// the store, and the window and failure limits of the tool's own code check. A broken or
+/// unsafe file is an error here too — the module refuses every login with it, and the tool
+/// must not quietly act on another store or other limits.
+func siteOptions() throws -> ModuleOptions {
+    do { return try ModuleOptions.load([]) } catch {
+        throw CLIError("\(CLIError.text(error)); fix /etc/security/pam_totp.conf (pam_totp(8))")
     }
 }
 

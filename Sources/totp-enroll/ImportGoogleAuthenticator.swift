@@ -100,7 +100,7 @@ struct ImportGoogleAuthenticator: ParsableCommand {
     fileprivate func report(_ f: GoogleAuthenticatorFile, path: String, user: String, label: String, period: UInt64,
                 keptRecovery: Int?) -> String {
         var lines: [String] = []
-        lines.append("Imported \(path) for \(user) as factor \"\(label)\": TOTP, SHA-1, 6 digits, \(period)-second steps.")
+        lines.append("Imported \(path) for \(user) as factor \"\(shown(label))\": TOTP, SHA-1, 6 digits, \(period)-second steps.")
         lines.append("Its settings, and what they become in pam_totp:")
         func row(_ setting: String, _ effect: String) {
             let pad = setting.count < 22 ? String(repeating: " ", count: 22 - setting.count) : " "
@@ -243,9 +243,7 @@ private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) 
 }
 
 /// The path as it may be printed: control characters become '?'.
-private func displayPath(_ path: String) -> String {
-    String(path.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
-}
+private func displayPath(_ path: String) -> String { shown(path) }
 
 // MARK: - The format
 

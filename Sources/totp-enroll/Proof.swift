@@ -27,7 +27,7 @@ enum Proof {
         }
         var bytes = Array(answer.utf8)
         defer { wipe(&bytes) }
-        let options = (try? ModuleOptions.load([])) ?? ModuleOptions()
+        let options = try siteOptions()
         let outcome: AuthOutcome
         switch try storeCall({ () throws(MFAError) in try store.lookup(user: context.user, accountUID: context.uid) }) {
         case .enrolled(let enrolled):
