@@ -31,6 +31,12 @@ var targets: [Target] = [
     .target(
         name: "PamTOTP", dependencies: ["MFACore", "CLibc", "CPAM"], exclude: ["exports.map"],
         swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),
+    // Bench-only (`make bench`, scripts/bench.sh; never installed): TOTPVerifier.match and its
+    // HMACs behind two fixed symbol names for callgrind. Built in both modes, so `make bench`
+    // measures the Embedded code that ships.
+    .executableTarget(
+        name: "verify-bench", dependencies: ["MFACore", "CLibc"], path: "Tests/VerifyBench",
+        swiftSettings: embeddedSwift),
 ]
 var products: [Product] = [
     .library(name: "pam_totp", type: .dynamic, targets: ["PamTOTP"]),
