@@ -49,7 +49,7 @@ public struct ModuleOptions: Equatable, Sendable {
     }
 
     static func isConfigArgument(_ arg: [UInt8]) -> Bool {
-        arg.count >= 7 && Array(arg.prefix(7)) == Array("config=".utf8)
+        arg.count >= 7 && equals(arg.prefix(7), "config=")
     }
 
     /// Applies a configuration file: one setting per line as `name`, `name=value` or
@@ -77,50 +77,48 @@ public struct ModuleOptions: Equatable, Sendable {
         let name = eq.map { Array(arg[..<$0]) } ?? arg
         let value = eq.map { Array(arg[($0 + 1)...]) }
         func bad(_ why: Message) -> MFAError { .invalidOption(origin + why + ": " + printable(arg)) }
-        switch name {
-        case Array("nullok".utf8):
+        // Compared with literals in place: no array is built per setting (this runs per login).
+        if equals(name, "nullok") {
             guard let v = Self.flag(value) else { throw bad("nullok takes no value, or yes/no") }
             nullok = v
-        case Array("debug".utf8):
+        } else if equals(name, "debug") {
             guard let v = Self.flag(value) else { throw bad("debug takes no value, or yes/no") }
             debug = v
-        case Array("adjacent_intervals".utf8):
+        } else if equals(name, "adjacent_intervals") {
             guard let v = value, let n = parseDecimal(v, limit: UInt64(TOTPVerifier.maxAdjacentIntervals)) else {
                 throw bad("adjacent_intervals must be 0 to 10")
             }
             adjacentIntervals = Int(n)
-        case Array("store".utf8):
+        } else if equals(name, "store") {
             guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(0) else {
                 throw bad("store must be an absolute path")
             }
             store = v
-        case Array("max_failures".utf8):
+        } else if equals(name, "max_failures") {
             guard let v = value, let n = parseDecimal(v, limit: Self.maxFailuresRange.upperBound),
                   Self.maxFailuresRange.contains(n) else { throw bad("max_failures must be 1 to 100") }
             maxFailures = UInt32(n)
-        case Array("lockout".utf8):
+        } else if equals(name, "lockout") {
             guard let v = value, let n = parseDecimal(v, limit: Self.lockoutRange.upperBound) else {
                 throw bad("lockout must be 0 to 86400 seconds")
             }
             lockoutSeconds = Int64(n)
-        case Array("prompt".utf8):
+        } else if equals(name, "prompt") {
             guard let v = value, !v.isEmpty, v.count <= 128, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
                 throw bad("prompt must be 1 to 128 printable characters")
             }
             prompt = v
-        default:
+        } else {
             throw bad("unknown or malformed setting")
         }
     }
 
     /// A flag: bare name, `=yes` or `=no`.
     static func flag(_ value: [UInt8]?) -> Bool? {
-        switch value {
-        case nil: return true
-        case Array("yes".utf8)?: return true
-        case Array("no".utf8)?: return false
-        default: return nil
-        }
+        guard let value else { return true }
+        if equals(value, "yes") { return true }
+        if equals(value, "no") { return false }
+        return nil
     }
 
     /// Reads the configuration file safely: regular file, owned by root, not writable by group

@@ -52,14 +52,19 @@ extension HashAlgorithm {
     }
 
     public init?(name: some Collection<UInt8>) {
-        var lower: [UInt8] = []
-        for c in name { lower.append(c >= 0x41 && c <= 0x5A ? c | 0x20 : c) }
-        switch lower {
-        case Array("sha1".utf8): self = .sha1
-        case Array("sha256".utf8): self = .sha256
-        case Array("sha512".utf8): self = .sha512
-        default: return nil
+        // Case-insensitive, without building a lowered copy.
+        func named(_ literal: StaticString) -> Bool {
+            let want = bytes(literal)
+            guard name.count == want.count else { return false }
+            var i = 0
+            for c in name {
+                let lower = c >= 0x41 && c <= 0x5A ? c | 0x20 : c
+                if lower != want[i] { return false }
+                i += 1
+            }
+            return true
         }
+        if named("sha1") { self = .sha1 } else if named("sha256") { self = .sha256 } else if named("sha512") { self = .sha512 } else { return nil }
     }
 
     /// RFC 6238 recommends a key as long as the digest.

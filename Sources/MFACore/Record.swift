@@ -137,88 +137,136 @@ public struct UserRecord: Equatable, Sendable {
     public static func parse(_ bytes: [UInt8]) throws(MFAError) -> UserRecord {
         guard bytes.count <= maxSize else { throw .corruptRecord("record too large") }
         guard bytes.last == ASCII.newline else { throw .corruptRecord("record truncated") }
-        let lines = bytes.split(separator: ASCII.newline, omittingEmptySubsequences: false).dropLast()
-        guard let header = lines.first else { throw .corruptRecord("empty record") }
-        let headerFields = splitFields(header)
-        guard headerFields.count == 2, equals(headerFields[0], "pam_totp") else {
-            throw .corruptRecord("not a pam_totp record")
-        }
-        guard let version = parseDecimal(headerFields[1], limit: 1_000_000), version == 1 || version == 2 else {
-            throw .corruptRecord("unsupported record version")
-        }
+        // One pass over the lines, each split into at most 8 fields in place (no arrays of
+        // lines or fields: this runs on every login).
+        var f = FieldSplitter()
+        var lineStart = 0
+        var lineNumber = 0
+        var version: UInt64 = 0
         var record = UserRecord()
-        var body = lines.dropFirst()
-        if version == 2 {
-            guard let line = body.first else { throw .corruptRecord("no account line") }
-            let fields = splitFields(line)
-            guard fields.count == 3, equals(fields[0], "account"),
-                  fields[2].count == 16, let id = Hex.decode(fields[2]) else {
-                throw .corruptRecord("bad account line")
+        var factorFields = 7
+        while lineStart < bytes.count {
+            var end = lineStart
+            while end < bytes.count && bytes[end] != ASCII.newline { end += 1 }
+            let line = bytes[lineStart..<end]
+            lineStart = end + 1
+            lineNumber += 1
+            let n = f.split(line)
+            if lineNumber == 1 {
+                guard n == 2, equals(f.field(0, of: line), "pam_totp") else { throw .corruptRecord("not a pam_totp record") }
+                guard let v = parseDecimal(f.field(1, of: line), limit: 1_000_000), v == 1 || v == 2 else {
+                    throw .corruptRecord("unsupported record version")
+                }
+                version = v
+                factorFields = v == 2 ? 8 : 7
+                continue
             }
-            if !equals(fields[1], "-") {
-                guard let uid = parseDecimal(fields[1], limit: UInt64(UInt32.max)) else { throw .corruptRecord("bad account line") }
-                record.uid = UInt32(truncatingIfNeeded: uid)
+            if version == 2 && lineNumber == 2 {
+                guard n == 3, equals(f.field(0, of: line), "account"), f.field(2, of: line).count == 16,
+                      let id = Hex.decode(f.field(2, of: line)) else {
+                    throw .corruptRecord("bad account line")
+                }
+                let uidField = f.field(1, of: line)
+                if !equals(uidField, "-") {
+                    guard let uid = parseDecimal(uidField, limit: UInt64(UInt32.max)) else { throw .corruptRecord("bad account line") }
+                    record.uid = UInt32(truncatingIfNeeded: uid)
+                }
+                record.id = uint64(id)
+                continue
             }
-            record.id = uint64(id)
-            body = body.dropFirst()
-        }
-        let factorFields = version == 2 ? 8 : 7
-        for line in body {
-            let fields = splitFields(line)
-            guard let keyword = fields.first else { throw .corruptRecord("empty line") }
-            if equals(keyword, "recovery") {
-                guard record.recovery == nil, fields.count == 4, fields[1].count == 16,
-                      let id = Hex.decode(fields[1]).map(uint64),
-                      let iterations = parseDecimal(fields[2], limit: RecoverySet.iterationRange.upperBound),
+            guard n > 0, !line.isEmpty else { throw .corruptRecord("empty line") }
+            let keyword = f.field(0, of: line)
+            if equals(keyword, "factor") {
+                guard n == factorFields else { throw .corruptRecord("factor line has wrong field count") }
+                guard record.factors.count < maxFactors else { throw .corruptRecord("too many factors") }
+                guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
+                guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
+                guard let digits = parseDecimal(f.field(3, of: line), limit: 8),
+                      let period = parseDecimal(f.field(4, of: line), limit: OTPParameters.periodRange.upperBound),
+                      let created = parseDecimal(f.field(5, of: line), limit: UInt64(Int64.max)) else {
+                    throw .corruptRecord("bad factor number")
+                }
+                var enrolledStep: UInt64 = 0
+                if version == 2 {
+                    guard let s = parseDecimal(f.field(6, of: line), limit: UInt64.max) else { throw .corruptRecord("bad factor number") }
+                    enrolledStep = s
+                }
+                let secret: [UInt8]
+                do throws(MFAError) { secret = try Base32.decode(f.field(factorFields - 1, of: line)) } catch {
+                    throw .corruptRecord("bad factor secret")
+                }
+                let factor: Factor
+                do throws(MFAError) {
+                    factor = try Factor(label: label,
+                                        parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
+                                        created: Int64(created), enrolledStep: enrolledStep, secret: secret)
+                } catch {
+                    throw .corruptRecord("factor out of range")
+                }
+                guard record.factor(labelled: factor.label) == nil else {
+                    throw .corruptRecord("duplicate factor label")
+                }
+                record.factors.append(factor)
+            } else if equals(keyword, "recovery") {
+                guard record.recovery == nil, n == 4, f.field(1, of: line).count == 16,
+                      let id = Hex.decode(f.field(1, of: line)).map(uint64),
+                      let iterations = parseDecimal(f.field(2, of: line), limit: RecoverySet.iterationRange.upperBound),
                       RecoverySet.iterationRange.contains(iterations),
-                      let salt = Hex.decode(fields[3]), salt.count >= 8, salt.count <= 64 else {
+                      let salt = Hex.decode(f.field(3, of: line)), salt.count >= 8, salt.count <= 64 else {
                     throw .corruptRecord("bad recovery line")
                 }
                 record.recovery = RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: [])
-                continue
-            }
-            if equals(keyword, "recovery-code") {
-                guard fields.count == 2, let h = Hex.decode(fields[1]), h.count == 32,
+            } else if equals(keyword, "recovery-code") {
+                guard n == 2, let h = Hex.decode(f.field(1, of: line)), h.count == 32,
                       var r = record.recovery, r.hashes.count < RecoverySet.maxCodes else {
                     throw .corruptRecord("bad recovery-code line")
                 }
+                record.recovery = nil  // keep the hash array uniquely referenced while appending
                 r.hashes.append(h)
                 record.recovery = r
-                continue
+            } else {
+                throw .corruptRecord("unknown line")
             }
-            guard equals(keyword, "factor") else { throw .corruptRecord("unknown line") }
-            guard fields.count == factorFields else { throw .corruptRecord("factor line has wrong field count") }
-            guard record.factors.count < maxFactors else { throw .corruptRecord("too many factors") }
-            guard let label = Percent.decode(fields[1]) else { throw .corruptRecord("bad factor label") }
-            guard let algorithm = HashAlgorithm(name: fields[2]) else { throw .corruptRecord("bad algorithm") }
-            guard let digits = parseDecimal(fields[3], limit: 8),
-                  let period = parseDecimal(fields[4], limit: OTPParameters.periodRange.upperBound),
-                  let created = parseDecimal(fields[5], limit: UInt64(Int64.max)) else {
-                throw .corruptRecord("bad factor number")
-            }
-            var enrolledStep: UInt64 = 0
-            if version == 2 {
-                guard let s = parseDecimal(fields[6], limit: UInt64.max) else { throw .corruptRecord("bad factor number") }
-                enrolledStep = s
-            }
-            let secret: [UInt8]
-            do throws(MFAError) { secret = try Base32.decode(fields[factorFields - 1]) } catch {
-                throw .corruptRecord("bad factor secret")
-            }
-            let factor: Factor
-            do throws(MFAError) {
-                factor = try Factor(label: label,
-                                    parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
-                                    created: Int64(created), enrolledStep: enrolledStep, secret: secret)
-            } catch {
-                throw .corruptRecord("factor out of range")
-            }
-            guard record.factor(labelled: factor.label) == nil else {
-                throw .corruptRecord("duplicate factor label")
-            }
-            record.factors.append(factor)
         }
+        if lineNumber == 0 { throw .corruptRecord("empty record") }
+        if version == 2 && lineNumber < 2 { throw .corruptRecord("no account line") }
         return record
+    }
+}
+
+/// Splits a line on single spaces into at most 8 fields, in place: `split` returns the number
+/// of fields (9 for "more than 8"); `field(i, of:)` is the i-th. Empty fields (two spaces in a
+/// row) are kept, so that the caller's field-count and content checks reject them.
+struct FieldSplitter {
+    var starts = InlineArray<9, Int>(repeating: 0)
+    var ends = InlineArray<9, Int>(repeating: 0)
+
+    mutating func split(_ line: ArraySlice<UInt8>) -> Int {
+        var n = 0
+        var start = line.startIndex
+        var i = line.startIndex
+        while i < line.endIndex {
+            if line[i] == ASCII.space {
+                if n == 8 { return 9 }
+                starts[n] = start
+                ends[n] = i
+                n += 1
+                start = i + 1
+            }
+            i += 1
+        }
+        if n == 8 { return 9 }
+        starts[n] = start
+        ends[n] = line.endIndex
+        return n + 1
+    }
+
+    /// Field `i` (callers only ask for indexes below the count `split` returned).
+    func field(_ i: Int, of line: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        guard i >= 0, i < 9 else { return line[line.endIndex...] }
+        let s = starts[i], e = ends[i]
+        guard s >= line.startIndex, s <= e, e <= line.endIndex else { return line[line.endIndex...] }
+        return line[s..<e]
     }
 }
 

@@ -106,11 +106,13 @@ public struct UserState: Equatable, Sendable {
     ///  0  "PTS" 0x02          4  entry count (u16)   6  zero (u16)
     ///  8  sequence (u64)     16  record id (u64)    24  failures (u32)   28  success pid (u32)
     /// 32  locked until (i64) 40  recovery set (u64) 48  recovery used (u32) 52 zero (u32)
-    /// 56  entries: key (u64), step (u64), zero (u64) — 24 bytes each
-    ///     then FNV-1a-64 of every byte before it (u64), then zeros to the slot's end
+    /// 56  entries: key (u64), step (u64), zero (u64) — 24 bytes each; then zeros
+    /// slot end − 8: FNV-1a-64 of the header and entries (u64)
     /// ```
     /// The checksum only detects torn and foreign slots (the file is root-only); it covers the
-    /// meaningful bytes alone, so a login hashes about 100 bytes.
+    /// meaningful bytes alone, so a login hashes about 100 bytes. It is the slot's LAST bytes,
+    /// so a write cut short (a file-size limit, a full quota) can never complete a slot: the
+    /// previous state stays the valid one, and a refused attempt has changed nothing.
     static let headerSize = 56
     static let entrySize = 24
 
@@ -139,21 +141,22 @@ public struct UserState: Equatable, Sendable {
             storeLE(&out, at + 8, e.step, 8)
             at += Self.entrySize
         }
-        storeLE(&out, at, fnv1a64(out[base..<at]), 8)
+        storeLE(&out, base + Self.slotSize - 8, fnv1a64(out[base..<at]), 8)
     }
 
     /// Parses one slot (version 2, else version 1); nil when it is torn, zeroed, foreign or
     /// otherwise not a complete valid slot. Never traps, whatever the bytes.
     static func parse(slot: ArraySlice<UInt8>) -> UserState? {
         let s = slot.startIndex
-        guard slot.count >= headerSize + 8 else { return nil }
+        guard slot.count >= headerSize + 8 else { return nil }  // (a v2 slot is exactly slotSize)
         guard slot[s] == 0x50, slot[s + 1] == 0x54, slot[s + 2] == 0x53, slot[s + 3] == 0x02 else {
             return parseVersion1(slot: slot)
         }
         let count = Int(loadLE(slot, s + 4, 2))
         guard count <= maxEntries, loadLE(slot, s + 6, 2) == 0 else { return nil }
         let end = s + headerSize + count * entrySize
-        guard end + 8 <= slot.endIndex, loadLE(slot, end, 8) == fnv1a64(slot[s..<end]) else { return nil }
+        guard slot.count == slotSize, end <= slot.endIndex - 8,
+              loadLE(slot, slot.endIndex - 8, 8) == fnv1a64(slot[s..<end]) else { return nil }
         var state = UserState()
         state.sequence = loadLE(slot, s + 8, 8)
         state.recordID = loadLE(slot, s + 16, 8)

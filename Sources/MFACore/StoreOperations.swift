@@ -165,7 +165,10 @@ extension FileStore {
     /// an account is deleted). The record's removal is the commit. False if there was nothing.
     public func purge(user: [UInt8]) throws(MFAError) -> Bool {
         let existed = try withLock(user: user) { () throws(MFAError) -> Bool in
-            let had = try read(user: user) != nil || (try? readState(user: user)) != nil
+            // Whether anything was there: the record, or a state file (even an unreadable one).
+            let hasRecord = try read(user: user) != nil
+            let hasState = try openChecked(Self.stateName(user), flags: O_RDONLY, what: "state file") != nil
+            let had = hasRecord || hasState
             try removeLocked(user: user)
             return had
         }

@@ -63,13 +63,14 @@ public enum LiveSystemCalls: SystemCalls {
 }
 
 /// Runs `body` until it does not fail with EINTR; returns its result or throws with errno.
+/// The operation's name is built only for an error (no allocation on the login path).
 @inline(__always)
-func retryingOnEINTR(_ operation: Message, _ body: () -> Int32) throws(MFAError) -> Int32 {
+func retryingOnEINTR(_ operation: @autoclosure () -> Message, _ body: () -> Int32) throws(MFAError) -> Int32 {
     while true {
         let r = body()
         if r >= 0 { return r }
         let e = clibc_errno()
-        if e != EINTR { throw .system(operation: operation, errno: e) }
+        if e != EINTR { throw .system(operation: operation(), errno: e) }
     }
 }
 

@@ -27,18 +27,30 @@ func bytes(_ p: UnsafePointer<CChar>, max: Int) -> [UInt8]? {
     return p.withMemoryRebound(to: UInt8.self, capacity: n) { Array(UnsafeBufferPointer(start: $0, count: n)) }
 }
 
-/// The uid of the account named `user` (through libpam's NSS helper, which caches it in the
-/// handle for other modules), or nil if there is none.
-func accountUID(_ pamh: OpaquePointer, _ user: [UInt8]) -> UInt32? {
-    var z = user
-    z.append(0)
-    return z.withUnsafeBufferPointer { buf -> UInt32? in
-        guard let base = buf.baseAddress else { return nil }
-        return base.withMemoryRebound(to: CChar.self, capacity: buf.count) { name -> UInt32? in
-            guard let pw = pam_modutil_getpwnam(pamh, name) else { return nil }
-            return UInt32(pw.pointee.pw_uid)
+/// The uid of the account named `user` (NSS, through getpwnam_r with a buffer that grows on
+/// ERANGE up to 1 MiB), or nil if there is none or it cannot be looked up.
+func accountUID(_ user: [UInt8]) -> UInt32? {
+    var name = user
+    name.append(0)
+    var size = 4096
+    while size <= 1 << 20 {
+        var buffer = [CChar](repeating: 0, count: size)
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>? = nil
+        let rc = name.withUnsafeBufferPointer { n -> Int32 in
+            guard let base = n.baseAddress else { return EINVAL }
+            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { cname in
+                buffer.withUnsafeMutableBufferPointer { b in
+                    guard let bb = b.baseAddress else { return EINVAL }
+                    return getpwnam_r(cname, &entry, bb, b.count, &result)
+                }
+            }
         }
+        if rc == ERANGE { size *= 4; continue }
+        guard rc == 0, result != nil else { return nil }
+        return UInt32(entry.pw_uid)
     }
+    return nil
 }
 
 func userName(_ pamh: OpaquePointer) -> [UInt8]? {

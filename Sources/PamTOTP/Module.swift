@@ -25,7 +25,7 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
-    let account = accountUID(pamh, user)
+    let account = accountUID(user)
     var enrollment = Authenticator.lookup(user: user, accountUID: account, options: options)
     if case .otherAccount(let recordUID) = enrollment {
         log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)
