@@ -331,6 +331,40 @@ final class ReviewRegressionTests: XCTestCase {
                       "the module logs why the record is not used; captured (\(capture.modeDescription)): "
                       + lines.filter { $0.contains(user) }.joined(separator: "\n"))
     }
+
+    /// Finding 12, the other half of purge: a name with nothing stored is reported as such
+    /// (exit 0, "Nothing stored"), is not logged as purged, and leaves no file behind.
+    func testFinding12_PurgeOfANameWithNothingStoredSaysSo() throws {
+        let user = tag + "y"  // no account, nothing stored
+        let r = try tool(["purge", "--user", user])
+        XCTAssertEqual(r.status, 0, describe(r))
+        XCTAssertTrue(r.stdout.contains("Nothing stored"), "nothing was stored for \(user): " + describe(r))
+        XCTAssertFalse(r.stdout.contains("Purged"), describe(r))
+        XCTAssertEqual(storeListing(), [], "purge leaves no file (not even a lock file)")
+    }
+
+    /// Finding 1, a limit that cuts the state write short instead of refusing it: with
+    /// RLIMIT_FSIZE=1000 the pwrite of a 2048-byte slot at offset 0 writes 1000 bytes and the
+    /// rest fails (EFBIG). The attempt is denied as "could not be recorded", so like any denied
+    /// answer it must change nothing: the same right code must still work once the limit is
+    /// lifted (DESIGN §4.1, §4.13).
+    func testFinding1_ShortStateWriteUnderFileSizeLimitUsesNothingUp() throws {
+        let s0 = currentStep()
+        let user = "daemon"
+        let secret = randomSecret()
+        let service = try systemService("short", ["auth required MODULE STORE"])
+        let enrolled = try enrol(user, "phone", secret, step: s0 - 2)
+        XCTAssertEqual(enrolled.status, 0, describe(enrolled))
+        // The first login creates the state file with its first slot write in the second slot
+        // (sequence 1); the next write goes to the first slot, at offset 0.
+        let first = try pamtester(service, user, code(secret, s0 - 1))
+        XCTAssertEqual(first.status, 0, describe(first))
+        let denied = try pamtester(service, user, code(secret, s0), fsize: 1000)
+        XCTAssertNotEqual(denied.status, 0, "the attempt could not be recorded whole: " + describe(denied))
+        XCTAssertTrue(denied.stderr.contains(Self.authFailure), describe(denied))
+        let after = try pamtester(service, user, code(secret, s0))
+        XCTAssertEqual(after.status, 0, "the code denied under RLIMIT_FSIZE=1000 was used up anyway: " + describe(after))
+    }
 }
 
 /// A 4096-byte state file: slot 1 is a version-1 text slot, valid but for one thing — it ends
