@@ -45,6 +45,22 @@ public struct HMACKey: Sendable {
         }
     }
 
+    /// RFC 4226's dynamic truncation of HMAC(key, counter), without building the MAC.
+    public func truncatedHOTP(counter: UInt64) -> UInt32 {
+        withUnsafeBytes(of: counter.bigEndian) { raw in
+            raw.withMemoryRebound(to: UInt8.self) { message -> UInt32 in
+                switch pads {
+                case .sha1(let inner, let outer):
+                    return outer.finishedState(of: inner.finalState(message, prefixBytes: SHA1State.blockBytes)).dynamicTruncation()
+                case .sha256(let inner, let outer):
+                    return outer.finishedState(of: inner.finalState(message, prefixBytes: SHA256State.blockBytes)).dynamicTruncation()
+                case .sha512(let inner, let outer):
+                    return outer.finishedState(of: inner.finalState(message, prefixBytes: SHA512State.blockBytes)).dynamicTruncation()
+                }
+            }
+        }
+    }
+
     func authenticate(bytes message: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         switch pads {
         case .sha1(let inner, let outer):

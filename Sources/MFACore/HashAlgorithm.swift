@@ -152,6 +152,11 @@ extension MDHashState {
     /// the outer hash of HMAC. The digest (at most 8 words) always fits in one padded block, so
     /// this is a single compression, with no byte conversion and no allocation but the result.
     func finishWithDigest(of digestState: Self) -> [UInt8] {
+        finishedState(of: digestState).digest()
+    }
+
+    /// The outer state of an HMAC after it absorbed the inner digest: its words are the MAC.
+    func finishedState(of digestState: Self) -> Self {
         var state = self
         var block = InlineArray<16, Word>(repeating: 0)
         digestState.storeDigest(&block)
@@ -163,7 +168,23 @@ extension MDHashState {
         }
         block[15] = Word(truncatingIfNeeded: bits)
         state.compress(&block)
-        return state.digest()
+        return state
+    }
+
+    /// RFC 4226 dynamic truncation of the digest in this state's words, without building the
+    /// digest as an array (HOTP runs it 11 times per login): the low nibble of the last byte
+    /// picks four bytes, of which the low 31 bits are the value.
+    func dynamicTruncation() -> UInt32 {
+        var words = InlineArray<16, Word>(repeating: 0)
+        storeDigest(&words)
+        let wordBytes = Self.wordBytes
+        let count = Self.digestWords &* wordBytes  // 20, 32 or 64
+        @inline(__always) func byte(_ i: Int) -> UInt32 {
+            let shift = (wordBytes &- 1 &- (i % wordBytes)) &* 8
+            return UInt32(truncatingIfNeeded: words[(i / wordBytes) & 15] &>> shift) & 0xFF
+        }
+        let offset = Int(byte(count &- 1) & 0x0F)  // at most 15: offset + 3 < count
+        return (byte(offset) & 0x7F) << 24 | byte(offset &+ 1) << 16 | byte(offset &+ 2) << 8 | byte(offset &+ 3)
     }
 
     /// The digest bytes (big-endian state words).

@@ -75,14 +75,7 @@ extension HashAlgorithm {
 public enum HOTP {
     /// The dynamic-truncation value modulo 10^digits.
     public static func value(key: HMACKey, counter: UInt64, digits: Int) -> UInt32 {
-        let mac = key.authenticate(counter: counter)
-        // The MAC is at least 20 bytes; the offset is at most 15, so offset+3 ≤ 18 is in range.
-        guard mac.count >= 20, let last = mac.last else { return 0 }
-        let offset = Int(last & 0x0F)
-        let binary = UInt32(mac[offset] & 0x7F) << 24
-            | UInt32(mac[offset + 1]) << 16
-            | UInt32(mac[offset + 2]) << 8
-            | UInt32(mac[offset + 3])
+        let binary = key.truncatedHOTP(counter: counter)
         let modulus: UInt32
         switch digits {
         case ...6: modulus = 1_000_000
