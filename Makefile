@@ -20,7 +20,7 @@ ENROLL_BIN  := .build/release/totp-enroll
 VERIFY_BENCH := .build-embedded/release/verify-bench
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev
-TEST_DEPS   := pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra
+TEST_DEPS   := valgrind pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra
 BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime
 
 # Installs the Debian packages named in $(1) that are missing (apt-get update only if needed).

@@ -108,25 +108,117 @@ private let totpEnrollConversation: @convention(c) (Int32, UnsafeMutablePointer<
 }
 
 /// Reads a line without echo from the terminal; from stdin when there is no terminal.
+/// While echo is off, a signal that would end or stop the process first puts the terminal
+/// back as it was (`HiddenInput`), so Ctrl-C at the prompt does not leave echo off.
 func readHidden(_ prompt: String) -> String? {
     let fd = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
     guard fd >= 0 else { return promptLine(prompt) }
     defer { close(fd) }
     var saved = termios()
     let isTerminal = tcgetattr(fd, &saved) == 0
-    var quiet = saved
-    quiet.c_lflag &= ~tcflag_t(ECHO)
-    if isTerminal { _ = tcsetattr(fd, TCSAFLUSH, &quiet) }
-    defer { if isTerminal { _ = tcsetattr(fd, TCSAFLUSH, &saved) } }
-    _ = prompt.withCString { write(fd, $0, strlen($0)) }
     var line: [UInt8] = []
-    var byte: UInt8 = 0
-    while line.count < 1024 {
-        let n = read(fd, &byte, 1)
-        if n < 0 && errno == EINTR { continue }
-        if n <= 0 || byte == 0x0A { break }
-        line.append(byte)
+    var restart = true
+    while restart {
+        restart = false
+        if isTerminal { HiddenInput.echoOff(fd: fd, saved: saved) }
+        _ = prompt.withCString { write(fd, $0, strlen($0)) }
+        line.removeAll()
+        var byte: UInt8 = 0
+        while line.count < 1024 {
+            // Stopped (Ctrl-Z) with the terminal restored, and now continued: echo is on
+            // again, so turn it off and ask again; what was typed before is discarded.
+            if isTerminal && HiddenInput.wasStopped { HiddenInput.restore(); restart = true; break }
+            let n = read(fd, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 || byte == 0x0A { break }
+            line.append(byte)
+        }
     }
+    if isTerminal { HiddenInput.restore() }
     _ = write(fd, "\n", 1)
     return String(decoding: line, as: UTF8.self)
+}
+
+/// Echo off for a hidden prompt, with the terminal restored on every way out. Only while echo
+/// is off, SIGINT, SIGQUIT, SIGTERM and SIGHUP (the ways a person or a closing terminal ends
+/// the tool) and SIGTSTP, SIGTTIN and SIGTTOU (the ways it is stopped) have a handler that
+/// restores the saved terminal settings with tcsetattr (async-signal-safe; TCSAFLUSH also drops
+/// a half-typed password so the shell cannot read it), resets the signal to its default action
+/// and raises it again: the process then ends, or stops, exactly as it would have, with echo
+/// on. A stopped prompt that is continued turns echo off again and asks again (`readHidden`).
+/// A signal the caller ignores (nohup, a background job) stays ignored. SIGKILL cannot be
+/// caught: nothing can restore the terminal after it (`stty sane` can).
+enum HiddenInput {
+    static let signals: [Int32] = [SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU]
+
+    /// What the handler needs, in memory it reaches without the Swift runtime: allocated once,
+    /// filled in before any handler is installed.
+    struct Shared {
+        var fd: Int32
+        var saved: termios
+        var stopped: Int32
+    }
+    nonisolated(unsafe) static let shared: UnsafeMutablePointer<Shared> = {
+        let p = UnsafeMutablePointer<Shared>.allocate(capacity: 1)
+        p.initialize(to: Shared(fd: -1, saved: termios(), stopped: 0))
+        return p
+    }()
+    /// The dispositions the handlers replaced, per signal (main code only).
+    nonisolated(unsafe) static var previous: [(Int32, sigaction)] = []
+
+    /// True when a stop signal was handled since echo was last turned off.
+    static var wasStopped: Bool { shared.pointee.stopped != 0 }
+
+    /// Installs the handlers, then turns echo off on `fd` (in that order: no moment with echo
+    /// off and no handler).
+    static func echoOff(fd: Int32, saved: termios) {
+        shared.pointee = Shared(fd: fd, saved: saved, stopped: 0)
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = restoreTerminalAndReraise
+        action.sa_flags = 0  // no SA_RESTART: a read in progress returns EINTR
+        sigemptyset(&action.sa_mask)
+        for signo in signals { sigaddset(&action.sa_mask, signo) }  // one handler at a time
+        previous.removeAll()
+        for signo in signals {
+            var old = sigaction()
+            guard sigaction(signo, nil, &old) == 0, !isIgnored(old) else { continue }
+            if sigaction(signo, &action, nil) == 0 { previous.append((signo, old)) }
+        }
+        var quiet = saved
+        quiet.c_lflag &= ~tcflag_t(ECHO)
+        _ = tcsetattr(fd, TCSAFLUSH, &quiet)
+    }
+
+    /// Restores the terminal, then the previous dispositions (in that order: a signal in
+    /// between finds the handler, which restores again, harmlessly).
+    static func restore() {
+        _ = tcsetattr(shared.pointee.fd, TCSAFLUSH, &shared.pointee.saved)
+        for (signo, old) in previous {
+            var old = old
+            _ = sigaction(signo, &old, nil)
+        }
+        previous.removeAll()
+    }
+
+    static func isIgnored(_ action: sigaction) -> Bool {
+        guard let handler = action.__sigaction_handler.sa_handler, action.sa_flags & SA_SIGINFO == 0 else { return false }
+        return unsafeBitCast(handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
+    }
+}
+
+/// The signal handler: async-signal-safe calls only (tcsetattr, write, sigaction, raise), no
+/// allocation, no locks. The raised signal is blocked until the handler returns, then takes
+/// its default action.
+private func restoreTerminalAndReraise(_ signo: Int32) {
+    let shared = HiddenInput.shared
+    _ = tcsetattr(shared.pointee.fd, TCSAFLUSH, &shared.pointee.saved)
+    switch signo {
+    case SIGTSTP, SIGTTIN, SIGTTOU: shared.pointee.stopped = 1
+    default: _ = write(shared.pointee.fd, "\n", 1)  // the shell's prompt starts on a new line
+    }
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = SIG_DFL
+    sigemptyset(&action.sa_mask)
+    _ = sigaction(signo, &action, nil)
+    _ = raise(signo)
 }
