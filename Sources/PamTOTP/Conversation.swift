@@ -34,16 +34,15 @@ func accountUID(_ user: [UInt8]) -> UInt32? {
     name.append(0)
     var size = 4096
     while size <= 1 << 20 {
-        var buffer = [CChar](repeating: 0, count: size)
+        // Not zeroed: getpwnam_r fills what it uses.
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+        defer { buffer.deallocate() }
         var entry = passwd()
         var result: UnsafeMutablePointer<passwd>? = nil
         let rc = name.withUnsafeBufferPointer { n -> Int32 in
             guard let base = n.baseAddress else { return EINVAL }
             return base.withMemoryRebound(to: CChar.self, capacity: n.count) { cname in
-                buffer.withUnsafeMutableBufferPointer { b in
-                    guard let bb = b.baseAddress else { return EINVAL }
-                    return getpwnam_r(cname, &entry, bb, b.count, &result)
-                }
+                getpwnam_r(cname, &entry, buffer, size, &result)
             }
         }
         if rc == ERANGE { size *= 4; continue }
