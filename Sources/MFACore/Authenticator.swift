@@ -13,6 +13,8 @@ public enum Enrollment<Sys: SystemCalls> {
 public struct EnrolledUser<Sys: SystemCalls> {
     let store: FileStore<Sys>
     let record: UserRecord
+    /// The account's uid, resolved only because a record exists (see `lookup`).
+    let accountUID: UInt32?
     let file: OwnedFD<Sys>
     let identity: FileIdentity
 }
@@ -27,7 +29,7 @@ public enum AuthOutcome: Equatable {
     /// when this failure started a lockout.
     case wrongCode(replayed: Bool, failures: UInt32, lockedUntil: Int64?)
     /// The outcome of the attempt could not be recorded (`error` says why). Whatever the answer
-    /// was, it is denied exactly like a wrong code (DESIGN §4.1): a right code that cannot be
+    /// was, it is denied exactly like a wrong code (docs/ARCHITECTURE.md §4.1): a right code that cannot be
     /// recorded as used is not accepted, and the caller cannot tell the two apart.
     case notRecorded(MFAError)
     /// Refused without using the answer: too many failures. `permanent` at the hard cap.
@@ -44,10 +46,13 @@ public struct Decision: Equatable {
 }
 
 public enum Authenticator {
-    /// Before the prompt: is `user` enrolled? `accountUID` is the uid of the account named
+    /// Before the prompt: is `user` enrolled? `accountUID` gives the uid of the account named
     /// `user` (nil if there is none): a record enrolled for another uid is not this account's.
+    /// It is asked only when a record exists, so a name without a record costs no account
+    /// look-up (NSS can cost far more for a name it does not know: timing would tell).
     /// No lock is taken, so guessing names creates no files.
-    public static func lookup(user: [UInt8], accountUID: UInt32?, options: ModuleOptions) -> Enrollment<LiveSystemCalls> {
+    public static func lookup(user: [UInt8], options: ModuleOptions,
+                              accountUID: () -> UInt32?) -> Enrollment<LiveSystemCalls> {
         do throws(MFAError) {
             try Store.validate(user: user)
         } catch {
@@ -131,7 +136,7 @@ public enum Authenticator {
     /// The work of an enrolled user's check without a user: a record parsed from text, the
     /// policy over it (one SHA-1 factor, and a PBKDF2 for a recovery-code-shaped answer), the
     /// state slot built. For unknown, unenrolled and vanished users, so they are not told apart
-    /// from enrolled ones by timing (DESIGN §4.2).
+    /// from enrolled ones by timing (docs/ARCHITECTURE.md §4.2).
     static func decoy(_ answer: [UInt8], at unixTime: Int64, options: ModuleOptions) {
         var text: [UInt8] = []
         text.append(literal: "pam_totp 2\naccount 0 0000000000000000\n")
@@ -146,23 +151,29 @@ public enum Authenticator {
 
 extension FileStore {
     /// Before the prompt (see `Authenticator.lookup`).
-    public func lookup(user: [UInt8], accountUID: UInt32?) throws(MFAError) -> Enrollment<Sys> {
+    public func lookup(user: [UInt8], accountUID: () -> UInt32?) throws(MFAError) -> Enrollment<Sys> {
         guard let (record, file, identity) = try readWithIdentity(user: user), record.isEnrolled else { return .unenrolled }
-        guard record.belongs(toAccount: accountUID) else { return .otherAccount(recordUID: record.uid ?? 0) }
-        return .enrolled(EnrolledUser(store: self, record: record, file: file, identity: identity))
+        let account = record.uid == nil ? nil : accountUID()
+        guard record.belongs(toAccount: account) else { return .otherAccount(recordUID: record.uid ?? 0) }
+        return .enrolled(EnrolledUser(store: self, record: record, accountUID: account, file: file, identity: identity))
+    }
+
+    public func lookup(user: [UInt8], accountUID: UInt32?) throws(MFAError) -> Enrollment<Sys> {
+        try lookup(user: user) { accountUID }
     }
 
     /// Verifies `answer` and records the outcome as one step under the user's lock: the record
     /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.
     /// If that write fails, the outcome is `notRecorded`, whatever the answer was.
-    public func authenticate(user: [UInt8], accountUID: UInt32?, answer: [UInt8], at unixTime: Int64,
+    public func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
                              options: ModuleOptions, process: UInt32, enrolled: EnrolledUser<Sys>) -> AuthOutcome {
         do throws(MFAError) {
             let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
             return try withLock(user: user) { () throws(MFAError) -> AuthOutcome in
                 var record = enrolled.record
                 if !isCurrent(user: user, identity: enrolled.identity) {
-                    guard let now = try read(user: user), now.isEnrolled, now.belongs(toAccount: accountUID) else {
+                    guard let now = try read(user: user), now.isEnrolled,
+                          now.uid == nil || now.uid == enrolled.accountUID else {
                         Authenticator.decoy(answer, at: unixTime, options: options)
                         return .unenrolled
                     }
@@ -185,7 +196,7 @@ extension FileStore {
 extension Authenticator {
     /// The module's step after the prompt: `authenticate` for an enrolled user, the decoy for
     /// everyone else.
-    public static func authenticate(user: [UInt8], accountUID: UInt32?, answer: [UInt8], at unixTime: Int64,
+    public static func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
                                     options: ModuleOptions, process: UInt32,
                                     enrollment: Enrollment<LiveSystemCalls>) -> AuthOutcome {
         switch enrollment {
@@ -196,7 +207,7 @@ extension Authenticator {
             decoy(answer, at: unixTime, options: options)
             return .failed(e)
         case .enrolled(let enrolled):
-            return enrolled.store.authenticate(user: user, accountUID: accountUID, answer: answer, at: unixTime,
+            return enrolled.store.authenticate(user: user, answer: answer, at: unixTime,
                                                options: options, process: process, enrolled: enrolled)
         }
     }

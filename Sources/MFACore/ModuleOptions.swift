@@ -1,6 +1,6 @@
 import CLibc
 
-/// The module's settings (DESIGN.md §5): from `/etc/security/pam_totp.conf` (or `config=FILE`),
+/// The module's settings (docs/ARCHITECTURE.md §5): from `/etc/security/pam_totp.conf` (or `config=FILE`),
 /// then the pam.d arguments, which override the file. Parsing is strict: an unknown name, a
 /// malformed or out-of-range value throws `invalidOption` naming it (and, for the file, the
 /// file and line), and the module denies; nothing is silently ignored.

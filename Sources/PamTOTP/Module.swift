@@ -25,8 +25,11 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
-    let account = accountUID(user)
-    var enrollment = Authenticator.lookup(user: user, accountUID: account, options: options)
+    var account: UInt32? = nil  // looked up only if the user has a record
+    var enrollment = Authenticator.lookup(user: user, options: options) { () -> UInt32? in
+        account = accountUID(user)
+        return account
+    }
     if case .otherAccount(let recordUID) = enrollment {
         log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)
             + (account.map { ", not for this account's uid " + decimal($0) } ?? ", and no such account exists")
@@ -41,7 +44,7 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
-    let outcome = Authenticator.authenticate(user: user, accountUID: account, answer: answer, at: Int64(time(nil)),
+    let outcome = Authenticator.authenticate(user: user, answer: answer, at: Int64(time(nil)),
                                              options: options, process: UInt32(truncatingIfNeeded: getpid()),
                                              enrollment: enrollment)
     wipe(&answer)

@@ -79,7 +79,7 @@ enum FaultySyscalls: SystemCalls {
 }
 
 /// Every system call the store makes, failed in turn with EINTR, EIO, ENOSPC, EDQUOT and
-/// EFBIG (DESIGN §7 in docs): each attempt is a denial or a recorded success (never an
+/// EFBIG (docs/ARCHITECTURE.md §7): each attempt is a denial or a recorded success (never an
 /// unrecorded success, never a trap), the record and the state are the old or the new version,
 /// and the next operation without faults works. The call-site × error table is printed.
 final class FaultInjectionTests: XCTestCase {
@@ -127,7 +127,7 @@ final class FaultInjectionTests: XCTestCase {
         let options = ModuleOptions()
         switch Result(catching: { () throws(MFAError) in try store.lookup(user: user, accountUID: 1000) }) {
         case .success(.enrolled(let e)):
-            return store.authenticate(user: user, accountUID: 1000, answer: answer, at: t, options: options, process: 1, enrolled: e)
+            return store.authenticate(user: user, answer: answer, at: t, options: options, process: 1, enrolled: e)
         case .success: return .unenrolled
         case .failure(let e): return .failed(e)
         }

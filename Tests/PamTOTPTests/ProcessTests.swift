@@ -94,7 +94,7 @@ final class PamtesterTests: XCTestCase {
         XCTAssertEqual(nm.status, 0, nm.stderr)
         let exported = nm.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").last.map(String.init) }.sorted()
         XCTAssertEqual(exported, ["pam_sm_authenticate", "pam_sm_setcred"])
-        // Hygiene inside the host (DESIGN §4.9): the module imports nothing that reads the
+        // Hygiene inside the host (docs/ARCHITECTURE.md §4.9): the module imports nothing that reads the
         // environment, installs signal handlers, starts threads, or changes umask or cwd.
         let imports = try runCommand(["nm", "-D", "--undefined-only", moduleURL.path])
         XCTAssertEqual(imports.status, 0, imports.stderr)
