@@ -9,11 +9,24 @@ public enum Enrollment<Sys: SystemCalls> {
     case failed(MFAError)
 }
 
+/// An account as NSS knows it: its canonical name and uid.
+public struct Account: Equatable {
+    public var name: [UInt8]
+    public var uid: UInt32
+    public init(name: [UInt8], uid: UInt32) {
+        self.name = name
+        self.uid = uid
+    }
+}
+
 /// An enrolled user as `lookup` found them.
 public struct EnrolledUser<Sys: SystemCalls> {
     let store: FileStore<Sys>
+    /// The name the record is stored under (the account's canonical name when the name given
+    /// to PAM was another spelling of it).
+    let name: [UInt8]
     let record: UserRecord
-    /// The account's uid, resolved only because a record exists (see `lookup`).
+    /// The account's uid, when it was looked up (records bound to a uid).
     let accountUID: UInt32?
     let file: OwnedFD<Sys>
     let identity: FileIdentity
@@ -46,20 +59,21 @@ public struct Decision: Equatable {
 }
 
 public enum Authenticator {
-    /// Before the prompt: is `user` enrolled? `accountUID` gives the uid of the account named
-    /// `user` (nil if there is none): a record enrolled for another uid is not this account's.
-    /// It is asked only when a record exists, so a name without a record costs no account
-    /// look-up (NSS can cost far more for a name it does not know: timing would tell).
-    /// No lock is taken, so guessing names creates no files.
+    /// Before the prompt: is `user` enrolled? `account` looks the name up in NSS (nil: no such
+    /// account; it throws when the look-up itself fails, which denies): a record enrolled for
+    /// another uid is not this account's, and a name that NSS maps to another canonical name
+    /// (case-insensitive directories, aliases) is looked up under that name too, so that no
+    /// spelling of an enrolled account's name is "unenrolled". No lock is taken, so guessing
+    /// names creates no files.
     public static func lookup(user: [UInt8], options: ModuleOptions,
-                              accountUID: () -> UInt32?) -> Enrollment<LiveSystemCalls> {
+                              account: () throws(MFAError) -> Account?) -> Enrollment<LiveSystemCalls> {
         do throws(MFAError) {
             try Store.validate(user: user)
         } catch {
             return .unenrolled  // a name that cannot be a record cannot be enrolled
         }
         do throws(MFAError) {
-            return try Store(path: options.store).lookup(user: user, accountUID: accountUID)
+            return try Store(path: options.store).lookup(user: user, account: account)
         } catch {
             return .failed(error)
         }
@@ -122,7 +136,10 @@ public enum Authenticator {
             return Decision(outcome: .recoveryCode(remaining: remaining), state: next)
         }
 
-        // A failure: count it; every max_failures-th consecutive failure starts a lockout.
+        // A failure: count it; every max_failures-th consecutive failure starts a lockout. The
+        // last success's process id goes: it may only ever name the process whose code was
+        // the last thing recorded (totp-enroll relies on that, Proof.swift).
+        next.successProcess = 0
         next.failures = next.failures < UInt32.max ? next.failures + 1 : next.failures
         var lockedUntil: Int64? = nil
         if options.lockoutSeconds > 0 && options.maxFailures > 0 && next.failures % options.maxFailures == 0 {
@@ -151,27 +168,43 @@ public enum Authenticator {
 
 extension FileStore {
     /// Before the prompt (see `Authenticator.lookup`).
-    public func lookup(user: [UInt8], accountUID: () -> UInt32?) throws(MFAError) -> Enrollment<Sys> {
-        guard let (record, file, identity) = try readWithIdentity(user: user), record.isEnrolled else { return .unenrolled }
-        let account = record.uid == nil ? nil : accountUID()
-        guard record.belongs(toAccount: account) else { return .otherAccount(recordUID: record.uid ?? 0) }
-        return .enrolled(EnrolledUser(store: self, record: record, accountUID: account, file: file, identity: identity))
+    public func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<Sys> {
+        var name = user
+        var found = try readWithIdentity(user: user)
+        var resolved: Account? = nil
+        var lookedUp = false
+        if found == nil {
+            // Another spelling of an enrolled account's name?
+            resolved = try account()
+            lookedUp = true
+            if let canonical = resolved?.name, canonical != user, (try? Self.validate(user: canonical)) != nil {
+                found = try readWithIdentity(user: canonical)
+                name = canonical
+            }
+        }
+        guard let (record, file, identity) = found, record.isEnrolled else { return .unenrolled }
+        if record.uid != nil && !lookedUp { resolved = try account() }
+        let uid = resolved?.uid
+        guard record.belongs(toAccount: uid) else { return .otherAccount(recordUID: record.uid ?? 0) }
+        return .enrolled(EnrolledUser(store: self, name: name, record: record, accountUID: uid, file: file, identity: identity))
     }
 
+    /// `lookup` with the account already known (totp-enroll, tests).
     public func lookup(user: [UInt8], accountUID: UInt32?) throws(MFAError) -> Enrollment<Sys> {
-        try lookup(user: user) { accountUID }
+        try lookup(user: user) { () throws(MFAError) -> Account? in accountUID.map { Account(name: user, uid: $0) } }
     }
 
     /// Verifies `answer` and records the outcome as one step under the user's lock: the record
     /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.
     /// If that write fails, the outcome is `notRecorded`, whatever the answer was.
-    public func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
+    public func authenticate(answer: [UInt8], at unixTime: Int64,
                              options: ModuleOptions, process: UInt32, enrolled: EnrolledUser<Sys>) -> AuthOutcome {
+        let user = enrolled.name
         do throws(MFAError) {
             let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
             return try withLock(user: user) { () throws(MFAError) -> AuthOutcome in
                 var record = enrolled.record
-                if !isCurrent(user: user, identity: enrolled.identity) {
+                if !isCurrent(user, identity: enrolled.identity) {
                     guard let now = try read(user: user), now.isEnrolled,
                           now.uid == nil || now.uid == enrolled.accountUID else {
                         Authenticator.decoy(answer, at: unixTime, options: options)
@@ -207,7 +240,7 @@ extension Authenticator {
             decoy(answer, at: unixTime, options: options)
             return .failed(e)
         case .enrolled(let enrolled):
-            return enrolled.store.authenticate(user: user, answer: answer, at: unixTime,
+            return enrolled.store.authenticate(answer: answer, at: unixTime,
                                                options: options, process: process, enrolled: enrolled)
         }
     }

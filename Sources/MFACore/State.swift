@@ -16,8 +16,10 @@ public struct UserState: Equatable, Sendable {
     public var lockedUntil: Int64 = 0
     public var recoverySet: UInt64 = 0
     public var recoveryUsed: UInt32 = 0
-    /// The process id of the last accepted code (lets totp-enroll see that its own PAM stack
-    /// already checked a code, so it does not ask for a second one).
+    /// The process id of the process whose accepted code was the last thing recorded; 0 after
+    /// any other write (a failure, an unlock). totp-enroll reads it, with the sequence, to see
+    /// that its own PAM stack accepted a code while it ran (so it does not ask for a second
+    /// one): a live process's id names no other process in its pid namespace.
     public var successProcess: UInt32 = 0
     /// (factor key, last accepted step), one entry per factor of the record that was used.
     public var lastSteps: [(key: UInt64, step: UInt64)] = []
@@ -32,8 +34,10 @@ public struct UserState: Equatable, Sendable {
     }
 
     /// The factor's key in the state: FNV-1a of its label (labels are unique within a record,
-    /// and the state stays small whatever the labels are). Two labels that collided would share
-    /// one replay step, which only ever refuses more codes, never fewer.
+    /// and the state stays small whatever the labels are). Two labels whose keys collided would
+    /// share one replay step; with different periods the later write could move it back for
+    /// the other factor. Only a user crafting their own labels could arrange that, against
+    /// themselves.
     public static func key(forLabel label: [UInt8]) -> UInt64 { fnv1a64(label[...]) }
 
     public func lastStep(forLabel label: [UInt8]) -> UInt64? {

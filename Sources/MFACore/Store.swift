@@ -77,9 +77,9 @@ public final class FileStore<Sys: SystemCalls> {
     }
 
     /// True when `user`'s record is still the file with `identity`.
-    func isCurrent(user: [UInt8], identity: FileIdentity) -> Bool {
+    func isCurrent(_ name: [UInt8], identity: FileIdentity) -> Bool {
         var st = stat()
-        let r = (try? withCPath(user) { (p) throws(MFAError) -> Int32 in
+        let r = (try? withCPath(name) { (p) throws(MFAError) -> Int32 in
             Sys.fstatat(directory.raw, p, &st, AT_SYMLINK_NOFOLLOW)
         }) ?? -1
         return r == 0 && FileStatus(st).identity == identity
@@ -89,27 +89,36 @@ public final class FileStore<Sys: SystemCalls> {
     /// renamed or removed (except by `purge`), so every process locks the same inode.
     public func withLock<R>(user: [UInt8], _ body: () throws(MFAError) -> R) throws(MFAError) -> R {
         try Self.validate(user: user)
-        let fd = try withCPath(Self.lockName(user)) { (p) throws(MFAError) -> Int32 in
-            do throws(MFAError) {
-                return try retryingOnEINTR("open lock") {
-                    Sys.openat(directory.raw, p, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
-                }
-            } catch {
-                if case .system(_, let e) = error, e == ELOOP { throw .insecureStore("lock file is a symlink") }
-                throw error
-            }
-        }
-        let lock = OwnedFD<Sys>(fd)
-        _ = try checkFile(lock.raw, what: "lock file")
+        let name = Self.lockName(user)
         var waited = 0
-        while Sys.flock(lock.raw, LOCK_EX | LOCK_NB) != 0 {
-            let e = clibc_errno()
-            guard e == EWOULDBLOCK || e == EINTR else { throw .system(operation: "flock", errno: e) }
+        while true {
+            let fd = try withCPath(name) { (p) throws(MFAError) -> Int32 in
+                do throws(MFAError) {
+                    return try retryingOnEINTR("open lock") {
+                        Sys.openat(directory.raw, p, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+                    }
+                } catch {
+                    if case .system(_, let e) = error, e == ELOOP { throw .insecureStore("lock file is a symlink") }
+                    throw error
+                }
+            }
+            let lock = OwnedFD<Sys>(fd)
+            let st = try checkFile(lock.raw, what: "lock file")
+            while Sys.flock(lock.raw, LOCK_EX | LOCK_NB) != 0 {
+                let e = clibc_errno()
+                guard e == EWOULDBLOCK || e == EINTR else { throw .system(operation: "flock", errno: e) }
+                guard waited < lockTimeoutMilliseconds else { throw .lockTimeout }
+                sleepMilliseconds(10)
+                waited += 10
+            }
+            // `purge` removes the lock file: a lock taken on a removed inode excludes nobody
+            // who opens the name afterwards. Only the file linked under the name counts.
+            if isCurrent(name, identity: st.identity) {
+                return try body()  // closing the descriptor (OwnedFD.deinit) releases the lock
+            }
+            waited += 10  // bounded however often the file is removed under us
             guard waited < lockTimeoutMilliseconds else { throw .lockTimeout }
-            sleepMilliseconds(10)
-            waited += 10
         }
-        return try body()  // closing the descriptor (OwnedFD.deinit) releases the lock
     }
 
     static func lockName(_ user: [UInt8]) -> [UInt8] {

@@ -145,6 +145,7 @@ extension FileStore {
             let result = UnlockResult(failures: state.failures, lockedUntil: state.lockedUntil, rebuilt: rebuilt)
             state.failures = 0
             state.lockedUntil = 0
+            state.successProcess = 0
             state.recordID = record.id
             state.prune(to: record)
             if rebuilt {

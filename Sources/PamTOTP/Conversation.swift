@@ -27,9 +27,10 @@ func bytes(_ p: UnsafePointer<CChar>, max: Int) -> [UInt8]? {
     return p.withMemoryRebound(to: UInt8.self, capacity: n) { Array(UnsafeBufferPointer(start: $0, count: n)) }
 }
 
-/// The uid of the account named `user` (NSS, through getpwnam_r with a buffer that grows on
-/// ERANGE up to 1 MiB), or nil if there is none or it cannot be looked up.
-func accountUID(_ user: [UInt8]) -> UInt32? {
+/// The account named `user` in NSS (canonical name and uid), through getpwnam_r with a
+/// buffer that grows on ERANGE up to 1 MiB; nil if there is none. A failed look-up throws:
+/// it must deny, never read as "no such account" (which nullok would let through).
+func lookupAccount(_ user: [UInt8]) throws(MFAError) -> Account? {
     var name = user
     name.append(0)
     var size = 4096
@@ -46,10 +47,11 @@ func accountUID(_ user: [UInt8]) -> UInt32? {
             }
         }
         if rc == ERANGE { size *= 4; continue }
-        guard rc == 0, result != nil else { return nil }
-        return UInt32(entry.pw_uid)
+        guard rc == 0 else { throw .system(operation: "getpwnam_r", errno: rc) }
+        guard result != nil, let pwName = entry.pw_name, let canonical = bytes(pwName, max: maxArgumentLength) else { return nil }
+        return Account(name: canonical, uid: UInt32(entry.pw_uid))
     }
-    return nil
+    throw .system(operation: "getpwnam_r", errno: ERANGE)
 }
 
 func userName(_ pamh: OpaquePointer) -> [UInt8]? {

@@ -25,10 +25,11 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
-    var account: UInt32? = nil  // looked up only if the user has a record
-    var enrollment = Authenticator.lookup(user: user, options: options) { () -> UInt32? in
-        account = accountUID(user)
-        return account
+    var account: UInt32? = nil  // for the log line below
+    var enrollment = Authenticator.lookup(user: user, options: options) { () throws(MFAError) -> Account? in
+        let found = try lookupAccount(user)
+        account = found?.uid
+        return found
     }
     if case .otherAccount(let recordUID) = enrollment {
         log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)

@@ -33,14 +33,17 @@ struct CallerContext {
             throw CLIError("--user and --store are for root only")
         }
         if let user {
-            if let pw = getpwnam(user) {
+            if let pw = getpwnam(user), let canonical = pw.pointee.pw_name {
                 uid = pw.pointee.pw_uid
+                // The record is stored under the account's own spelling of its name, as the
+                // module looks it up (a case-insensitive directory may accept others).
+                userName = String(cString: canonical)
             } else if requireAccount {
                 throw CLIError("no such user: \(shown(user))")
             } else {
                 uid = UInt32.max
+                userName = user
             }
-            userName = user
         } else {
             guard let pw = getpwuid(realUID), let name = pw.pointee.pw_name else {
                 throw CLIError("cannot find the name of uid \(realUID)")

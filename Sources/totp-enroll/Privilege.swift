@@ -124,14 +124,22 @@ func readHidden(_ prompt: String) -> String? {
         _ = prompt.withCString { write(fd, $0, strlen($0)) }
         line.removeAll()
         var byte: UInt8 = 0
+        var ended = false
         while line.count < 1024 {
             // Stopped (Ctrl-Z) with the terminal restored, and now continued: echo is on
             // again, so turn it off and ask again; what was typed before is discarded.
             if isTerminal && HiddenInput.wasStopped { HiddenInput.restore(); restart = true; break }
             let n = read(fd, &byte, 1)
             if n < 0 && errno == EINTR { continue }
-            if n <= 0 || byte == 0x0A { break }
+            if n <= 0 { ended = line.isEmpty; break }
+            if byte == 0x0A { break }
             line.append(byte)
+        }
+        if ended && !restart {
+            // End of input (Ctrl-D) with nothing typed: no answer, not an empty one.
+            if isTerminal { HiddenInput.restore() }
+            _ = write(fd, "\n", 1)
+            return nil
         }
     }
     if isTerminal { HiddenInput.restore() }

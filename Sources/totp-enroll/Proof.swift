@@ -31,7 +31,7 @@ enum Proof {
         let outcome: AuthOutcome
         switch try storeCall({ () throws(MFAError) in try store.lookup(user: context.user, accountUID: context.uid) }) {
         case .enrolled(let enrolled):
-            outcome = store.authenticate(user: context.user, answer: bytes, at: Int64(time(nil)),
+            outcome = store.authenticate(answer: bytes, at: Int64(time(nil)),
                                          options: options, process: me, enrolled: enrolled)
         case .unenrolled, .otherAccount:
             outcome = .unenrolled

@@ -127,7 +127,7 @@ final class FaultInjectionTests: XCTestCase {
         let options = ModuleOptions()
         switch Result(catching: { () throws(MFAError) in try store.lookup(user: user, accountUID: 1000) }) {
         case .success(.enrolled(let e)):
-            return store.authenticate(user: user, answer: answer, at: t, options: options, process: 1, enrolled: e)
+            return store.authenticate(answer: answer, at: t, options: options, process: 1, enrolled: e)
         case .success: return .unenrolled
         case .failure(let e): return .failed(e)
         }
