@@ -1,3 +1,4 @@
+import Foundation
 import XCTest
 import TestSupport
 @testable import MFACore
@@ -44,5 +45,58 @@ final class ReviewProofStateTests: XCTestCase {
         XCTAssertFalse(proofSkipsTheCode,
                        "a failed attempt left successProcess = \(after.successProcess) (the earlier success's pid): "
                        + "a process that reuses that pid passes totp-enroll's code check with the password alone")
+    }
+}
+
+/// Review findings on the account look-up (second review, after the store rewrite).
+final class AccountLookupTests: XCTestCase {
+    let secret = Array("12345678901234567890".utf8)
+    var dir: URL!
+
+    override func setUpWithError() throws {
+        dir = try makeTemporaryDirectory("acct")
+        XCTAssertEqual(chmod(dir.path, 0o700), 0)
+        let store = try Store(path: Array(dir.path.utf8))
+        try store.write(user: Array("alice".utf8), record: UserRecord(uid: 1000, id: 9, factors: [
+            try Factor(label: Array("phone".utf8), parameters: .default, created: 1, secret: secret),
+        ]))
+    }
+
+    override func tearDown() { removeTemporaryDirectory(dir) }
+
+    func lookup(_ name: String, _ account: () throws(MFAError) -> Account?) -> String {
+        do throws(MFAError) {
+            switch try Store(path: Array(dir.path.utf8)).lookup(user: Array(name.utf8), account: account) {
+            case .enrolled: return "enrolled"
+            case .unenrolled: return "unenrolled"
+            case .otherAccount: return "otherAccount"
+            case .failed: return "failed"
+            }
+        } catch {
+            return "failed"
+        }
+    }
+
+    /// "ALICE" that a case-insensitive directory resolves to the account "alice" is alice: it
+    /// used to be "unenrolled", which nullok let through without a code.
+    func testAnotherSpellingOfAnEnrolledAccountIsEnrolled() {
+        XCTAssertEqual(lookup("ALICE") { () throws(MFAError) -> Account? in Account(name: Array("alice".utf8), uid: 1000) },
+                       "enrolled")
+        XCTAssertEqual(lookup("alice") { () throws(MFAError) -> Account? in Account(name: Array("alice".utf8), uid: 1000) },
+                       "enrolled")
+        // ...but only for the account the record was enrolled for.
+        XCTAssertEqual(lookup("ALICE") { () throws(MFAError) -> Account? in Account(name: Array("alice".utf8), uid: 1001) },
+                       "otherAccount")
+        XCTAssertEqual(lookup("bob") { () throws(MFAError) -> Account? in Account(name: Array("bob".utf8), uid: 1002) },
+                       "unenrolled")
+    }
+
+    /// An NSS failure is an error (it denies), never "no such account" (which reads as
+    /// unenrolled, and nullok lets through).
+    func testAFailedAccountLookUpDenies() {
+        let failing = { () throws(MFAError) -> Account? in throw .system(operation: "getpwnam_r", errno: EIO) }
+        XCTAssertEqual(lookup("alice", failing), "failed", "enrolled name, record bound to a uid")
+        XCTAssertEqual(lookup("ALICE", failing), "failed", "a spelling with no record of its own")
+        XCTAssertEqual(lookup("nobody-here", failing), "failed")
     }
 }

@@ -365,6 +365,43 @@ final class ReviewRegressionTests: XCTestCase {
         let after = try pamtester(service, user, code(secret, s0))
         XCTAssertEqual(after.status, 0, "the code denied under RLIMIT_FSIZE=1000 was used up anyway: " + describe(after))
     }
+
+    /// Second review: an NSS failure for an enrolled user's name read as "no such account", so
+    /// the uid-bound record looked foreign, the user "unenrolled", and nullok let them through
+    /// without a code. An LD_PRELOAD shim (test only) makes getpwnam_r fail with EIO for that
+    /// name inside pamtester.
+    func testAccountLookUpFailureDeniesUnderNullok() throws {
+        let secret = randomSecret()
+        let enrolled = try enrol("daemon", "phone", secret, step: currentStep())
+        XCTAssertEqual(enrolled.status, 0, describe(enrolled))
+        let dir = try makeTemporaryDirectory("nssfail")
+        defer { removeTemporaryDirectory(dir) }
+        let source = dir.appendingPathComponent("nssfail.c"), shim = dir.appendingPathComponent("nssfail.so")
+        try """
+            #define _GNU_SOURCE
+            #include <dlfcn.h>
+            #include <errno.h>
+            #include <pwd.h>
+            #include <string.h>
+            int getpwnam_r(const char *name, struct passwd *pwd, char *buf, size_t len, struct passwd **result) {
+                static int (*real)(const char *, struct passwd *, char *, size_t, struct passwd **);
+                if (!real) real = dlsym(RTLD_NEXT, "getpwnam_r");
+                if (strcmp(name, "daemon") == 0) { *result = NULL; return EIO; }
+                return real(name, pwd, buf, len, result);
+            }
+            """.write(to: source, atomically: true, encoding: .utf8)
+        let cc = try runCommand(["cc", "-shared", "-fPIC", "-o", shim.path, source.path, "-ldl"])
+        XCTAssertEqual(cc.status, 0, cc.stderr)
+        let service = try systemService("nssfail", ["auth [success=done ignore=ignore default=die] MODULE STORE nullok",
+                                                    "auth required pam_permit.so"])
+        let wrong = wrongCode([secret], around: currentStep())
+        let normal = try pamtester(service, "daemon", wrong)
+        XCTAssertTrue(normal.stderr.contains("Authentication failure"), "control: a wrong code is denied: \(describe(normal))")
+        let failing = try runCommand(["env", "LD_PRELOAD=" + shim.path, "pamtester", service, "daemon", "authenticate"],
+                                     input: wrong + "\n")
+        XCTAssertNotEqual(failing.status, 0, "an NSS failure let a wrong code through under nullok: \(describe(failing))")
+        XCTAssertFalse(failing.stdout.contains("successfully authenticated"), describe(failing))
+    }
 }
 
 /// A 4096-byte state file: slot 1 is a version-1 text slot, valid but for one thing — it ends
