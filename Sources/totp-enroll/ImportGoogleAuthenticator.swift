@@ -51,7 +51,8 @@ struct ImportGoogleAuthenticator: ParsableCommand {
         // leaves no record, no state and no lock file.
         var bytes = try readGoogleAuthenticatorFile(path, owner: owner)
         defer { wipe(&bytes) }
-        var parsed = try GoogleAuthenticatorFile(parsing: bytes, path: displayPath(path))
+        var parsed: GoogleAuthenticatorFile
+        do { parsed = try GoogleAuthenticatorFile(parsing: bytes) } catch { throw CLIError(displayPath(path) + ": " + CLIError.text(error)) }
         defer { parsed.erase() }
         let period = parsed.stepSize ?? GoogleAuthenticatorFile.defaultStepSize
         let parameters: OTPParameters
@@ -239,143 +240,6 @@ private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) 
 /// The path as it may be printed: control characters become '?'.
 private func displayPath(_ path: String) -> String {
     String(path.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
-}
-
-// MARK: - The format
-
-/// A `~/.google_authenticator` file (google-authenticator-libpam's FILEFORMAT): line 1 the
-/// Base32 secret; option lines `" NAME [args]`; scratch codes, eight digits each. Parsed
-/// strictly: any line that is none of these is an error naming its number (but not its
-/// contents, which could be a code or the secret). Blank lines are allowed, as the module
-/// skips them; a trailing '\r' is tolerated.
-private struct GoogleAuthenticatorFile {
-    static let maxSize = 64 * 1024  // what pam_google_authenticator itself accepts
-    static let defaultStepSize: UInt64 = 30
-    static let defaultWindowSize = 3
-    static let hotpRefusal = "HOTP-mode files cannot be imported: pam_totp supports TOTP only; re-enrol the user with totp-enroll"
-
-    var secret: [UInt8] = []
-    var totp = false
-    var stepSize: UInt64?
-    var windowSize: Int?
-    var disallowReuse = false
-    /// The time steps listed after DISALLOW_REUSE: codes already used.
-    var usedSteps: [UInt64] = []
-    var rateLimit: (attempts: Int, interval: Int)?
-    var timeSkew: Int64?
-    var resettingTimeSkew = false
-    var scratchCodes: [[UInt8]] = []
-
-    init(parsing bytes: [UInt8], path: String) throws {
-        func fail(_ line: Int, _ what: String) -> CLIError { CLIError("\(path): line \(line): \(what)") }
-        guard !bytes.isEmpty else { throw CLIError("\(path) is empty") }
-        guard !bytes.contains(0) else { throw CLIError("\(path) contains a NUL byte; not a google-authenticator file") }
-        var lines = bytes.split(separator: 0x0A, omittingEmptySubsequences: false).map { line -> ArraySlice<UInt8> in
-            line.last == 0x0D ? line.dropLast() : line
-        }
-        if bytes.last == 0x0A { lines.removeLast() }
-
-        // The mode first: an HOTP file gets the one line that says why, whatever else is in it.
-        for line in lines.dropFirst() where Self.optionName(line) == Array("HOTP_COUNTER".utf8) {
-            throw CLIError("\(path): " + Self.hotpRefusal)
-        }
-
-        guard let first = lines.first, !first.isEmpty else { throw fail(1, "no secret (the first line must be the Base32 secret)") }
-        do { secret = try Base32.decode(first) } catch { throw fail(1, "the secret is not valid Base32") }
-        guard secret.count >= 10 else { wipe(&secret); throw fail(1, "the secret is shorter than 80 bits; enrol a new one with totp-enroll") }
-        guard secret.count <= 128 else { wipe(&secret); throw fail(1, "the secret is longer than 1024 bits") }
-
-        var seen: Set<[UInt8]> = []
-        for (index, line) in lines.enumerated().dropFirst() {
-            let number = index + 1
-            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
-            if line.first == 0x22 {
-                do { try parseOption(line, seen: &seen) } catch let e as ParseError { erase(); throw fail(number, e.text) }
-                continue
-            }
-            guard line.count == 8, line.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), line.first != 0x30 else {
-                erase()
-                throw fail(number, "neither an option (\" NAME) nor a scratch code (8 digits)")
-            }
-            guard scratchCodes.count < RecoverySet.maxCodes else {
-                erase()
-                throw fail(number, "more than \(RecoverySet.maxCodes) scratch codes; pam_totp keeps at most \(RecoverySet.maxCodes)")
-            }
-            scratchCodes.append(Array(line))
-        }
-        guard totp else {
-            erase()
-            throw CLIError("\(path): no TOTP_AUTH line: google-authenticator did not use this secret for time-based codes; enrol the user with totp-enroll")
-        }
-    }
-
-    struct ParseError: Error { let text: String }
-
-    /// The option name of a `" NAME ...` line, or nil.
-    static func optionName(_ line: ArraySlice<UInt8>) -> [UInt8]? {
-        guard line.count > 2, line.first == 0x22, line[line.startIndex + 1] == 0x20 else { return nil }
-        return Array(line.dropFirst(2).prefix { $0 != 0x20 && $0 != 0x09 })
-    }
-
-    mutating func parseOption(_ line: ArraySlice<UInt8>, seen: inout Set<[UInt8]>) throws {
-        guard let name = Self.optionName(line), !name.isEmpty else {
-            throw ParseError(text: "an option line must start with '\" ' and a name")
-        }
-        let args = line.dropFirst(2 + name.count).split(whereSeparator: { $0 == 0x20 || $0 == 0x09 })
-        let shown = String(decoding: name.prefix(32).map { $0 >= 0x20 && $0 < 0x7F ? $0 : 0x3F }, as: UTF8.self)
-        guard seen.insert(name).inserted else { throw ParseError(text: "\(shown) appears twice") }
-        func number(_ s: ArraySlice<UInt8>, _ range: ClosedRange<UInt64>, _ what: String) throws -> UInt64 {
-            guard !s.isEmpty, s.count <= 19, s.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { throw ParseError(text: what) }
-            let v = s.reduce(UInt64(0)) { $0 * 10 + UInt64($1 - 0x30) }
-            guard range.contains(v) else { throw ParseError(text: what) }
-            return v
-        }
-        switch name {
-        case Array("TOTP_AUTH".utf8):
-            guard args.isEmpty else { throw ParseError(text: "TOTP_AUTH takes no value") }
-            totp = true
-        case Array("STEP_SIZE".utf8):
-            guard args.count == 1 else { throw ParseError(text: "STEP_SIZE needs one value, 1 to 60") }
-            stepSize = try number(args[0], 1...60, "STEP_SIZE must be 1 to 60 seconds")
-        case Array("WINDOW_SIZE".utf8):
-            guard args.count == 1 else { throw ParseError(text: "WINDOW_SIZE needs one value, 1 to 100") }
-            windowSize = Int(try number(args[0], 1...100, "WINDOW_SIZE must be 1 to 100"))
-        case Array("DISALLOW_REUSE".utf8):
-            disallowReuse = true
-            for a in args { usedSteps.append(try number(a, 0...UInt64(UInt32.max), "DISALLOW_REUSE lists time steps (numbers)")) }
-        case Array("RATE_LIMIT".utf8):
-            guard args.count >= 2 else { throw ParseError(text: "RATE_LIMIT needs two values: attempts (1-100) and seconds (1-3600)") }
-            let attempts = try number(args[0], 1...100, "RATE_LIMIT attempts must be 1 to 100")
-            let interval = try number(args[1], 1...3600, "RATE_LIMIT seconds must be 1 to 3600")
-            for a in args.dropFirst(2) { _ = try number(a, 0...UInt64(UInt32.max), "RATE_LIMIT is followed by time stamps (numbers)") }
-            rateLimit = (Int(attempts), Int(interval))
-        case Array("TIME_SKEW".utf8):
-            guard args.count == 1 else { throw ParseError(text: "TIME_SKEW needs one value") }
-            let a = args[0]
-            let negative = a.first == 0x2D
-            let magnitude = try number(negative || a.first == 0x2B ? a.dropFirst() : a, 0...1_000_000, "TIME_SKEW must be a number of steps")
-            timeSkew = negative ? -Int64(magnitude) : Int64(magnitude)
-        case Array("RESETTING_TIME_SKEW".utf8):
-            // Pairs "step+skew" or "step-skew" the module keeps while it learns a skew; dropped.
-            for a in args {
-                guard let sign = a.firstIndex(where: { $0 == 0x2B || $0 == 0x2D }) else {
-                    throw ParseError(text: "RESETTING_TIME_SKEW lists step+skew pairs")
-                }
-                _ = try number(a[..<sign], 0...UInt64(UInt32.max), "RESETTING_TIME_SKEW lists step+skew pairs")
-                _ = try number(a[(sign + 1)...], 0...UInt64(Int32.max), "RESETTING_TIME_SKEW lists step+skew pairs")
-            }
-            resettingTimeSkew = true
-        default:
-            throw ParseError(text: "unknown option \(shown)")
-        }
-    }
-
-    /// Overwrites the secret and the codes.
-    mutating func erase() {
-        wipe(&secret)
-        for i in scratchCodes.indices { wipe(&scratchCodes[i]) }
-        scratchCodes.removeAll()
-    }
 }
 
 /// The scratch codes as a recovery set: one random 16-byte salt, PBKDF2-HMAC-SHA-256 with the
