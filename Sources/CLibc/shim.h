@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <pwd.h>
+#include <syslog.h>
 
 // open(2)/openat(2) are variadic (mode is optional).
 static inline int clibc_openat(int dirfd, const char *path, int flags, unsigned int mode) {
@@ -29,6 +30,25 @@ static inline int clibc_open(const char *path, int flags, unsigned int mode) {
 static inline int clibc_errno(void) { return errno; }
 // explicit_bzero is not always visible through the module importer with this feature set.
 static inline void clibc_wipe(void *p, size_t n) { if (p && n) explicit_bzero(p, n); }
+
+// Fixed names for the calls MFACore's LiveSystemCalls forwards to: inside that type an
+// unqualified `read` would name its own static method.
+static inline long clibc_read(int fd, void *buf, size_t n) { return (long)read(fd, buf, n); }
+static inline long clibc_write(int fd, const void *buf, size_t n) { return (long)write(fd, buf, n); }
+static inline long clibc_pwrite(int fd, const void *buf, size_t n, long long off) { return (long)pwrite(fd, buf, n, (off_t)off); }
+static inline int clibc_fsync(int fd) { return fsync(fd); }
+static inline int clibc_fdatasync(int fd) { return fdatasync(fd); }
+static inline int clibc_renameat(int a, const char *f, int b, const char *t) { return renameat(a, f, b, t); }
+static inline int clibc_unlinkat(int d, const char *p, int flags) { return unlinkat(d, p, flags); }
+static inline int clibc_flock(int fd, int op) { return flock(fd, op); }
+static inline int clibc_close(int fd) { return close(fd); }
+static inline int clibc_fstat(int fd, struct stat *st) { return fstat(fd, st); }
+static inline int clibc_fstatat(int d, const char *p, struct stat *st, int flags) { return fstatat(d, p, st, flags); }
+static inline int clibc_fchmod(int fd, unsigned int mode) { return fchmod(fd, (mode_t)mode); }
+// syslog(3) is variadic: totp-enroll logs one preformatted line.
+static inline void clibc_syslog(int priority, const char *line) { syslog(priority, "%s", line); }
+// Tests' fault-injecting system calls report their errors through errno, like libc.
+static inline void clibc_set_errno(int e) { errno = e; }
 
 // setresuid/setresgid are declared only with _GNU_SOURCE; totp-enroll needs them to drop
 // privileges for good (real, effective and saved ids at once).

@@ -7,6 +7,8 @@
 #include <security/pam_appl.h>
 #include <security/pam_modules.h>
 #include <security/pam_ext.h>
+#include <security/pam_modutil.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <syslog.h>
 

@@ -1,11 +1,20 @@
-/// The decision the PAM module makes, without any PAM. The module calls `lookup` (no lock,
-/// to decide whether to prompt at all), prompts, then `authenticate`, which takes the user's
-/// lock and does read → verify → write of the state as one step (DESIGN §4.5–4.7).
-public enum Enrollment {
-    /// The user has a record in `store` (opened and checked once, reused under the lock).
-    case enrolled(Store)
+/// What `lookup` found before the prompt. An enrolled user's record is kept, with its file
+/// still open, so that under the lock it is re-read only if it was replaced meanwhile.
+public enum Enrollment<Sys: SystemCalls> {
+    case enrolled(EnrolledUser<Sys>)
     case unenrolled
+    /// A record exists for the name but was enrolled for another account (uid `recordUID`):
+    /// the name was reused. Not enrolled, and worth a log line.
+    case otherAccount(recordUID: UInt32)
     case failed(MFAError)
+}
+
+/// An enrolled user as `lookup` found them.
+public struct EnrolledUser<Sys: SystemCalls> {
+    let store: FileStore<Sys>
+    let record: UserRecord
+    let file: OwnedFD<Sys>
+    let identity: FileIdentity
 }
 
 public enum AuthOutcome: Equatable {
@@ -14,81 +23,50 @@ public enum AuthOutcome: Equatable {
     /// The answer was an unused recovery code; it is now used up.
     case recoveryCode(remaining: Int)
     /// Enrolled, but the answer matched nothing usable. `replayed`: it matched a time step that
-    /// was already used. `failures`: consecutive failures now; `lockedUntil`: set when this
-    /// failure started a lockout; `saved`: false if the failure could not be recorded.
-    case wrongCode(replayed: Bool, failures: UInt32, lockedUntil: Int64?, saved: Bool)
-    /// Refused without checking the answer: too many failures. `permanent` at the hard cap.
+    /// was already used. `failures`: consecutive failures now (recorded); `lockedUntil`: set
+    /// when this failure started a lockout.
+    case wrongCode(replayed: Bool, failures: UInt32, lockedUntil: Int64?)
+    /// The outcome of the attempt could not be recorded (`error` says why). Whatever the answer
+    /// was, it is denied exactly like a wrong code (DESIGN §4.1): a right code that cannot be
+    /// recorded as used is not accepted, and the caller cannot tell the two apart.
+    case notRecorded(MFAError)
+    /// Refused without using the answer: too many failures. `permanent` at the hard cap.
     case lockedOut(until: Int64, permanent: Bool)
-    /// No record for the user (and no `nullok`, or the caller would not have asked).
+    /// No record for the user (or one that belongs to another account).
     case unenrolled
     case failed(MFAError)
 }
 
+/// The outcome of the policy and the state to record for it (nil: nothing changes).
+public struct Decision: Equatable {
+    public var outcome: AuthOutcome
+    public var state: UserState?
+}
+
 public enum Authenticator {
-    public static func lookup(user: [UInt8], options: ModuleOptions) -> Enrollment {
+    /// Before the prompt: is `user` enrolled? `accountUID` is the uid of the account named
+    /// `user` (nil if there is none): a record enrolled for another uid is not this account's.
+    /// No lock is taken, so guessing names creates no files.
+    public static func lookup(user: [UInt8], accountUID: UInt32?, options: ModuleOptions) -> Enrollment<LiveSystemCalls> {
         do throws(MFAError) {
             try Store.validate(user: user)
         } catch {
             return .unenrolled  // a name that cannot be a record cannot be enrolled
         }
         do throws(MFAError) {
-            let store = try Store(path: options.store)
-            guard let record = try store.read(user: user), record.isEnrolled else { return .unenrolled }
-            return .enrolled(store)
+            return try Store(path: options.store).lookup(user: user, accountUID: accountUID)
         } catch {
             return .failed(error)
         }
     }
 
-    /// Verifies `answer` for `user` at `unixTime` under the user's lock, updating the state.
-    /// `enrollment` is what `lookup` found before the prompt: an unenrolled user is answered
-    /// without taking a lock (so guessing names creates no lock files); for an enrolled user the
-    /// record is read again under the lock, from the store `lookup` opened.
-    public static func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
-                                    options: ModuleOptions, enrollment: Enrollment) -> AuthOutcome {
-        let store: Store
-        switch enrollment {
-        case .unenrolled:
-            decoy(answer, at: unixTime)
-            return .unenrolled
-        case .failed(let e):
-            decoy(answer, at: unixTime)
-            return .failed(e)
-        case .enrolled(let s):
-            store = s
-        }
-        do throws(MFAError) {
-            let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
-            return try store.withLock(user: user) { () throws(MFAError) -> AuthOutcome in
-                guard let record = try store.read(user: user), record.isEnrolled else {
-                    decoy(answer, at: unixTime)
-                    return .unenrolled
-                }
-                var state = try store.readState(user: user)
-                return try decide(record: record, state: &state, answer: answer, at: unixTime,
-                                  verifier: verifier, options: options) { (s) throws(MFAError) in
-                    try store.writeStateLocked(user: user, state: s)
-                }
-            }
-        } catch {
-            return .failed(error)
-        }
-    }
-
-    /// The policy on one record and state, with the state write injected (tests use it with an
-    /// in-memory state; the module with the store). Pure apart from `save`.
-    public static func decide(record: UserRecord, state: inout UserState, answer: [UInt8], at unixTime: Int64,
+    /// The policy on one record and state, pure: every factor's window and (for an answer
+    /// shaped like one) the recovery codes are checked whatever the state says, so a locked,
+    /// enrolled or unenrolled user costs the same; then the verdict and the state to record.
+    /// `process` is recorded with an accepted code (UserState.successProcess).
+    public static func decide(record: UserRecord, state: UserState, answer: [UInt8], at unixTime: Int64,
                               verifier: TOTPVerifier, options: ModuleOptions,
-                              save: (UserState) throws(MFAError) -> Void) throws(MFAError) -> AuthOutcome {
-        if state.failures >= UserState.hardFailureCap {
-            decoy(answer, at: unixTime)
-            return .lockedOut(until: Int64.max, permanent: true)
-        }
-        if unixTime < state.lockedUntil {
-            decoy(answer, at: unixTime)
-            return .lockedOut(until: state.lockedUntil, permanent: false)
-        }
-
+                              process: UInt32 = 0) throws(MFAError) -> Decision {
         // Every factor is checked (no early exit); the first factor in record order that
         // matched at an unused step wins.
         var matched: (label: [UInt8], step: UInt64)? = nil
@@ -96,50 +74,130 @@ public enum Authenticator {
         for factor in record.factors {
             let key = HMACKey(algorithm: factor.parameters.algorithm, key: factor.secret)
             let m = try verifier.match(answer: answer, key: key, parameters: factor.parameters, at: unixTime,
-                                       usedUpTo: state.lastStep(forLabel: factor.label))
+                                       usedUpTo: state.lastUsedStep(of: factor))
             if let step = m.step, matched == nil { matched = (factor.label, step) }
             if m.replayed { replayed = true }
         }
-        if let (label, step) = matched {
-            state.failures = 0
-            state.lockedUntil = 0
-            state.setLastStep(step, forLabel: label)
-            try save(state)  // §4.1: a code whose use cannot be recorded is not accepted
-            return .success(factor: label, step: step)
+        // A recovery-code-shaped answer that matched no factor costs one PBKDF2, whether or not
+        // the user has recovery codes (an absent set is checked against a throwaway one).
+        var recoveryIndex: Int? = nil
+        if matched == nil, let digits = RecoverySet.normalize(answer) {
+            if let recovery = record.recovery {
+                recoveryIndex = recovery.match(digits, used: state.usedRecovery(set: recovery.id))
+            } else {
+                _ = RecoverySet.decoy.match(digits, used: 0)
+            }
         }
-        if let recovery = record.recovery, let digits = RecoverySet.normalize(answer),
-           let index = recovery.match(digits, used: state.usedRecovery(set: recovery.id)) {
-            state.failures = 0
-            state.lockedUntil = 0
-            state.markRecoveryUsed(set: recovery.id, index: index)
-            try save(state)
-            let used = state.usedRecovery(set: recovery.id)
+
+        if state.failures >= UserState.hardFailureCap {
+            return Decision(outcome: .lockedOut(until: Int64.max, permanent: true), state: nil)
+        }
+        if unixTime < state.lockedUntil {
+            return Decision(outcome: .lockedOut(until: state.lockedUntil, permanent: false), state: nil)
+        }
+
+        var next = state.adopted(by: record)
+        next.recordID = record.id
+        next.prune(to: record)
+        if let (label, step) = matched {
+            next.failures = 0
+            next.lockedUntil = 0
+            next.successProcess = process
+            next.setLastStep(step, forLabel: label)
+            return Decision(outcome: .success(factor: label, step: step), state: next)
+        }
+        if let recovery = record.recovery, let index = recoveryIndex {
+            next.failures = 0
+            next.lockedUntil = 0
+            next.successProcess = process
+            next.markRecoveryUsed(set: recovery.id, index: index)
+            let used = next.usedRecovery(set: recovery.id)
             var remaining = 0
             for i in 0..<recovery.hashes.count where i >= 32 || (used >> UInt32(i)) & 1 == 0 { remaining += 1 }
-            return .recoveryCode(remaining: remaining)
+            return Decision(outcome: .recoveryCode(remaining: remaining), state: next)
         }
 
         // A failure: count it; every max_failures-th consecutive failure starts a lockout.
-        state.failures = state.failures < UInt32.max ? state.failures + 1 : state.failures
+        next.failures = next.failures < UInt32.max ? next.failures + 1 : next.failures
         var lockedUntil: Int64? = nil
-        if options.lockoutSeconds > 0 && options.maxFailures > 0 && state.failures % options.maxFailures == 0 {
+        if options.lockoutSeconds > 0 && options.maxFailures > 0 && next.failures % options.maxFailures == 0 {
             let (until, overflow) = unixTime.addingReportingOverflow(options.lockoutSeconds)
-            state.lockedUntil = overflow ? Int64.max : until
-            lockedUntil = state.lockedUntil
+            next.lockedUntil = overflow ? Int64.max : until
+            lockedUntil = next.lockedUntil
         }
-        // A failure that cannot be saved still denies, and cannot lock anyone out. It also cannot
-        // help an attacker: with an unwritable state no code can succeed either (see above).
-        var saved = true
-        do throws(MFAError) { try save(state) } catch { saved = false }
-        return .wrongCode(replayed: replayed, failures: state.failures, lockedUntil: lockedUntil, saved: saved)
+        return Decision(outcome: .wrongCode(replayed: replayed, failures: next.failures, lockedUntil: lockedUntil), state: next)
     }
 
-    /// The same work as one SHA-1 factor, against a throwaway key, so that unenrolled and
-    /// locked-out users are not told apart by timing.
-    static func decoy(_ answer: [UInt8], at unixTime: Int64) {
-        let key = HMACKey(algorithm: .sha1, key: [UInt8](repeating: 0, count: 20))
-        if let v = try? TOTPVerifier() {
-            _ = try? v.match(answer: answer, key: key, parameters: .default, at: unixTime, usedUpTo: nil)
+    /// The work of an enrolled user's check without a user: a record parsed from text, the
+    /// policy over it (one SHA-1 factor, and a PBKDF2 for a recovery-code-shaped answer), the
+    /// state slot built. For unknown, unenrolled and vanished users, so they are not told apart
+    /// from enrolled ones by timing (DESIGN §4.2).
+    static func decoy(_ answer: [UInt8], at unixTime: Int64, options: ModuleOptions) {
+        var text: [UInt8] = []
+        text.append(literal: "pam_totp 2\naccount 0 0000000000000000\n")
+        text.append(literal: "factor decoy sha1 6 30 0 0 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n")
+        guard let record = try? UserRecord.parse(text), let verifier = try? TOTPVerifier(adjacentIntervals: options.adjacentIntervals),
+              let decision = try? decide(record: record, state: UserState(), answer: answer, at: unixTime,
+                                         verifier: verifier, options: options) else { return }
+        var slot = (decision.state ?? UserState()).slotBytes()
+        wipe(&slot)
+    }
+}
+
+extension FileStore {
+    /// Before the prompt (see `Authenticator.lookup`).
+    public func lookup(user: [UInt8], accountUID: UInt32?) throws(MFAError) -> Enrollment<Sys> {
+        guard let (record, file, identity) = try readWithIdentity(user: user), record.isEnrolled else { return .unenrolled }
+        guard record.belongs(toAccount: accountUID) else { return .otherAccount(recordUID: record.uid ?? 0) }
+        return .enrolled(EnrolledUser(store: self, record: record, file: file, identity: identity))
+    }
+
+    /// Verifies `answer` and records the outcome as one step under the user's lock: the record
+    /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.
+    /// If that write fails, the outcome is `notRecorded`, whatever the answer was.
+    public func authenticate(user: [UInt8], accountUID: UInt32?, answer: [UInt8], at unixTime: Int64,
+                             options: ModuleOptions, process: UInt32, enrolled: EnrolledUser<Sys>) -> AuthOutcome {
+        do throws(MFAError) {
+            let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
+            return try withLock(user: user) { () throws(MFAError) -> AuthOutcome in
+                var record = enrolled.record
+                if !isCurrent(user: user, identity: enrolled.identity) {
+                    guard let now = try read(user: user), now.isEnrolled, now.belongs(toAccount: accountUID) else {
+                        Authenticator.decoy(answer, at: unixTime, options: options)
+                        return .unenrolled
+                    }
+                    record = now
+                }
+                let (state, file) = try readStateForUpdate(user: user)
+                let decision = try Authenticator.decide(record: record, state: state, answer: answer, at: unixTime,
+                                                        verifier: verifier, options: options, process: process)
+                if let next = decision.state {
+                    do throws(MFAError) { try writeStateLocked(user: user, state: next, file: file) } catch { return .notRecorded(error) }
+                }
+                return decision.outcome
+            }
+        } catch {
+            return .failed(error)
+        }
+    }
+}
+
+extension Authenticator {
+    /// The module's step after the prompt: `authenticate` for an enrolled user, the decoy for
+    /// everyone else.
+    public static func authenticate(user: [UInt8], accountUID: UInt32?, answer: [UInt8], at unixTime: Int64,
+                                    options: ModuleOptions, process: UInt32,
+                                    enrollment: Enrollment<LiveSystemCalls>) -> AuthOutcome {
+        switch enrollment {
+        case .unenrolled, .otherAccount:
+            decoy(answer, at: unixTime, options: options)
+            return .unenrolled
+        case .failed(let e):
+            decoy(answer, at: unixTime, options: options)
+            return .failed(e)
+        case .enrolled(let enrolled):
+            return enrolled.store.authenticate(user: user, accountUID: accountUID, answer: answer, at: unixTime,
+                                               options: options, process: process, enrolled: enrolled)
         }
     }
 }

@@ -3,7 +3,13 @@
 /// '=' padding. It rejects characters outside the alphabet, padding before the end, and lengths
 /// that no byte string encodes to (1, 3 or 6 characters in the last group).
 public enum Base32 {
-    static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567".utf8)
+    /// The alphabet's character for a 5-bit value, computed: a global table would be allocated
+    /// on every load of the module and never freed (it is dlopen'ed and dlclose'd per login).
+    @inline(__always)
+    static func symbol(_ v: UInt32) -> UInt8 {
+        let i = UInt8(truncatingIfNeeded: v & 0x1F)
+        return i < 26 ? 0x41 &+ i : 0x32 &+ (i &- 26)  // 'A'...'Z', then '2'...'7'
+    }
 
     public static func encode(_ bytes: [UInt8], padding: Bool = false) -> [UInt8] {
         var out: [UInt8] = []
@@ -14,12 +20,12 @@ public enum Base32 {
             buffer = (buffer << 8 | UInt32(b)) & 0xFFFF
             bits += 8
             while bits >= 5 {
-                out.append(alphabet[Int((buffer >> UInt32(bits - 5)) & 0x1F)])
+                out.append(symbol(buffer >> UInt32(bits - 5)))
                 bits -= 5
             }
         }
         if bits > 0 {
-            out.append(alphabet[Int((buffer << UInt32(5 - bits)) & 0x1F)])
+            out.append(symbol(buffer << UInt32(5 - bits)))
         }
         if padding {
             while out.count % 8 != 0 { out.append(ASCII.equals) }

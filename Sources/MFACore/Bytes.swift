@@ -11,6 +11,22 @@ enum ASCII {
     static func isDigit(_ b: UInt8) -> Bool { b >= zero && b <= nine }
 }
 
+/// The bytes of a literal. Literals stay in read-only data; an array is made only per call.
+@inline(__always)
+func bytes(_ s: StaticString) -> UnsafeBufferPointer<UInt8> {
+    UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
+}
+
+/// True when `a` holds exactly the bytes of the literal `s`.
+func equals(_ a: some Collection<UInt8>, _ s: StaticString) -> Bool {
+    a.elementsEqual(bytes(s))
+}
+
+extension Array where Element == UInt8 {
+    /// Appends the bytes of a literal.
+    mutating func append(literal s: StaticString) { append(contentsOf: bytes(s)) }
+}
+
 /// Parses an unsigned decimal without sign, spaces or leading '+'; nil on any other byte,
 /// on empty input, or when the value would exceed `limit`.
 func parseDecimal(_ bytes: some Collection<UInt8>, limit: UInt64) -> UInt64? {
@@ -77,14 +93,19 @@ public func wipe(_ bytes: inout [UInt8]) {
 }
 
 enum Hex {
-    static let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    /// The lower-case hex digit of a nibble (computed, not a global table: see Base32.symbol).
+    @inline(__always)
+    static func digit(_ v: UInt8) -> UInt8 {
+        let n = v & 0x0F
+        return n < 10 ? ASCII.zero &+ n : 0x61 &+ (n &- 10)
+    }
 
     static func encode(_ bytes: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count * 2)
         for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0x0F)])
+            out.append(digit(b >> 4))
+            out.append(digit(b))
         }
         return out
     }
@@ -125,8 +146,6 @@ enum Percent {
         }
     }
 
-    static let upperHex: [UInt8] = Array("0123456789ABCDEF".utf8)
-
     static func encode(_ bytes: some Collection<UInt8>) -> [UInt8] {
         var out: [UInt8] = []
         for c in bytes {
@@ -134,12 +153,14 @@ enum Percent {
                 out.append(c)
             } else {
                 out.append(ASCII.percent)
-                out.append(upperHex[Int(c >> 4)])
-                out.append(upperHex[Int(c & 0x0F)])
+                out.append(upper(Hex.digit(c >> 4)))
+                out.append(upper(Hex.digit(c)))
             }
         }
         return out
     }
+
+    static func upper(_ c: UInt8) -> UInt8 { c >= 0x61 && c <= 0x7A ? c &- 0x20 : c }
 
     /// Strict decoding: '%' must be followed by two hex digits.
     static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {

@@ -5,8 +5,10 @@ import CLibc
 /// malformed or out-of-range value throws `invalidOption` naming it (and, for the file, the
 /// file and line), and the module denies; nothing is silently ignored.
 public struct ModuleOptions: Equatable, Sendable {
-    public static let defaultConfigFile: [UInt8] = Array("/etc/security/pam_totp.conf".utf8)
-    public static let defaultPrompt: [UInt8] = Array("Verification code: ".utf8)
+    // Computed, not stored: a global array would be allocated on every load of the module and
+    // never freed (libpam dlopens and dlcloses it around every login).
+    public static var defaultConfigFile: [UInt8] { Array("/etc/security/pam_totp.conf".utf8) }
+    public static var defaultPrompt: [UInt8] { Array("Verification code: ".utf8) }
     public static let maxFailuresRange: ClosedRange<UInt64> = 1...100
     public static let lockoutRange: ClosedRange<UInt64> = 0...86_400
     static let maxConfigSize = 64 * 1024
@@ -133,15 +135,15 @@ public struct ModuleOptions: Equatable, Sendable {
             if case .system(_, let e) = error, e == ENOENT, !required { return nil }
             throw .invalidOption("cannot open " + printable(path) + describeErrno(error))
         }
-        let file = OwnedFD(fd)
-        let st = try FileStatus(fd: file.raw)
+        let file = OwnedFD<LiveSystemCalls>(fd)
+        let st = try FileStatus(LiveSystemCalls.self, fd: file.raw)
         guard st.isRegular else { throw .invalidOption(printable(path) + " is not a regular file") }
         guard st.owner == 0 || st.owner == UInt32(geteuid()) else {
             throw .invalidOption(printable(path) + " must be owned by root")
         }
         guard st.mode & 0o022 == 0 else { throw .invalidOption(printable(path) + " must not be writable by group or other") }
         do throws(MFAError) {
-            return try readBounded(file.raw, limit: maxConfigSize,
+            return try readBounded(LiveSystemCalls.self, file.raw, limit: maxConfigSize,
                                    expected: st.size > Int64(maxConfigSize) ? maxConfigSize + 1 : Int(st.size))
         } catch {
             throw .invalidOption(printable(path) + " is too large or unreadable")

@@ -42,6 +42,15 @@ extension HashAlgorithm {
         }
     }
 
+    /// `name` as bytes, for the store.
+    var nameBytes: [UInt8] {
+        switch self {
+        case .sha1: return Array(bytes("sha1"))
+        case .sha256: return Array(bytes("sha256"))
+        case .sha512: return Array(bytes("sha512"))
+        }
+    }
+
     public init?(name: some Collection<UInt8>) {
         var lower: [UInt8] = []
         for c in name { lower.append(c >= 0x41 && c <= 0x5A ? c | 0x20 : c) }

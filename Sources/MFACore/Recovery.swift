@@ -57,6 +57,23 @@ public struct RecoverySet: Equatable, Sendable {
         return (codes, RecoverySet(id: generator.next(), iterations: iterations, salt: salt, hashes: hashes))
     }
 
+    /// A set holding `codes` (at most `maxCodes`; digits only): one random 16-byte salt,
+    /// PBKDF2-HMAC-SHA-256 with `iterations`, a random non-zero set id (so the state's "used"
+    /// bits start empty). For codes made elsewhere, e.g. google-authenticator's scratch codes.
+    public static func hashing<G: RandomNumberGenerator>(codes: [[UInt8]], iterations: Int = defaultIterations,
+                                                         using generator: inout G) -> RecoverySet {
+        var salt: [UInt8] = []
+        for _ in 0..<2 {
+            var w = generator.next()
+            for _ in 0..<8 { salt.append(UInt8(truncatingIfNeeded: w)); w >>= 8 }
+        }
+        var hashes: [[UInt8]] = []
+        for code in codes.prefix(maxCodes) { hashes.append(pbkdf2SHA256(password: code, salt: salt, iterations: iterations)) }
+        var id: UInt64 = 0
+        while id == 0 { id = generator.next() }
+        return RecoverySet(id: id, iterations: iterations, salt: salt, hashes: hashes)
+    }
+
     /// The digits of an answer that has the shape of a recovery code: 8–32 digits, with
     /// optional '-' or ' ' between groups (8 for scratch codes imported from
     /// google-authenticator; ours have 12). Nil for anything else. An 8-digit answer is tried
@@ -69,6 +86,25 @@ public struct RecoverySet: Equatable, Sendable {
             digits.append(c)
         }
         return digits.count >= 8 && digits.count <= 32 ? digits : nil
+    }
+
+    /// A throwaway set with one code nobody can type (its hash is all zeros): checked instead
+    /// of a user's set when there is none, so an answer costs the same either way. Computed,
+    /// not a stored global (it would be allocated on every load of the module).
+    static var decoy: RecoverySet {
+        RecoverySet(id: 0, iterations: defaultIterations, salt: [UInt8](repeating: 0, count: 16),
+                    hashes: [[UInt8](repeating: 0, count: 32)])
+    }
+
+    /// True when `code` is one of this set's codes and already used (bits of `used`): an
+    /// import of codes this set holds must not make used ones work again.
+    public func isUsed(_ code: [UInt8], used: UInt32) -> Bool {
+        let h = pbkdf2SHA256(password: code, salt: salt, iterations: iterations)
+        var hit = false
+        for (i, stored) in hashes.enumerated() where i < 32 && (used >> UInt32(i)) & 1 == 1 {
+            if constantTimeEqual(h, stored) { hit = true }
+        }
+        return hit
     }
 
     /// The index of the unused code that `digits` matches, or nil. Computes the hash once and

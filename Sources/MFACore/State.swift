@@ -2,49 +2,84 @@ import CLibc
 
 /// A user's mutable state, kept apart from the enrolment record in `.state.USER`:
 /// the last accepted time step per factor (replay guard), consecutive failures, the lockout
-/// deadline, and which recovery codes of the current set were used.
+/// deadline, which recovery codes of the current set were used, and which process last
+/// accepted a code.
 public struct UserState: Equatable, Sendable {
     public static let hardFailureCap: UInt32 = 100  // NIST SP 800-63B §5.2.2
 
     /// Bumped on every write; the reader takes the valid slot with the highest sequence.
     public var sequence: UInt64 = 0
+    /// The id of the record this state belongs to (0: not known, from a version-1 state). A
+    /// state written for another record (one since purged) is not applied: see `adopted(by:)`.
+    public var recordID: UInt64 = 0
     public var failures: UInt32 = 0
     public var lockedUntil: Int64 = 0
     public var recoverySet: UInt64 = 0
     public var recoveryUsed: UInt32 = 0
-    /// (factor key, last accepted step), one entry per factor that was ever used.
+    /// The process id of the last accepted code (lets totp-enroll see that its own PAM stack
+    /// already checked a code, so it does not ask for a second one).
+    public var successProcess: UInt32 = 0
+    /// (factor key, last accepted step), one entry per factor of the record that was used.
     public var lastSteps: [(key: UInt64, step: UInt64)] = []
 
     public init() {}
 
     public static func == (a: UserState, b: UserState) -> Bool {
-        a.sequence == b.sequence && a.failures == b.failures && a.lockedUntil == b.lockedUntil
-            && a.recoverySet == b.recoverySet && a.recoveryUsed == b.recoveryUsed
-            && a.lastSteps.count == b.lastSteps.count
+        a.sequence == b.sequence && a.recordID == b.recordID && a.failures == b.failures
+            && a.lockedUntil == b.lockedUntil && a.recoverySet == b.recoverySet && a.recoveryUsed == b.recoveryUsed
+            && a.successProcess == b.successProcess && a.lastSteps.count == b.lastSteps.count
             && !zip(a.lastSteps, b.lastSteps).contains { $0.key != $1.key || $0.step != $1.step }
     }
 
     /// The factor's key in the state: FNV-1a of its label (labels are unique within a record,
     /// and the state stays small whatever the labels are). Two labels that collided would share
     /// one replay step, which only ever refuses more codes, never fewer.
-    public static func key(forLabel label: [UInt8]) -> UInt64 {
-        var h: UInt64 = 0xCBF2_9CE4_8422_2325
-        for b in label { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3 }
-        return h
-    }
+    public static func key(forLabel label: [UInt8]) -> UInt64 { fnv1a64(label[...]) }
 
     public func lastStep(forLabel label: [UInt8]) -> UInt64? {
         let k = Self.key(forLabel: label)
-        return lastSteps.first { $0.key == k }?.step
+        for e in lastSteps where e.key == k { return e.step }
+        return nil
+    }
+
+    /// The last step of `factor` that counts as used: the later of its last accepted step and
+    /// the step that proved it at enrolment. nil when no step is used yet.
+    public func lastUsedStep(of factor: Factor) -> UInt64? {
+        let accepted = lastStep(forLabel: factor.label)
+        guard factor.enrolledStep > 0 else { return accepted }
+        return max(accepted ?? 0, factor.enrolledStep)
     }
 
     public mutating func setLastStep(_ step: UInt64, forLabel label: [UInt8]) {
         let k = Self.key(forLabel: label)
-        if let i = lastSteps.firstIndex(where: { $0.key == k }) {
+        for i in lastSteps.indices where lastSteps[i].key == k {
             lastSteps[i].step = step
-        } else {
-            lastSteps.append((k, step))
+            return
         }
+        lastSteps.append((k, step))
+    }
+
+    /// Drops the entries of factors the record no longer has, so the state never holds more
+    /// entries than the record has factors (at most `UserRecord.maxFactors`).
+    public mutating func prune(to record: UserRecord) {
+        var kept: [(key: UInt64, step: UInt64)] = []
+        for e in lastSteps where kept.count < Self.maxEntries {
+            for f in record.factors where Self.key(forLabel: f.label) == e.key {
+                kept.append(e)
+                break
+            }
+        }
+        lastSteps = kept
+    }
+
+    /// This state as it applies to `record`: itself when written for that record (or when
+    /// either side predates record ids), else a fresh state that keeps only the sequence, so
+    /// nothing of a purged record's state (failures, lockout, steps) carries over.
+    public func adopted(by record: UserRecord) -> UserState {
+        if recordID == 0 || record.id == 0 || recordID == record.id { return self }
+        var fresh = UserState()
+        fresh.sequence = sequence
+        return fresh
     }
 
     /// Used bits of the recovery set `id` (a different set's bits do not carry over).
@@ -64,33 +99,87 @@ public struct UserState: Equatable, Sendable {
     public static let slotSize = 2048
     public static let fileSize = 2 * slotSize
     public static let maxEntries = UserRecord.maxFactors
-    static let magic = Array("pam_totp-state 1".utf8)
 
-    /// One slot: text lines, then `end <SHA-256 of everything before this line>`, then zeros.
+    /// Version 2 slot, little-endian binary (version 1 slots, text with a SHA-256 line, are
+    /// still read, so an upgrade keeps every replay guard and failure count):
+    /// ```
+    ///  0  "PTS" 0x02          4  entry count (u16)   6  zero (u16)
+    ///  8  sequence (u64)     16  record id (u64)    24  failures (u32)   28  success pid (u32)
+    /// 32  locked until (i64) 40  recovery set (u64) 48  recovery used (u32) 52 zero (u32)
+    /// 56  entries: key (u64), step (u64), zero (u64) — 24 bytes each
+    ///     then FNV-1a-64 of every byte before it (u64), then zeros to the slot's end
+    /// ```
+    /// The checksum only detects torn and foreign slots (the file is root-only); it covers the
+    /// meaningful bytes alone, so a login hashes about 100 bytes.
+    static let headerSize = 56
+    static let entrySize = 24
+
+    /// One slot, `slotSize` bytes.
     func slotBytes() -> [UInt8] {
-        var out = Self.magic + [ASCII.newline]
-        out += Array("seq ".utf8) + decimalBytes(sequence) + [ASCII.newline]
-        out += Array("failures ".utf8) + decimalBytes(UInt64(failures)) + [ASCII.newline]
-        out += Array("locked_until ".utf8) + decimalBytes(lockedUntil) + [ASCII.newline]
-        out += Array("recovery ".utf8) + hex64(recoverySet) + [ASCII.space] + decimalBytes(UInt64(recoveryUsed)) + [ASCII.newline]
-        for e in lastSteps.prefix(Self.maxEntries) {
-            out += Array("step ".utf8) + hex64(e.key) + [ASCII.space] + decimalBytes(e.step) + [ASCII.newline]
-        }
-        out += Array("end ".utf8) + Hex.encode(SHA256.hash(out)) + [ASCII.newline]
-        if out.count < Self.slotSize { out += [UInt8](repeating: 0, count: Self.slotSize - out.count) }
+        var out = [UInt8](repeating: 0, count: Self.slotSize)
+        encode(into: &out, at: 0)
         return out
     }
 
-    /// Parses one slot; nil when it is torn, zeroed or otherwise not a complete valid slot.
+    /// Writes this state as a slot into `out` at `base` (the slot's bytes must be zero there).
+    func encode(into out: inout [UInt8], at base: Int) {
+        let count = min(lastSteps.count, Self.maxEntries)
+        storeLE(&out, base, 0x0253_5450, 4)  // "PTS" 0x02
+        storeLE(&out, base + 4, UInt64(count), 2)
+        storeLE(&out, base + 8, sequence, 8)
+        storeLE(&out, base + 16, recordID, 8)
+        storeLE(&out, base + 24, UInt64(failures), 4)
+        storeLE(&out, base + 28, UInt64(successProcess), 4)
+        storeLE(&out, base + 32, UInt64(bitPattern: lockedUntil), 8)
+        storeLE(&out, base + 40, recoverySet, 8)
+        storeLE(&out, base + 48, UInt64(recoveryUsed), 4)
+        var at = base + Self.headerSize
+        for e in lastSteps.prefix(count) {
+            storeLE(&out, at, e.key, 8)
+            storeLE(&out, at + 8, e.step, 8)
+            at += Self.entrySize
+        }
+        storeLE(&out, at, fnv1a64(out[base..<at]), 8)
+    }
+
+    /// Parses one slot (version 2, else version 1); nil when it is torn, zeroed, foreign or
+    /// otherwise not a complete valid slot. Never traps, whatever the bytes.
     static func parse(slot: ArraySlice<UInt8>) -> UserState? {
-        // A slot starts with the magic line (a zeroed or foreign slot stops here), and its
-        // checksum line "end <64 hex>\n" covers every byte before it.
-        guard slot.count > magic.count + 70, slot.prefix(magic.count).elementsEqual(magic) else { return nil }
-        let e: UInt8 = 0x65, n: UInt8 = 0x6E, d: UInt8 = 0x64
+        let s = slot.startIndex
+        guard slot.count >= headerSize + 8 else { return nil }
+        guard slot[s] == 0x50, slot[s + 1] == 0x54, slot[s + 2] == 0x53, slot[s + 3] == 0x02 else {
+            return parseVersion1(slot: slot)
+        }
+        let count = Int(loadLE(slot, s + 4, 2))
+        guard count <= maxEntries, loadLE(slot, s + 6, 2) == 0 else { return nil }
+        let end = s + headerSize + count * entrySize
+        guard end + 8 <= slot.endIndex, loadLE(slot, end, 8) == fnv1a64(slot[s..<end]) else { return nil }
+        var state = UserState()
+        state.sequence = loadLE(slot, s + 8, 8)
+        state.recordID = loadLE(slot, s + 16, 8)
+        state.failures = UInt32(truncatingIfNeeded: loadLE(slot, s + 24, 4))
+        state.successProcess = UInt32(truncatingIfNeeded: loadLE(slot, s + 28, 4))
+        state.lockedUntil = Int64(bitPattern: loadLE(slot, s + 32, 8))
+        state.recoverySet = loadLE(slot, s + 40, 8)
+        state.recoveryUsed = UInt32(truncatingIfNeeded: loadLE(slot, s + 48, 4))
+        var at = s + headerSize
+        for _ in 0..<count {
+            state.lastSteps.append((loadLE(slot, at, 8), loadLE(slot, at + 8, 8)))
+            at += entrySize
+        }
+        return state
+    }
+
+    /// A version-1 slot: text lines, then `end <SHA-256 of everything before this line>\n`,
+    /// then zeros.
+    static func parseVersion1(slot: ArraySlice<UInt8>) -> UserState? {
+        let magicLength = 16  // "pam_totp-state 1"
+        guard slot.count > magicLength + 70, equals(slot.prefix(magicLength), "pam_totp-state 1") else { return nil }
+        // "\nend " + 64 hex + "\n" is 70 bytes from the newline: all of them must be in the slot.
         var endAt: Int? = nil
         var i = slot.startIndex
-        while i + 69 <= slot.endIndex {
-            if slot[i] == ASCII.newline && slot[i + 1] == e && slot[i + 2] == n && slot[i + 3] == d && slot[i + 4] == ASCII.space {
+        while i + 70 <= slot.endIndex {
+            if slot[i] == ASCII.newline && equals(slot[(i + 1)..<(i + 5)], "end ") {
                 endAt = i + 1
                 break
             }
@@ -98,37 +187,36 @@ public struct UserState: Equatable, Sendable {
         }
         guard let end = endAt else { return nil }
         let body = Array(slot[slot.startIndex..<end])
-        let checksumStart = end + 4  // end + 4 + 64 < endIndex: the loop left room for it
+        let checksumStart = end + 4
         guard let stored = Hex.decode(slot[checksumStart..<(checksumStart + 64)]),
               constantTimeEqual(stored, SHA256.hash(body)),
               slot[checksumStart + 64] == ASCII.newline else { return nil }
         var state = UserState()
         let lines = body.split(separator: ASCII.newline)
-        guard let first = lines.first, Array(first) == magic else { return nil }
+        guard let first = lines.first, equals(first, "pam_totp-state 1") else { return nil }
         for line in lines.dropFirst() {
             let f = splitFields(line)
             guard f.count >= 2 else { return nil }
-            switch Array(f[0]) {
-            case Array("seq".utf8):
+            if equals(f[0], "seq") {
                 guard f.count == 2, let v = parseDecimal(f[1], limit: UInt64.max) else { return nil }
                 state.sequence = v
-            case Array("failures".utf8):
+            } else if equals(f[0], "failures") {
                 guard f.count == 2, let v = parseDecimal(f[1], limit: UInt64(UInt32.max)) else { return nil }
                 state.failures = UInt32(v)
-            case Array("locked_until".utf8):
+            } else if equals(f[0], "locked_until") {
                 guard f.count == 2, let v = parseDecimal(f[1], limit: UInt64(Int64.max)) else { return nil }
                 state.lockedUntil = Int64(v)
-            case Array("recovery".utf8):
+            } else if equals(f[0], "recovery") {
                 guard f.count == 3, f[1].count == 16, let id = Hex.decode(f[1]),
                       let used = parseDecimal(f[2], limit: UInt64(UInt32.max)) else { return nil }
                 state.recoverySet = uint64(id)
                 state.recoveryUsed = UInt32(used)
-            case Array("step".utf8):
+            } else if equals(f[0], "step") {
                 guard f.count == 3, f[1].count == 16, let k = Hex.decode(f[1]),
                       let step = parseDecimal(f[2], limit: UInt64.max),
                       state.lastSteps.count < maxEntries else { return nil }
                 state.lastSteps.append((uint64(k), step))
-            default:
+            } else {
                 return nil
             }
         }
@@ -149,61 +237,86 @@ public struct UserState: Equatable, Sendable {
     }
 }
 
-extension Store {
-    static func stateName(_ user: [UInt8]) -> [UInt8] { Array(".state.".utf8) + user }
+/// FNV-1a, 64 bits.
+func fnv1a64(_ bytes: ArraySlice<UInt8>) -> UInt64 {
+    var h: UInt64 = 0xCBF2_9CE4_8422_2325
+    for b in bytes { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3 }
+    return h
+}
+
+/// Stores the low `width` bytes of `value` little-endian at `offset` (in range by construction:
+/// callers write fixed offsets inside a slot-sized buffer).
+func storeLE(_ out: inout [UInt8], _ offset: Int, _ value: UInt64, _ width: Int) {
+    var v = value
+    var i = offset
+    while i < offset + width && i < out.count {
+        out[i] = UInt8(truncatingIfNeeded: v)
+        v >>= 8
+        i += 1
+    }
+}
+
+/// The little-endian value of `width` bytes at `offset`; bytes past the end read as 0.
+func loadLE(_ bytes: ArraySlice<UInt8>, _ offset: Int, _ width: Int) -> UInt64 {
+    var v: UInt64 = 0
+    var i = offset + width - 1
+    while i >= offset {
+        v = v << 8 | (i < bytes.endIndex && i >= bytes.startIndex ? UInt64(bytes[i]) : 0)
+        i -= 1
+    }
+    return v
+}
+
+extension FileStore {
+    static func stateName(_ user: [UInt8]) -> [UInt8] {
+        var name: [UInt8] = []
+        name.append(literal: ".state.")
+        return name + user
+    }
 
     /// The user's state; a missing state file is the initial state (never used, no failures).
     public func readState(user: [UInt8]) throws(MFAError) -> UserState {
-        try Store.validate(user: user)
-        guard let file = try openChecked(Store.stateName(user), flags: O_RDONLY, what: "state file") else {
-            return UserState()
+        try readStateForUpdate(user: user, flags: O_RDONLY).state
+    }
+
+    /// The state and the open state file (nil if there is none yet), so that the write after
+    /// a login needs no second open. The state holds no secret: it is not wiped.
+    func readStateForUpdate(user: [UInt8], flags: Int32 = O_RDWR) throws(MFAError) -> (state: UserState, file: OwnedFD<Sys>?) {
+        try Self.validate(user: user)
+        guard let (file, _) = try openChecked(Self.stateName(user), flags: flags, what: "state file") else {
+            return (UserState(), nil)
         }
-        var bytes = try readBounded(file.raw, limit: UserState.fileSize, expected: UserState.fileSize)
-        defer { wipe(&bytes) }
+        let bytes = try readBounded(Sys.self, file.raw, limit: UserState.fileSize, expected: UserState.fileSize)
         guard let state = UserState.parse(file: bytes) else { throw .corruptRecord("state file has no valid slot") }
-        return state
+        return (state, file)
     }
 
     /// Writes `state` (whose `sequence` is the one read) as the next sequence into the older
     /// slot. The caller must hold the user's lock. Creates the file, fully allocated, if needed.
+    /// Every write is the same size at the same offset for a given sequence, whatever the
+    /// state says: whether it can be written does not depend on what was decided. `file` is
+    /// the state file opened read-write by `readStateForUpdate`, if the caller has it.
     public func writeStateLocked(user: [UInt8], state: UserState) throws(MFAError) {
-        try Store.validate(user: user)
+        try writeStateLocked(user: user, state: state, file: nil)
+    }
+
+    func writeStateLocked(user: [UInt8], state: UserState, file known: OwnedFD<Sys>?) throws(MFAError) {
+        try Self.validate(user: user)
         var next = state
         next.sequence = state.sequence &+ 1
-        let slot = next.slotBytes()
-        guard slot.count == UserState.slotSize else { throw .invalidParameters("state too large") }
         let offset = Int(next.sequence % 2) * UserState.slotSize
-        let name = Store.stateName(user)
-        if let file = try openChecked(name, flags: O_RDWR, what: "state file") {
-            try writeAll(file.raw, slot, at: offset)
-            _ = try retryingOnEINTR("fdatasync state") { fdatasync(file.raw) }
+        let name = Self.stateName(user)
+        var file = known
+        if file == nil { file = try openChecked(name, flags: O_RDWR, what: "state file")?.file }
+        if let file {
+            try writeAll(Sys.self, file.raw, next.slotBytes(), at: offset)
+            _ = try retryingOnEINTR("fdatasync state") { Sys.fdatasync(file.raw) }
             return
         }
         // First write: create the whole file through a temp name and rename it into place, so
         // the state file exists either complete or not at all.
-        let empty = [UInt8](repeating: 0, count: UserState.slotSize)
-        let whole = offset == 0 ? slot + empty : empty + slot
+        var whole = [UInt8](repeating: 0, count: UserState.fileSize)
+        next.encode(into: &whole, at: offset)
         try replaceFile(name, contents: whole)
-    }
-
-    /// Opens `name` in the store with O_NOFOLLOW and checks it; nil if it does not exist.
-    func openChecked(_ name: [UInt8], flags: Int32, what: Message) throws(MFAError) -> OwnedFD? {
-        let fd: Int32
-        do throws(MFAError) {
-            fd = try withCPath(name) { (p) throws(MFAError) -> Int32 in
-                try retryingOnEINTR("open " + what) {
-                    clibc_openat(directory.raw, p, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0)
-                }
-            }
-        } catch {
-            if case .system(_, let e) = error {
-                if e == ENOENT { return nil }
-                if e == ELOOP { throw .insecureStore(what + " is a symlink") }
-            }
-            throw error
-        }
-        let file = OwnedFD(fd)
-        try checkFile(file.raw, what: what)
-        return file
     }
 }

@@ -1,7 +1,66 @@
 import CLibc
 
-// Thin wrappers over the libc calls the store needs, in the style of swift-system: errno is
-// read in one place and thrown as a typed error, EINTR is retried in one helper.
+// The system calls the store makes, in the style of swift-system: errno is read in one place
+// and thrown as a typed error, EINTR is retried in one helper, and every call goes through a
+// `SystemCalls` type so tests can make any call site fail (swift-system's Mocking.swift idea).
+// The store is generic over it; `LiveSystemCalls` is specialised away in the shipped module.
+
+/// The system calls of the file store, each behaving like libc: a negative result with errno
+/// set on failure. Static requirements, so a generic store pays no indirection.
+public protocol SystemCalls {
+    static func open(_ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: UInt32) -> Int32
+    static func openat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: UInt32) -> Int32
+    static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int
+    static func write(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int
+    static func pwrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, _ offset: Int64) -> Int
+    static func fsync(_ fd: Int32) -> Int32
+    static func fdatasync(_ fd: Int32) -> Int32
+    static func renameat(_ fromDir: Int32, _ from: UnsafePointer<CChar>, _ toDir: Int32, _ to: UnsafePointer<CChar>) -> Int32
+    static func unlinkat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32) -> Int32
+    static func flock(_ fd: Int32, _ operation: Int32) -> Int32
+    static func close(_ fd: Int32) -> Int32
+    static func fstat(_ fd: Int32, _ status: UnsafeMutablePointer<stat>) -> Int32
+    static func fstatat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ status: UnsafeMutablePointer<stat>, _ flags: Int32) -> Int32
+    static func fchmod(_ fd: Int32, _ mode: UInt32) -> Int32
+}
+
+/// The real system calls.
+public enum LiveSystemCalls: SystemCalls {
+    @inline(__always) public static func open(_ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: UInt32) -> Int32 {
+        clibc_open(path, flags, mode)
+    }
+    @inline(__always) public static func openat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: UInt32) -> Int32 {
+        clibc_openat(dir, path, flags, mode)
+    }
+    @inline(__always) public static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+        clibc_read(fd, buffer, count)
+    }
+    @inline(__always) public static func write(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+        clibc_write(fd, buffer, count)
+    }
+    @inline(__always) public static func pwrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, _ offset: Int64) -> Int {
+        clibc_pwrite(fd, buffer, count, offset)
+    }
+    @inline(__always) public static func fsync(_ fd: Int32) -> Int32 { clibc_fsync(fd) }
+    @inline(__always) public static func fdatasync(_ fd: Int32) -> Int32 { clibc_fdatasync(fd) }
+    @inline(__always) public static func renameat(_ fromDir: Int32, _ from: UnsafePointer<CChar>, _ toDir: Int32,
+                                                  _ to: UnsafePointer<CChar>) -> Int32 {
+        clibc_renameat(fromDir, from, toDir, to)
+    }
+    @inline(__always) public static func unlinkat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32) -> Int32 {
+        clibc_unlinkat(dir, path, flags)
+    }
+    @inline(__always) public static func flock(_ fd: Int32, _ operation: Int32) -> Int32 { clibc_flock(fd, operation) }
+    @inline(__always) public static func close(_ fd: Int32) -> Int32 { clibc_close(fd) }
+    @inline(__always) public static func fstat(_ fd: Int32, _ status: UnsafeMutablePointer<stat>) -> Int32 {
+        clibc_fstat(fd, status)
+    }
+    @inline(__always) public static func fstatat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ status: UnsafeMutablePointer<stat>,
+                                                 _ flags: Int32) -> Int32 {
+        clibc_fstatat(dir, path, status, flags)
+    }
+    @inline(__always) public static func fchmod(_ fd: Int32, _ mode: UInt32) -> Int32 { clibc_fchmod(fd, mode) }
+}
 
 /// Runs `body` until it does not fail with EINTR; returns its result or throws with errno.
 @inline(__always)
@@ -27,33 +86,57 @@ func withCPath<R>(_ bytes: [UInt8], _ body: (UnsafePointer<CChar>) throws(MFAErr
     }
 }
 
+/// Which file a descriptor or name refers to: two names with the same identity are one file.
+struct FileIdentity: Equatable {
+    var device: UInt64
+    var inode: UInt64
+}
+
 /// File type and permission facts from fstat(2).
 struct FileStatus {
     var mode: UInt32
     var owner: UInt32
     var links: UInt64
     var size: Int64
+    var identity: FileIdentity
 
     var isRegular: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFREG) }
     var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }
     /// Any permission bit for group or other.
     var groupOrOtherAccess: Bool { mode & 0o077 != 0 }
 
-    init(fd: Int32) throws(MFAError) {
-        var st = stat()
-        _ = try retryingOnEINTR("fstat") { fstat(fd, &st) }
+    init(_ st: stat) {
         mode = UInt32(st.st_mode)
         owner = UInt32(st.st_uid)
         links = UInt64(st.st_nlink)
         size = Int64(st.st_size)
+        identity = FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    }
+
+    init<Sys: SystemCalls>(_: Sys.Type, fd: Int32) throws(MFAError) {
+        var st = stat()
+        _ = try retryingOnEINTR("fstat") { Sys.fstat(fd, &st) }
+        self.init(st)
     }
 }
 
-/// Closes on every path out of a scope.
-final class OwnedFD {
-    let raw: Int32
+/// A descriptor closed on every path out of a scope (or earlier, checked, by `close()`).
+final class OwnedFD<Sys: SystemCalls> {
+    private(set) var raw: Int32
     init(_ raw: Int32) { self.raw = raw }
-    deinit { _ = close(raw) }
+
+    /// Closes now and reports a failure (NFS and some filesystems report write errors only
+    /// here). EINTR still closed the descriptor on Linux, so it is not an error.
+    func close(_ operation: Message) throws(MFAError) {
+        let fd = raw
+        raw = -1
+        if Sys.close(fd) != 0 {
+            let e = clibc_errno()
+            if e != EINTR { throw .system(operation: operation, errno: e) }
+        }
+    }
+
+    deinit { if raw >= 0 { _ = Sys.close(raw) } }
 }
 
 func sleepMilliseconds(_ ms: Int) {
@@ -64,18 +147,18 @@ func sleepMilliseconds(_ ms: Int) {
 
 /// Writes all of `bytes` (at the file offset, or with pwrite at `offset`), retrying short
 /// writes and EINTR.
-func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int? = nil) throws(MFAError) {
+func writeAll<Sys: SystemCalls>(_: Sys.Type, _ fd: Int32, _ bytes: [UInt8], at offset: Int? = nil) throws(MFAError) {
     var done = 0
     while done < bytes.count {
-        let n = bytes.withUnsafeBufferPointer { buf -> Int in
+        let n = bytes.withUnsafeBytes { buf -> Int in
             guard let base = buf.baseAddress else { return 0 }
-            if let offset { return pwrite(fd, base + done, buf.count - done, off_t(offset + done)) }
-            return write(fd, base + done, buf.count - done)
+            if let offset { return Sys.pwrite(fd, base + done, buf.count - done, Int64(offset + done)) }
+            return Sys.write(fd, base + done, buf.count - done)
         }
         if n < 0 {
             let e = clibc_errno()
             if e == EINTR { continue }
-            throw .system(operation: "write", errno: e)
+            throw .system(operation: offset == nil ? "write" : "pwrite", errno: e)
         }
         if n == 0 { throw .system(operation: "write", errno: EIO) }
         done += n
@@ -85,7 +168,7 @@ func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int? = nil) throws(MFAEr
 /// Reads the whole file, at most `limit` bytes; throws `corruptRecord` if it holds more.
 /// `expected` (the size fstat reported) sizes the buffer, so a small record costs a small
 /// buffer; a file that grows while we read is still cut off at `limit`.
-func readBounded(_ fd: Int32, limit: Int, expected: Int) throws(MFAError) -> [UInt8] {
+func readBounded<Sys: SystemCalls>(_: Sys.Type, _ fd: Int32, limit: Int, expected: Int) throws(MFAError) -> [UInt8] {
     if expected > limit { throw .corruptRecord("record too large") }
     var out = [UInt8](repeating: 0, count: max(expected, 0) + 1)
     var total = 0
@@ -94,9 +177,9 @@ func readBounded(_ fd: Int32, limit: Int, expected: Int) throws(MFAError) -> [UI
             if out.count > limit { break }
             out += [UInt8](repeating: 0, count: min(out.count, limit + 1 - out.count))
         }
-        let n = out.withUnsafeMutableBufferPointer { buf -> Int in
+        let n = out.withUnsafeMutableBytes { buf -> Int in
             guard let base = buf.baseAddress else { return 0 }
-            return read(fd, base + total, buf.count - total)
+            return Sys.read(fd, base + total, buf.count - total)
         }
         if n < 0 {
             let e = clibc_errno()

@@ -27,6 +27,20 @@ func bytes(_ p: UnsafePointer<CChar>, max: Int) -> [UInt8]? {
     return p.withMemoryRebound(to: UInt8.self, capacity: n) { Array(UnsafeBufferPointer(start: $0, count: n)) }
 }
 
+/// The uid of the account named `user` (through libpam's NSS helper, which caches it in the
+/// handle for other modules), or nil if there is none.
+func accountUID(_ pamh: OpaquePointer, _ user: [UInt8]) -> UInt32? {
+    var z = user
+    z.append(0)
+    return z.withUnsafeBufferPointer { buf -> UInt32? in
+        guard let base = buf.baseAddress else { return nil }
+        return base.withMemoryRebound(to: CChar.self, capacity: buf.count) { name -> UInt32? in
+            guard let pw = pam_modutil_getpwnam(pamh, name) else { return nil }
+            return UInt32(pw.pointee.pw_uid)
+        }
+    }
+}
+
 func userName(_ pamh: OpaquePointer) -> [UInt8]? {
     var user: UnsafePointer<CChar>? = nil
     guard pam_get_user(pamh, &user, nil) == PAM_SUCCESS, let user else { return nil }

@@ -8,6 +8,7 @@ func pamCode(_ outcome: AuthOutcome) -> Int32 {
     switch outcome {
     case .success, .recoveryCode: return PAM_SUCCESS
     case .wrongCode: return PAM_AUTH_ERR
+    case .notRecorded: return PAM_AUTH_ERR  // exactly a wrong code: an unrecordable attempt is no oracle
     case .lockedOut: return PAM_AUTH_ERR   // same as a wrong code: the caller learns nothing more
     case .unenrolled: return PAM_AUTH_ERR  // same as a wrong code: no account enumeration
     case .failed(let error):

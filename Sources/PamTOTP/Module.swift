@@ -25,7 +25,14 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
-    let enrollment = Authenticator.lookup(user: user, options: options)
+    let account = accountUID(pamh, user)
+    var enrollment = Authenticator.lookup(user: user, accountUID: account, options: options)
+    if case .otherAccount(let recordUID) = enrollment {
+        log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)
+            + (account.map { ", not for this account's uid " + decimal($0) } ?? ", and no such account exists")
+            + ": not enrolled (remove it with totp-enroll purge --user NAME)")
+        enrollment = .unenrolled
+    }
     if case .unenrolled = enrollment, options.nullok {
         if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
         return PAM_IGNORE
@@ -34,7 +41,8 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
-    let outcome = Authenticator.authenticate(user: user, answer: answer, at: Int64(time(nil)), options: options,
+    let outcome = Authenticator.authenticate(user: user, accountUID: account, answer: answer, at: Int64(time(nil)),
+                                             options: options, process: UInt32(truncatingIfNeeded: getpid()),
                                              enrollment: enrollment)
     wipe(&answer)
     return finish(pamh, outcome, user: user, debug: options.debug)
@@ -54,18 +62,20 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
         log(pamh, LOG_INFO, "accepted code for " + who + " (factor " + printable(factor) + ")")
     case .recoveryCode(let remaining):
         log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")
-    case .wrongCode(let replayed, let failures, let lockedUntil, let saved):
+    case .wrongCode(let replayed, let failures, let lockedUntil):
         var line = (replayed ? "replayed code for " : "wrong code for ") + who + " (" + decimal(failures)
             + " consecutive failures)"
         if lockedUntil != nil { line = line + "; locked out for a while" }
         if failures >= UserState.hardFailureCap { line = line + "; locked until an admin runs totp-enroll unlock" }
-        if !saved { line = line + "; the failure could not be recorded" }
         log(pamh, LOG_NOTICE, line)
+    case .notRecorded(let error):
+        // Denied like a wrong code, whatever the answer was: nothing about it is logged either.
+        log(pamh, LOG_ERR, "denied " + who + ": the attempt could not be recorded: " + describe(error))
     case .lockedOut(_, let permanent):
         log(pamh, LOG_WARNING, "denied " + who + (permanent ? ": locked after too many failures (totp-enroll unlock)"
                                                    : ": temporarily locked out"))
     case .unenrolled:
-        log(pamh, LOG_NOTICE, "denied " + who + ": not enrolled")
+        log(pamh, LOG_NOTICE, "denied " + who + ": not enrolled (no record for this account)")
     case .failed(let error):
         log(pamh, LOG_ERR, "denied " + (user.isEmpty ? "" : who + ": ") + describe(error))
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CLibc
 import Glibc
 import MFACore
 
@@ -16,107 +17,101 @@ struct TargetOptions: ParsableArguments {
 }
 
 /// Who the tool acts for, and where the store is. `--user` and `--store` are honoured only
-/// when the real uid is 0 (DESIGN.md §4.3): anyone else acts for themselves on the default
-/// store.
+/// when the real uid is 0 (DESIGN §4.3 in docs): anyone else acts for themselves on the
+/// configured store.
 struct CallerContext {
     let userName: String
+    /// The account's uid: the store binds a record to it.
+    let uid: UInt32
     let storePath: String
 
-    init(user: String?, store: String?) throws {
+    var user: [UInt8] { Array(userName.utf8) }
+
+    init(user: String?, store: String?, requireAccount: Bool = true) throws {
         let realUID = getuid()
         if (user != nil || store != nil) && realUID != 0 {
             throw CLIError("--user and --store are for root only")
         }
         if let user {
-            guard getpwnam(user) != nil else { throw CLIError("no such user: \(user)") }
+            if let pw = getpwnam(user) {
+                uid = pw.pointee.pw_uid
+            } else if requireAccount {
+                throw CLIError("no such user: \(shown(user))")
+            } else {
+                uid = UInt32.max
+            }
             userName = user
         } else {
             guard let pw = getpwuid(realUID), let name = pw.pointee.pw_name else {
                 throw CLIError("cannot find the name of uid \(realUID)")
             }
             userName = String(cString: name)
+            uid = realUID
         }
         // The store: --store (root), else store= from /etc/security/pam_totp.conf (root-owned,
         // checked), else the default — the same place the module looks.
-        let configured = (try? ModuleOptions.load([]))?.store ?? Store.defaultDirectory
-        storePath = store ?? String(decoding: configured, as: UTF8.self)
+        if let store { storePath = store } else { storePath = String(decoding: try siteOptions().store, as: UTF8.self) }
     }
 
     /// Opens the store, creating the directory (0700) if it does not exist yet.
-    func openStore() throws -> StoreAccess {
+    func openStore() throws -> Store {
         if mkdir(storePath, 0o700) == 0 {
             // New directory: make sure umask did not matter and the owner is us.
             chmod(storePath, 0o700)
         }
-        do { return StoreAccess(store: try Store(path: Array(storePath.utf8))) } catch {
+        do { return try Store(path: Array(storePath.utf8)) } catch {
             if case .system(_, let e) = error, e == EACCES {
-                throw CLIError("cannot open the store \(storePath): permission denied (run as root)")
+                throw CLIError("cannot open the store \(shown(storePath)): permission denied (run as root)")
             }
             throw CLIError(error)
         }
     }
 }
 
-/// The CLI's view of the store: MFAErrors become one-line CLI errors.
-struct StoreAccess {
-    let store: Store
-
-    func readRecord(user: String) throws -> UserRecord? {
-        do { return try store.read(user: Array(user.utf8)) } catch { throw CLIError(error) }
+/// The checks of an enrolment, before anything is shown or asked (DESIGN §4 in docs), with
+/// the label named in the message.
+func checkEnrollable(_ store: Store, _ context: CallerContext, label: String, secret: [UInt8]?) throws {
+    if let record = try storeCall({ () throws(MFAError) in try store.read(user: context.user) }),
+       record.factor(labelled: Array(label.utf8)) != nil {
+        throw CLIError("a factor named \"\(shown(label))\" already exists for \(context.userName); choose another --name")
     }
-
-    /// Adds a factor under the user's lock (read, append, atomic write) and records `step`, the
-    /// time step of the code that proved it, as used: that code cannot log in afterwards.
-    /// `recovery`, if given, replaces the user's recovery codes in the same write.
-    func addFactor(_ factor: Factor, usedStep step: UInt64, user: String, recovery: RecoverySet? = nil) throws {
-        let name = Array(user.utf8)
-        do {
-            try store.withLock(user: name) { () throws(MFAError) in
-                var record = try store.read(user: name) ?? UserRecord()
-                if record.factors.contains(where: { $0.label == factor.label }) {
-                    throw .invalidParameters("a factor with this name already exists")
-                }
-                guard record.factors.count < UserRecord.maxFactors else {
-                    throw .invalidParameters("too many factors; remove one first")
-                }
-                record.factors.append(factor)
-                if let recovery { record.recovery = recovery }
-                var state = try store.readState(user: name)
-                state.setLastStep(step, forLabel: factor.label)
-                try store.writeLocked(user: name, record: record)
-                try store.writeStateLocked(user: name, state: state)
-            }
-        } catch { throw CLIError(error) }
+    try storeCall { () throws(MFAError) in
+        try store.checkEnrollable(user: context.user, accountUID: context.uid, label: Array(label.utf8), secret: secret)
     }
 }
 
-extension StoreAccess {
-    /// Clears the failure count and any lockout (root: `totp-enroll unlock`).
-    func unlock(user: String) throws -> (failures: UInt32, lockedUntil: Int64) {
-        let name = Array(user.utf8)
-        do {
-            return try store.withLock(user: name) { () throws(MFAError) -> (UInt32, Int64) in
-                var state: UserState
-                do throws(MFAError) {
-                    state = try store.readState(user: name)
-                } catch {
-                    guard case .corruptRecord = error else { throw error }
-                    // An unreadable state is replaced. Its replay guard is rebuilt from the clock:
-                    // every factor's steps up to now count as used, so no earlier code replays.
-                    warn("the state of \(user) was unreadable; it is rebuilt (codes up to now count as used)")
-                    state = UserState()
-                    let now = Int64(time(nil))
-                    for f in try store.read(user: name)?.factors ?? [] {
-                        state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, forLabel: f.label)
-                    }
-                    state.failures = UserState.hardFailureCap  // reported as "was locked"
-                }
-                let before = (state.failures, state.lockedUntil)
-                state.failures = 0
-                state.lockedUntil = 0
-                try store.writeStateLocked(user: name, state: state)
-                return before
-            }
-        } catch { throw CLIError(error) }
+/// The site's settings, as the module reads them (`/etc/security/pam_totp.conf`, checked):
+/// the store, and the window and failure limits of the tool's own code check. A broken or
+/// unsafe file is an error here too — the module refuses every login with it, and the tool
+/// must not quietly act on another store or other limits.
+func siteOptions() throws -> ModuleOptions {
+    do { return try ModuleOptions.load([]) } catch {
+        throw CLIError("\(CLIError.text(error)); fix /etc/security/pam_totp.conf (pam_totp(8))")
     }
+}
+
+/// Runs a store operation, turning its MFAError into one CLI line.
+func storeCall<R>(_ body: () throws(MFAError) -> R) throws -> R {
+    do { return try body() } catch { throw CLIError(error) }
+}
+
+/// Text from the store or the command line as it may be printed: control characters, C1
+/// controls and bidi overrides escaped (DESIGN §4.11 in docs).
+func shown(_ bytes: [UInt8]) -> String { String(decoding: escapedForTerminal(bytes), as: UTF8.self) }
+func shown(_ text: String) -> String { shown(Array(text.utf8)) }
+
+/// One authpriv line per change to an enrolment: who (real uid) did what, for whom, which
+/// label; never a secret or a code (DESIGN §4.10 in docs).
+enum Audit {
+    static func log(_ what: String, context: CallerContext) {
+        let caller = getuid()
+        let callerName = getpwuid(caller).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "?"
+        let line = "uid \(caller) (\(safe(callerName))) \(what) for user \(safe(context.userName))"
+        openlog("totp-enroll", LOG_PID, LOG_AUTHPRIV)
+        clibc_syslog(LOG_NOTICE, line)
+        closelog()
+    }
+
+    /// Labels and names in a log line: printable ASCII only.
+    static func safe(_ text: String) -> String { printable(Array(text.utf8)).string }
 }

@@ -41,26 +41,32 @@ struct Enroll: ParsableCommand {
     @OptionGroup var otp: OTPOptions
 
     mutating func validate() throws {
-        if let name { do { try Factor.validate(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+        if let name {
+            do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) }
+        }
     }
 
     func run() throws {
         let context = try target.context()
         let parameters = try otp.parameters()
-        // Not root: prove who you are first (password, and a current code if you already have
-        // a factor), before any secret is generated or shown.
-        try Privilege.reauthenticate(user: context.userName, code: nil)
+        let store = try context.openStore()
         let host = hostName()
         let label = name ?? context.userName + "@" + host
-        var key = try secret.map(readSecret) ?? Secret.generate(for: parameters.algorithm)
+        let labelBytes = Array(label.utf8)
+        var given = try secret.map(readSecret)
+        defer { if given != nil { wipe(&given!) } }
+
+        // Everything that can be checked is checked before the password and a code are spent
+        // (DESIGN §4 in docs): the label, the secret, the QR files.
+        try checkEnrollable(store, context, label: label, secret: given)
+        for path in [qrSVG, qrPNG].compactMap({ $0 }) { try probeNewFileAsCaller(path) }
+
+        // Not root: prove who you are (password, and a current code if you already have a
+        // factor) before any secret is generated or shown.
+        try Proof.require(context, store: store, code: nil)
+        var key = given ?? Secret.generate(for: parameters.algorithm)
         defer { wipe(&key) }
         let started = Int64(time(nil))
-
-        // Refuse early if the label is taken, so the user does not scan a code for nothing.
-        let existing = try context.openStore().readRecord(user: context.userName)
-        if existing?.factors.contains(where: { $0.label == Array(label.utf8) }) == true {
-            throw CLIError("a factor named \"\(label)\" already exists for \(context.userName); choose another --name")
-        }
 
         if parameters != .default {
             warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
@@ -69,12 +75,12 @@ struct Enroll: ParsableCommand {
                              secret: key, parameters: parameters)
         if qr != .none || qrSVG != nil || qrPNG != nil {
             let matrix = try QRMatrix(uri.string)
-            // Files first (as the caller, DESIGN.md §4.3): if one cannot be written, stop before
-            // the key is shown.
+            // Files first (as the caller, DESIGN §4.3 in docs): if one cannot be written, stop
+            // before the key is shown.
             if let qrSVG { try writeFileAsCaller(qrSVG, Array(svg(matrix).utf8)) }
             if let qrPNG { try writeFileAsCaller(qrPNG, png(matrix: matrix)) }
             for path in [qrSVG, qrPNG].compactMap({ $0 }) {
-                print("Wrote the QR code to \(path); it holds the secret key, delete it once scanned.")
+                print("Wrote the QR code to \(shown(path)); it holds the secret key, delete it once scanned.")
             }
             if qr == .utf8 { print(renderUTF8(matrix)) }
             if qr == .ansi { print(renderANSI(matrix)) }
@@ -105,10 +111,14 @@ struct Enroll: ParsableCommand {
             let step: UInt64?
             do { step = try verifier.verify(answer: digitsOnly, key: hmacKey, parameters: parameters, at: now) } catch { throw CLIError(error) }
             if let step {
-                let factor: Factor
-                do { factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, secret: key) } catch { throw CLIError(error) }
-                try context.openStore().addFactor(factor, usedStep: step, user: context.userName)
-                print("Enrolled factor \"\(label)\" for \(context.userName).")
+                // One commit: the factor and the step that proved it (that code cannot log in).
+                var rng = SystemRandomNumberGenerator()
+                try storeCall { () throws(MFAError) in
+                    let factor = try Factor(label: labelBytes, parameters: parameters, created: now, enrolledStep: step, secret: key)
+                    try store.enroll(user: context.user, accountUID: context.uid, factor: factor, using: &rng)
+                }
+                Audit.log("enrolled factor \"\(Audit.safe(label))\"", context: context)
+                print("Enrolled factor \"\(shown(label))\" for \(context.userName).")
                 return
             }
             if code != nil || attempt == Self.maxTries { break }

@@ -29,7 +29,7 @@ struct ImportGoogleAuthenticator: ParsableCommand {
     var name: String?
 
     mutating func validate() throws {
-        if let name { do { try Factor.validate(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+        if let name { do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
     }
 
     func run() throws {
@@ -58,14 +58,14 @@ struct ImportGoogleAuthenticator: ParsableCommand {
         let parameters: OTPParameters
         do { parameters = try OTPParameters(algorithm: .sha1, digits: 6, period: period) } catch { throw CLIError(error) }
 
+        // Checked before the password and a code are spent: the label and the secret (an
+        // import of a secret this user already has would make every code work twice).
+        let store = try context.openStore()
+        try checkEnrollable(store, context, label: label, secret: parsed.secret)
         // Like every subcommand that changes the store: a caller who is not root proves who
         // they are first (a no-op for root).
-        try Privilege.reauthenticate(user: context.userName, code: nil)
-        let access = try context.openStore()
-        let existing = try access.readRecord(user: context.userName)
-        if existing?.factors.contains(where: { $0.label == Array(label.utf8) }) == true {
-            throw CLIError("a factor named \"\(label)\" already exists for \(context.userName); choose another --name")
-        }
+        try Proof.require(context, store: store, code: nil)
+        let existing = try storeCall { () throws(MFAError) in try store.status(user: context.user) }?.record
 
         // The replay guard: every step up to now counts as used. That blocks the code the app
         // shows right now too, which is the price of also blocking any code already typed at a
@@ -77,25 +77,31 @@ struct ImportGoogleAuthenticator: ParsableCommand {
             usedStep = step  // a code already used a little ahead of our clock (phone ahead)
         }
 
-        let factor: Factor
-        do { factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, secret: parsed.secret) } catch { throw CLIError(error) }
-        let recovery = parsed.scratchCodes.isEmpty ? nil : makeImportedRecoverySet(codes: parsed.scratchCodes)
         let existingCodes = existing?.recovery?.hashes.count ?? 0
-
-        if recovery != nil && existingCodes > 0 {
+        if !parsed.scratchCodes.isEmpty && existingCodes > 0 {
             print("\(context.userName)'s \(existingCodes) existing recovery codes are replaced by the \(parsed.scratchCodes.count) imported scratch codes: the old ones stop working.")
         }
         // The factor and the recovery codes land in one locked, atomic write.
-        try access.addFactor(factor, usedStep: usedStep, user: context.userName, recovery: recovery)
+        var rng = SystemRandomNumberGenerator()
+        let leftOut = try storeCall { () throws(MFAError) -> Int in
+            let factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, enrolledStep: usedStep,
+                                    secret: parsed.secret)
+            return try store.enroll(user: context.user, accountUID: context.uid, factor: factor,
+                                    importedCodes: parsed.scratchCodes.isEmpty ? nil : parsed.scratchCodes, using: &rng)
+        }
+        if leftOut > 0 {
+            print("\(leftOut) of the file's scratch codes were already used as recovery codes here: they stay used and were not imported.")
+        }
+        Audit.log("imported \(Audit.safe(displayPath(path))) as factor \"\(Audit.safe(label))\" with \(parsed.scratchCodes.count - leftOut) recovery codes", context: context)
         print(report(parsed, path: displayPath(path), user: context.userName, label: label, period: period,
-                     keptRecovery: recovery == nil ? existingCodes : nil))
+                     keptRecovery: parsed.scratchCodes.isEmpty ? existingCodes : nil))
     }
 
     /// What was imported and how each setting maps to pam_totp; never a secret or a code.
     fileprivate func report(_ f: GoogleAuthenticatorFile, path: String, user: String, label: String, period: UInt64,
                 keptRecovery: Int?) -> String {
         var lines: [String] = []
-        lines.append("Imported \(path) for \(user) as factor \"\(label)\": TOTP, SHA-1, 6 digits, \(period)-second steps.")
+        lines.append("Imported \(path) for \(user) as factor \"\(shown(label))\": TOTP, SHA-1, 6 digits, \(period)-second steps.")
         lines.append("Its settings, and what they become in pam_totp:")
         func row(_ setting: String, _ effect: String) {
             let pad = setting.count < 22 ? String(repeating: " ", count: 22 - setting.count) : " "
@@ -238,23 +244,5 @@ private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) 
 }
 
 /// The path as it may be printed: control characters become '?'.
-private func displayPath(_ path: String) -> String {
-    String(path.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
-}
-
-/// The scratch codes as a recovery set: one random 16-byte salt, PBKDF2-HMAC-SHA-256 with the
-/// default iterations, a random set id (so the state's "used" bits start empty). The same
-/// construction as `RecoverySet.generate`, for codes we did not generate.
-private func makeImportedRecoverySet(codes: [[UInt8]]) -> RecoverySet {
-    var rng = SystemRandomNumberGenerator()
-    var salt: [UInt8] = []
-    for _ in 0..<2 {
-        var w = rng.next()
-        for _ in 0..<8 { salt.append(UInt8(truncatingIfNeeded: w)); w >>= 8 }
-    }
-    let iterations = RecoverySet.defaultIterations
-    let hashes = codes.map { pbkdf2SHA256(password: $0, salt: salt, iterations: iterations) }
-    var id: UInt64 = 0
-    while id == 0 { id = rng.next() }
-    return RecoverySet(id: id, iterations: iterations, salt: salt, hashes: hashes)
+private func displayPath(_ path: String) -> String { shown(path) }
 }

@@ -11,19 +11,23 @@ struct List: ParsableCommand {
 
     func run() throws {
         let context = try target.context()
-        let access = try context.openStore()
-        guard let record = try access.readRecord(user: context.userName), record.isEnrolled else {
+        let store = try context.openStore()
+        guard let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),
+              status.record.isEnrolled else {
             print("\(context.userName) has no factors. Run totp-enroll to add one.")
             return
         }
-        let state = try access.readState(user: context.userName)
+        let (record, state) = (status.record, status.state)
+        if !record.belongs(toAccount: context.uid) {
+            print("The stored record of \(context.userName) was enrolled for another account (uid \(record.uid ?? 0)); it is not used. Root: totp-enroll purge --user \(context.userName)")
+        }
         var rows = [["LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
         for f in record.factors {
-            let last = state.lastStep(forLabel: f.label).map { step -> String in
+            let last = state.lastUsedStep(of: f).map { step -> String in
                 let (t, overflow) = Int64(clamping: step).multipliedReportingOverflow(by: Int64(f.parameters.period))
                 return overflow ? "?" : formatTime(t)
             } ?? "never"
-            rows.append([String(decoding: f.label, as: UTF8.self), f.parameters.algorithm.name.uppercased(),
+            rows.append([shown(f.label), f.parameters.algorithm.name.uppercased(),
                          "\(f.parameters.digits)", "\(f.parameters.period)s", formatTime(f.created), last])
         }
         print(table(rows), terminator: "")

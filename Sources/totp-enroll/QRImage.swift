@@ -116,23 +116,39 @@ func png(matrix qr: QRMatrix, scale: Int = 8) -> [UInt8] {
 private let privilegeDropFailed: Int32 = 255
 
 /// Creates `path` (never an existing file, never through a symlink) holding `bytes`, with the
-/// rights of the user who ran the tool. totp-enroll is set-uid root (DESIGN.md §4.3): when the
+/// rights of the user who ran the tool. totp-enroll is set-uid root (DESIGN §4.3 in docs): when the
 /// effective ids differ from the real ones, a child drops to the real ids for good and does the
 /// write, so the kernel checks the path with the caller's rights, not root's. The file is 0600:
 /// the picture holds the secret.
 func writeFileAsCaller(_ path: String, _ bytes: [UInt8]) throws {
+    try asCaller(path) { createNewFile($0, bytes) }
+}
+
+/// Checks, before the password and a code are asked for, that `path` can be created as the
+/// caller: creates it (empty, as the caller) and removes it again.
+func probeNewFileAsCaller(_ path: String) throws {
+    try asCaller(path) { cPath in
+        let r = createNewFile(cPath, [])
+        if r == 0 { _ = cPath.withUnsafeBufferPointer { unlink($0.baseAddress!) } }
+        return r
+    }
+}
+
+/// Runs `body` on the path with the caller's rights (a child when set-uid) and turns its
+/// errno into one clear line.
+private func asCaller(_ path: String, _ body: ([CChar]) -> Int32) throws {
     let cPath = Array(path.utf8CString)  // prepared before fork: the child only makes syscalls
     let result: Int32
     if geteuid() != getuid() || getegid() != getgid() {
-        result = try inChildAsCaller(writing: path) { createNewFile(cPath, bytes) }
+        result = try inChildAsCaller(writing: path) { body(cPath) }
     } else {
-        result = createNewFile(cPath, bytes)
+        result = body(cPath)
     }
     switch result {
     case 0: return
-    case EEXIST: throw CLIError("cannot write \(path): it already exists; remove it or choose another file")
-    case privilegeDropFailed: throw CLIError("cannot write \(path): could not drop privileges to the calling user")
-    default: throw CLIError("cannot write \(path): " + String(cString: strerror(result)))
+    case EEXIST: throw CLIError("cannot write \(shown(path)): it already exists; remove it or choose another file")
+    case privilegeDropFailed: throw CLIError("cannot write \(shown(path)): could not drop privileges to the calling user")
+    default: throw CLIError("cannot write \(shown(path)): " + String(cString: strerror(result)))
     }
 }
 
@@ -141,17 +157,17 @@ func writeFileAsCaller(_ path: String, _ bytes: [UInt8]) throws {
 /// what `body` returned (0 or an errno), or `privilegeDropFailed`.
 private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws -> Int32 {
     let pid = fork()
-    guard pid >= 0 else { throw CLIError("cannot write \(path): fork failed: " + String(cString: strerror(errno))) }
+    guard pid >= 0 else { throw CLIError("cannot write \(shown(path)): fork failed: " + String(cString: strerror(errno))) }
     if pid == 0 {
         guard Privilege.dropToCaller() else { _exit(privilegeDropFailed) }
         _exit(body())
     }
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 {
-        guard errno == EINTR else { throw CLIError("cannot write \(path): waitpid failed: " + String(cString: strerror(errno))) }
+        guard errno == EINTR else { throw CLIError("cannot write \(shown(path)): waitpid failed: " + String(cString: strerror(errno))) }
     }
     let signal = status & 0x7F
-    guard signal == 0 else { throw CLIError("cannot write \(path): the writer process was killed by signal \(signal)") }
+    guard signal == 0 else { throw CLIError("cannot write \(shown(path)): the writer process was killed by signal \(signal)") }
     return (status >> 8) & 0xFF
 }
 

@@ -3,7 +3,8 @@ import Glibc
 import MFACore
 
 /// `totp-enroll recovery-codes`: a new set of single-use codes, shown once; only their salted
-/// PBKDF2 hashes are stored. Replaces the previous set; the TOTP secrets are not touched.
+/// PBKDF2 hashes are stored. Replaces the previous set only once the new codes were written
+/// out; the TOTP secrets are not touched.
 struct RecoveryCodes: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recovery-codes",
@@ -13,41 +14,45 @@ struct RecoveryCodes: ParsableCommand {
 
     func run() throws {
         let context = try target.context()
-        try Privilege.reauthenticate(user: context.userName, code: nil)
-        let access = try context.openStore()
+        let store = try context.openStore()
+        let status = try storeCall { () throws(MFAError) in try store.status(user: context.user) }
+        guard let record = status?.record, !record.factors.isEmpty else {
+            throw CLIError("\(context.userName) has no factor yet: enrol one first (totp-enroll), then make recovery codes")
+        }
+        try Proof.require(context, store: store, code: nil)
         var rng = SystemRandomNumberGenerator()
-        let (codes, set) = RecoverySet.generate(count: 10, using: &rng)
-        let replaced = try access.replaceRecovery(set, user: context.userName)
-        print("Recovery codes for \(context.userName) — each works once at the \"Verification code:\" prompt.")
-        print("Store them somewhere safe now: they are not shown again\(replaced ? "; the previous codes no longer work" : "").")
-        print("")
+        var (codes, set) = RecoverySet.generate(count: 10, using: &rng)
+        defer { for i in codes.indices { wipe(&codes[i]) } }
+        let replacing = record.recovery != nil
+        var text = "Recovery codes for \(context.userName) — each works once at the \"Verification code:\" prompt.\n"
+        text += "Store them somewhere safe now: they are not shown again\(replacing ? "; the previous codes no longer work" : "").\n\n"
         for code in codes {
             let s = String(decoding: code, as: UTF8.self)
-            let a = s.prefix(4), b = s.dropFirst(4).prefix(4), c = s.dropFirst(8)
-            print("    \(a)-\(b)-\(c)")
+            text += "    \(s.prefix(4))-\(s.dropFirst(4).prefix(4))-\(s.dropFirst(8))\n"
         }
+        // Only codes that reached the output replace the old ones (a full disk, a closed pipe).
+        fflush(nil)
+        if let e = writeOut(text) {
+            throw CLIError("could not write the new codes (\(String(cString: strerror(e)))): nothing was changed, the previous codes still work")
+        }
+        do {
+            _ = try storeCall { () throws(MFAError) in try store.replaceRecovery(user: context.user, accountUID: context.uid, set: set) }
+        } catch {
+            throw CLIError("\(error): the codes above were NOT saved and do not work; the previous codes still work")
+        }
+        Audit.log("made \(set.hashes.count) new recovery codes", context: context)
     }
 }
 
-extension StoreAccess {
-    /// Stores `set` as the user's recovery codes; true if it replaced an existing set. The user
-    /// must have at least one factor (recovery codes are a fallback, not a factor of their own).
-    func replaceRecovery(_ set: RecoverySet, user: String) throws -> Bool {
-        let name = Array(user.utf8)
-        do {
-            return try store.withLock(user: name) { () throws(MFAError) -> Bool in
-                guard var record = try store.read(user: name), !record.factors.isEmpty else {
-                    throw .invalidParameters("no factor yet: enrol one first (totp-enroll), then make recovery codes")
-                }
-                let replaced = record.recovery != nil
-                record.recovery = set
-                try store.writeLocked(user: name, record: record)
-                return replaced
-            }
-        } catch { throw CLIError(error) }
+/// Writes `text` to standard output unbuffered; the errno of a failed write, or nil.
+func writeOut(_ text: String) -> Int32? {
+    let bytes = Array(text.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { return n < 0 ? errno : EIO }
+        offset += n
     }
-
-    func readState(user: String) throws -> UserState {
-        do { return try store.readState(user: Array(user.utf8)) } catch { throw CLIError(error) }
-    }
+    return nil
 }

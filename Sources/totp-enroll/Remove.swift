@@ -3,11 +3,11 @@ import Glibc
 import MFACore
 
 /// `totp-enroll remove LABEL`: deletes one factor. Anyone but root re-authenticates first
-/// (password and a current code from any factor, through the PAM service totp-enroll), and
-/// cannot remove their last factor unless the site's pam_totp configuration has nullok.
+/// (password, and a current code from any factor), and can never remove their own last
+/// factor; root can (that is how an admin takes a user off two-factor logins).
 struct Remove: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Remove a factor (needs a current code from any factor, or root).")
+        abstract: "Remove a factor (needs a current code from any factor, or root; never your own last factor).")
 
     @Argument(help: "The label of the factor to remove (see `totp-enroll list`).")
     var label: String
@@ -19,38 +19,22 @@ struct Remove: ParsableCommand {
 
     func run() throws {
         let context = try target.context()
-        // Not root: the PAM service totp-enroll asks for the password and a current code
-        // (pam_totp), and `--code` answers the code prompt.
-        try Privilege.reauthenticate(user: context.userName, code: code)
-        let access = try context.openStore()
-        let siteAllowsNone = (try? ModuleOptions.load([]))?.nullok ?? false
-        let remaining = try access.removeFactor(Array(label.utf8), user: context.userName,
-                                                mayRemoveLast: getuid() == 0 || siteAllowsNone)
-        print("Removed factor \"\(label)\" from \(context.userName); \(remaining) factor\(remaining == 1 ? "" : "s") left.")
+        let store = try context.openStore()
+        let isRoot = getuid() == 0
+        // Checked before the password and a code are spent.
+        let status = try storeCall { () throws(MFAError) in try store.status(user: context.user) }
+        guard let record = status?.record, record.factor(labelled: Array(label.utf8)) != nil else {
+            throw CLIError("\(context.userName) has no factor named \"\(shown(label))\" (see totp-enroll list)")
+        }
+        if record.factors.count == 1 && !isRoot {
+            throw CLIError("\"\(shown(label))\" is your last factor: enrol another one first (only root can remove a user's last factor)")
+        }
+        try Proof.require(context, store: store, code: code)
+        let remaining = try storeCall { () throws(MFAError) in
+            try store.removeFactor(user: context.user, accountUID: context.uid, label: Array(label.utf8), mayRemoveLast: isRoot)
+        }
+        Audit.log("removed factor \"\(Audit.safe(label))\"", context: context)
+        print("Removed factor \"\(shown(label))\" from \(context.userName); \(remaining) factor\(remaining == 1 ? "" : "s") left.")
         if remaining == 0 { print("\(context.userName) has no factor now: their recovery codes were removed too.") }
-    }
-}
-
-extension StoreAccess {
-    /// Removes the factor under the user's lock; returns the number left.
-    func removeFactor(_ label: [UInt8], user: String, mayRemoveLast: Bool) throws -> Int {
-        let name = Array(user.utf8)
-        do {
-            return try store.withLock(user: name) { () throws(MFAError) -> Int in
-                guard var record = try store.read(user: name), let index = record.factors.firstIndex(where: { $0.label == label }) else {
-                    throw .invalidParameters("no factor with that label (see totp-enroll list)")
-                }
-                guard record.factors.count > 1 || mayRemoveLast else {
-                    throw .invalidParameters("this is your last factor and logins here require one; enrol another first, or ask root")
-                }
-                record.factors.remove(at: index)
-                if record.factors.isEmpty {
-                    try store.removeLocked(user: name)
-                } else {
-                    try store.writeLocked(user: name, record: record)
-                }
-                return record.factors.count
-            }
-        } catch { throw CLIError(error) }
     }
 }

@@ -60,7 +60,28 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(names, [".lock.alice", "alice"], "no temp file left behind")
         // The format is the documented, versioned text.
         let text = try String(contentsOfFile: recordPath, encoding: .utf8)
-        XCTAssertTrue(text.hasPrefix("pam_totp 1\nfactor phone%20100%25%20mine sha1 6 30 1700000000 GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ\n"), text)
+        XCTAssertTrue(text.hasPrefix("pam_totp 2\naccount - 0000000000000000\nfactor phone%20100%25%20mine sha1 6 30 1700000000 0 GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ\n"), text)
+    }
+
+    /// Records written before the account line existed (version 1) are still read: no uid
+    /// (bound at their next change), no record id, no enrolment step.
+    func testVersion1RecordIsStillRead() throws {
+        let v1 = "pam_totp 1\nfactor phone%20100%25%20mine sha1 6 30 1700000000 GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ\n"
+        let r = try UserRecord.parse(Array(v1.utf8))
+        XCTAssertNil(r.uid)
+        XCTAssertEqual(r.id, 0)
+        XCTAssertEqual(r.factors.map(\.enrolledStep), [0])
+        XCTAssertEqual(r.factors.first?.secret, Array("12345678901234567890".utf8))
+        XCTAssertTrue(r.belongs(toAccount: 1000))
+        // A bound version-2 record belongs to its uid only.
+        var bound = r
+        bound.uid = 1000
+        bound.id = 0x0123_4567_89AB_CDEF
+        let again = try UserRecord.parse(bound.serialized())
+        XCTAssertEqual(again, bound)
+        XCTAssertTrue(again.belongs(toAccount: 1000))
+        XCTAssertFalse(again.belongs(toAccount: 1001))
+        XCTAssertFalse(again.belongs(toAccount: nil))
     }
 
     func testUmaskDoesNotWidenOrNarrowTheRecordMode() throws {

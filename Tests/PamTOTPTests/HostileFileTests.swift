@@ -314,7 +314,8 @@ final class HostileFileTests: XCTestCase {
         }
         remove(statePath)
         XCTAssertEqual(mkdir(temp, 0o700), 0)
-        assertDenied(try code(), "directory at the state temp name: the success cannot be recorded")
+        assertDenied(try code(), "directory at the state temp name: the success cannot be recorded (denied like a wrong code)",
+                     expected: PAM_AUTH_ERR)
         assertDenied(try wrongCode(), "directory at the state temp name, wrong code", expected: PAM_AUTH_ERR)
         assertVictimsUntouched("directory at .tmp..state.alice")
         try assertAcceptedAfterCleanup([temp])
@@ -387,11 +388,14 @@ final class HostileFileTests: XCTestCase {
 
     func testTruncatedRecordsAreRefused() throws {
         let good = goodRecord
-        let header = Array("pam_totp 1\n".utf8)
+        // The header and account lines alone are a valid record without factors.
+        let lines = good.split(separator: 0x0A, omittingEmptySubsequences: false)
+        let header = Array(lines[0]) + [0x0A] + Array(lines[1]) + [0x0A]
         for cut in [0, 1, 5, 10, header.count, header.count + 7, good.count / 2, good.count - 2, good.count - 1] {
             remove(recordPath)
             try writeFile(recordPath, Array(good[0..<cut]))
-            // The header alone is a valid record without factors: not enrolled, denied as such.
+            // The header and account lines alone are a valid record without factors: not
+            // enrolled, denied as such.
             assertDenied(try code(), "record cut at \(cut) of \(good.count)",
                          expected: cut == header.count ? PAM_AUTH_ERR : PAM_AUTHINFO_UNAVAIL)
         }

@@ -120,7 +120,7 @@ final class ImportTests: XCTestCase {
         XCTAssertEqual(rec.recovery?.hashes.count, 5)
         XCTAssertEqual(rec.recovery?.iterations, RecoverySet.defaultIterations)
         let state = try Store(path: Array(store.path.utf8)).readState(user: Array("nobody".utf8))
-        XCTAssertEqual(state.lastStep(forLabel: factor.label), UInt64(t0 / 30), "the import's step counts as used")
+        XCTAssertEqual(state.lastUsedStep(of: factor), UInt64(t0 / 30), "the import's step counts as used")
 
         // The module with the window the tool suggested.
         let suggested = try XCTUnwrap(r.stdout.range(of: "adjacent_intervals=[0-9]+", options: .regularExpression))
@@ -269,7 +269,8 @@ final class ImportTests: XCTestCase {
         XCTAssertEqual(recovery.match(Array("23456789".utf8), used: 0), 0)
         XCTAssertEqual(recovery.match(Array("98765432".utf8), used: 0), 1)
         let state = try Store(path: Array(store.path.utf8)).readState(user: Array("nobody".utf8))
-        XCTAssertEqual(state.lastStep(forLabel: Array("ga".utf8)), step + 2, "a code already used a step ahead stays used")
+        XCTAssertEqual(rec.factor(labelled: Array("ga".utf8)).flatMap { state.lastUsedStep(of: $0) }, step + 2,
+                       "a code already used a step ahead stays used")
 
         // The label is taken now: refused, nothing changes.
         let again = try importFile(file.path, ["--name", "ga"])

@@ -15,6 +15,8 @@ final class PrivilegeTests: XCTestCase {
     var gid: gid_t = 0
     let password = "c0rrect-h0rse-\(UInt32.random(in: 0...UInt32.max))"
     let secretB32 = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
+    /// A second factor needs a secret of its own (one secret enrolled twice is refused).
+    let tabletB32 = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
     var savedService: Data?
     var createdStore = false
     var storePath = String(decoding: Store.defaultDirectory, as: UTF8.self)
@@ -64,8 +66,8 @@ final class PrivilegeTests: XCTestCase {
         try runCommand(["setsid", "-w", "setpriv", "--reuid=\(uid)", "--regid=\(gid)", "--clear-groups"] + command, input: input)
     }
 
-    func code(offsetSteps: Int64 = 0) -> String {
-        let secret = (try? Base32.decode(Array(secretB32.utf8))) ?? []
+    func code(offsetSteps: Int64 = 0, key: String? = nil) -> String {
+        let secret = (try? Base32.decode(Array((key ?? secretB32).utf8))) ?? []
         let t = Int64(time(nil)) + offsetSteps * 30
         return String(decoding: (try? TOTP.code(secret: secret, parameters: .default, at: t)) ?? [], as: UTF8.self)
     }
@@ -130,11 +132,11 @@ final class PrivilegeTests: XCTestCase {
 
         // A second factor needs the password AND a current code of the first one.
         awayFromStepBoundary(margin: 6)
-        let second = try asUser([binary, "--name", "tablet", "--secret", secretB32, "--qr", "none", "--code", code(offsetSteps: 2)],
+        let second = try asUser([binary, "--name", "tablet", "--secret", tabletB32, "--qr", "none", "--code", code(offsetSteps: 2, key: tabletB32)],
                                 input: password + "\n" + "000000" + "\n")
         XCTAssertNotEqual(second.status, 0, "a wrong current code refuses the change")
         XCTAssertEqual(try record()?.factors.count, 1)
-        let third = try asUser([binary, "--name", "tablet", "--secret", secretB32, "--qr", "none", "--code", code(offsetSteps: 2)],
+        let third = try asUser([binary, "--name", "tablet", "--secret", tabletB32, "--qr", "none", "--code", code(offsetSteps: 2, key: tabletB32)],
                                input: password + "\n" + code(offsetSteps: 1) + "\n")
         XCTAssertEqual(third.status, 0, third.stdout + third.stderr)
         XCTAssertEqual(try record()?.factors.count, 2)
