@@ -15,11 +15,12 @@ struct FuzzTarget {
 
 let fuzzTargets: [FuzzTarget] = [
     FuzzTarget(name: "record", summary: "UserRecord.parse, round trip through serialized()", run: fuzzRecord),
-    FuzzTarget(name: "state", summary: "UserState.parse(file:), as given and padded to a whole file", run: fuzzState),
+    FuzzTarget(name: "state", summary: "UserState.parse(file:), as given and padded to a whole file; round trip through slotBytes()", run: fuzzState),
     FuzzTarget(name: "config", summary: "ModuleOptions.applyConfig on a configuration file", run: fuzzConfig),
     FuzzTarget(name: "args", summary: "ModuleOptions.parse on module arguments (the input split at NUL bytes)", run: fuzzArguments),
     FuzzTarget(name: "uri", summary: "OTPAuthURI(parsing:), round trip through bytes", run: fuzzURI),
     FuzzTarget(name: "base32", summary: "Base32.decode (lenient) and the canonical form, round trips", run: fuzzBase32),
+    FuzzTarget(name: "text", summary: "isPrintableText and escapedForTerminal, unescaped back", run: fuzzText),
     FuzzTarget(name: "gafile", summary: "GoogleAuthenticatorFile(parsing:)", run: fuzzGoogleAuthenticatorFile),
     FuzzTarget(name: "answer", summary: "TOTPVerifier.parseCode/match and RecoverySet.normalize on an answer", run: fuzzAnswer),
 ]

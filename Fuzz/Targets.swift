@@ -24,15 +24,26 @@ func fuzzRecord(_ data: [UInt8]) {
     }
 }
 
-/// `<store>/.state.<user>`. Only `UserState.parse(file:)` is called (its format is the
-/// store's own business). A state file has one fixed size, so besides the input as given the
-/// harness also parses it cut or zero-padded to that size: most mutations change the length.
+/// `<store>/.state.<user>`. A state file has one fixed size, so besides the input as given the
+/// harness also parses it cut or zero-padded to that size (most mutations change the length).
+/// A state that parses, written back as one slot (the other zero, as after the first write),
+/// parses to the same state.
 func fuzzState(_ data: [UInt8]) {
-    _ = UserState.parse(file: data)
+    var file = data
     if data.count != UserState.fileSize {
-        var file = Array(data.prefix(UserState.fileSize))
+        _ = UserState.parse(file: data)
+        file = Array(data.prefix(UserState.fileSize))
         file += [UInt8](repeating: 0, count: UserState.fileSize - file.count)
-        _ = UserState.parse(file: file)
+    }
+    guard let state = UserState.parse(file: file) else { return }
+    let slot = state.slotBytes()
+    guard slot.count == UserState.slotSize else { violated("state", "a parsed state does not fit a slot") }
+    for second in [false, true] {
+        let zero = [UInt8](repeating: 0, count: UserState.slotSize)
+        guard let again = UserState.parse(file: second ? zero + slot : slot + zero) else {
+            violated("state", "a written slot does not parse")
+        }
+        guard again == state else { violated("state", "write then parse changed the state") }
     }
 }
 
@@ -131,6 +142,59 @@ func fuzzGoogleAuthenticatorFile(_ data: [UInt8]) {
     }
     file.erase()
     guard file.secret.isEmpty, file.scratchCodes.isEmpty else { violated("gafile", "erase left data behind") }
+}
+
+/// Text from users and from the store on its way to a terminal or a log: `isPrintableText`
+/// accepts only valid UTF-8 (checked against the standard library's decoder),
+/// `escapedForTerminal` always gives printable text that leaves printable text without a
+/// backslash as it is, and the input can be recovered from it (the harness unescapes it).
+func fuzzText(_ data: [UInt8]) {
+    let printable = isPrintableText(data)
+    if printable {
+        guard String(validating: data, as: UTF8.self) != nil else { violated("text", "invalid UTF-8 counted as printable") }
+        guard !data.contains(where: { $0 < 0x20 || $0 == 0x7F }) else { violated("text", "an ASCII control counted as printable") }
+    }
+    let escaped = escapedForTerminal(data)
+    guard isPrintableText(escaped) else { violated("text", "escaped text is not printable") }
+    if printable && !data.contains(0x5C) && escaped != data { violated("text", "printable text was changed") }
+    guard unescape(escaped) == data else { violated("text", "the input cannot be recovered from the escaped text") }
+}
+
+/// The inverse of `escapedForTerminal`: `\\`, `\xHH`, `\u{HEX}` (as UTF-8); nil on anything else
+/// after a backslash.
+func unescape(_ text: [UInt8]) -> [UInt8]? {
+    func hexValue(_ bytes: ArraySlice<UInt8>) -> UInt32? {
+        guard !bytes.isEmpty, bytes.count <= 8 else { return nil }
+        var v: UInt32 = 0
+        for c in bytes {
+            guard let n = Hex.nibble(c) else { return nil }
+            v = v << 4 | UInt32(n)
+        }
+        return v
+    }
+    var out: [UInt8] = []
+    var i = 0
+    while i < text.count {
+        guard text[i] == 0x5C else { out.append(text[i]); i += 1; continue }
+        guard i + 1 < text.count else { return nil }
+        switch text[i + 1] {
+        case 0x5C:
+            out.append(0x5C)
+            i += 2
+        case 0x78:  // x
+            guard i + 3 < text.count, let v = hexValue(text[(i + 2)...(i + 3)]) else { return nil }
+            out.append(UInt8(v))
+            i += 4
+        case 0x75:  // u{...}
+            guard i + 2 < text.count, text[i + 2] == 0x7B, let close = text[(i + 3)...].firstIndex(of: 0x7D),
+                  let v = hexValue(text[(i + 3)..<close]), let scalar = Unicode.Scalar(v) else { return nil }
+            out += Array(String(Character(scalar)).utf8)
+            i = close + 1
+        default:
+            return nil
+        }
+    }
+    return out
 }
 
 // MARK: - The login

@@ -1,5 +1,6 @@
 // Writes the generated part of the seed corpus (Fuzz/corpus/{record,state,uri}/gen-*) with the
-// store's own serializers, so the seeds are files the code really writes:
+// store's own serializers, so the seeds are files the code really writes (the v1-* files next
+// to them were written by format version 1, which is still read):
 //   swiftc -parse-as-library -module-name Seeds -I Sources/CLibc Sources/MFACore/*.swift \
 //     Fuzz/Seeds/MakeSeeds.swift -o .build-fuzz/make-seeds && .build-fuzz/make-seeds Fuzz/corpus
 // (`make fuzz-seeds` does exactly that). Deterministic: the same code writes the same bytes.
@@ -28,7 +29,8 @@ func save(_ bytes: [UInt8], _ dir: String, _ name: String) {
 func factor(_ label: String, _ algorithm: HashAlgorithm, _ digits: Int, _ period: UInt64, _ created: Int64,
             _ rng: inout Mix) throws(MFAError) -> Factor {
     try Factor(label: Array(label.utf8), parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: period),
-               created: created, secret: Secret.generate(for: algorithm, using: &rng))
+               created: created, enrolledStep: UInt64(created) / period,
+               secret: Secret.generate(for: algorithm, using: &rng))
 }
 
 @main
@@ -40,9 +42,9 @@ struct MakeSeeds {
 
         // Records: one default factor; three factors with every algorithm, a label that needs
         // percent-encoding and recovery codes; recovery codes alone.
-        let one = UserRecord(factors: [try factor("phone", .sha1, 6, 30, 1_700_000_000, &rng)])
+        let one = UserRecord(uid: 1000, id: rng.next(), factors: [try factor("phone", .sha1, 6, 30, 1_700_000_000, &rng)])
         let codes = RecoverySet.generate(count: 3, iterations: 1_000, using: &rng).set
-        let three = UserRecord(factors: [
+        let three = UserRecord(uid: 0, id: rng.next(), factors: [
             try factor("phone", .sha1, 6, 30, 1_700_000_000, &rng),
             try factor("yubikey 5 (backup)", .sha256, 8, 60, 1_700_000_100, &rng),
             try factor("laptop%:é", .sha512, 7, 3600, 0, &rng),
@@ -65,11 +67,13 @@ struct MakeSeeds {
         }
         var s = UserState()
         s.sequence = 1
+        s.recordID = three.id
         s.setLastStep(56_666_666, forLabel: Array("phone".utf8))
         save(file([s]), corpus + "/state", "gen-first-write")
         var t = s
         t.sequence = 2
         t.failures = 3
+        t.successProcess = 4242
         t.lockedUntil = 1_700_000_300
         t.markRecoveryUsed(set: codes.id, index: 1)
         t.setLastStep(28_333_333, forLabel: Array("yubikey 5 (backup)".utf8))
