@@ -245,4 +245,3 @@ private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) 
 
 /// The path as it may be printed: control characters become '?'.
 private func displayPath(_ path: String) -> String { shown(path) }
-}
