@@ -13,11 +13,21 @@ PAMDIR      ?= /lib/$(MULTIARCH)/security
 STOREDIR    ?= /var/lib/pam-totp
 PAMCONFDIR  ?= /etc/pam.d
 SWIFT       ?= swift
+SWIFTC      ?= swiftc
 
 EMBEDDED_SO := .build-embedded/release/libpam_totp.so
 STRIPPED_SO := .build-embedded/pam_totp.so
 ENROLL_BIN  := .build/release/totp-enroll
 VERIFY_BENCH := .build-embedded/release/verify-bench
+
+# libFuzzer (make fuzz): one binary, every target; MFACore's sources and Fuzz/*.swift compiled
+# as one module, so the harnesses also reach internal parsers. FUZZ_TARGET picks the target.
+FUZZ_DIR     := .build-fuzz
+FUZZ_BIN     := $(FUZZ_DIR)/pam_totp_fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 3
+FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
+                   -module-name PamTOTPFuzz -I Sources/CLibc -use-ld=lld
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev
 TEST_DEPS   := valgrind pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra
@@ -32,7 +42,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: all module enroll install uninstall check test bench deps test-deps bench-deps clean
+.PHONY: all module enroll install uninstall check test bench deps test-deps bench-deps clean fuzz fuzz-smoke fuzz-seeds
 
 all: module enroll
 
@@ -89,7 +99,7 @@ uninstall:
 
 # Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
-check: test-deps module
+check: test-deps module fuzz-smoke
 	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
 	@# One plain closing line from XCTest's final summary: "Executed N tests, with [S tests skipped and] F failures".
 	@summary=$$(grep -E '^\s*Executed [0-9]+ tests?, with' .build-test.log | tail -1); \
@@ -101,8 +111,28 @@ check: test-deps module
 
 test: check
 
+$(FUZZ_BIN): $(wildcard Sources/MFACore/*.swift Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
+	@mkdir -p $(FUZZ_DIR)
+	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(sort $(wildcard Sources/MFACore/*.swift Fuzz/*.swift)) -o $@
+
+# Every fuzz target for FUZZ_SECONDS each, on a scratch copy of its seed corpus
+# (Fuzz/corpus/TARGET); prints executions and crashes per target, fails on any crash.
+fuzz: $(FUZZ_BIN)
+	scripts/fuzz.sh $(FUZZ_BIN) $(FUZZ_SECONDS) $(FUZZ_DIR)/run
+
+# A few seconds per target, from the seeds alone (part of make check: a broken harness fails).
+fuzz-smoke: $(FUZZ_BIN)
+	rm -rf $(FUZZ_DIR)/smoke
+	scripts/fuzz.sh $(FUZZ_BIN) $(FUZZ_SMOKE_SECONDS) $(FUZZ_DIR)/smoke
+
+# Rewrites the generated seeds (Fuzz/corpus/*/gen-*) with the store's own serializers.
+fuzz-seeds:
+	@mkdir -p $(FUZZ_DIR)
+	$(SWIFTC) -swift-version 6 -parse-as-library -module-name Seeds -I Sources/CLibc Sources/MFACore/*.swift Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
+	$(FUZZ_DIR)/make-seeds Fuzz/corpus
+
 bench: bench-deps module enroll $(VERIFY_BENCH)
 	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) $(abspath $(VERIFY_BENCH)) docs/benchmarks.md
 
 clean:
-	rm -rf .build .build-embedded .build-test.log
+	rm -rf .build .build-embedded .build-fuzz .build-test.log

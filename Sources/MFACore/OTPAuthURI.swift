@@ -2,7 +2,10 @@
 /// `algorithm`, `digits` and `period` are included only when they differ from SHA1/6/30,
 /// because several apps reject or mishandle URIs that spell out the defaults. Issuer and
 /// account are percent-encoded (RFC 3986 unreserved characters stay as they are); the colon
-/// between them is literal.
+/// between them is literal, so a colon inside either is `%3A` and never read as the separator.
+/// Without an issuer the label is the account alone, or `:account` when the account holds a
+/// colon (a bare `%3A` would be read as the separator). Leading spaces of an account are not
+/// kept: Key URI labels allow spaces after the separator, and the parser drops them.
 public struct OTPAuthURI: Equatable, Sendable {
     public var issuer: [UInt8]
     public var account: [UInt8]
@@ -18,7 +21,7 @@ public struct OTPAuthURI: Equatable, Sendable {
 
     public var bytes: [UInt8] {
         var out = Array("otpauth://totp/".utf8)
-        if !issuer.isEmpty {
+        if !issuer.isEmpty || account.contains(0x3A) {
             out += Percent.encode(issuer)
             out.append(0x3A)  // ':'
         }
@@ -55,16 +58,23 @@ public struct OTPAuthURI: Equatable, Sendable {
         }
         let rest = uri[prefix.count...]
         let q = rest.firstIndex(of: 0x3F) ?? rest.endIndex
-        guard let label = Percent.decode(rest[rest.startIndex..<q]) else {
+        // The label is "issuer:account" or "account". The separator is the first literal ':',
+        // or else the first "%3A" (Key URI allows an encoded one); it is found before decoding,
+        // so an encoded colon inside the issuer (as `bytes` writes it) stays part of it.
+        let rawLabel = rest[rest.startIndex..<q]
+        var rawIssuer = rawLabel[rawLabel.startIndex..<rawLabel.startIndex]
+        var rawAccount = rawLabel
+        if let colon = rawLabel.firstIndex(of: 0x3A) {
+            rawIssuer = rawLabel[..<colon]
+            rawAccount = rawLabel[(colon + 1)...]
+        } else if let percent = Self.encodedColon(in: rawLabel) {
+            rawIssuer = rawLabel[..<percent]
+            rawAccount = rawLabel[(percent + 3)...]
+        }
+        guard var issuer = Percent.decode(rawIssuer), var account = Percent.decode(rawAccount) else {
             throw .invalidParameters("bad percent-encoding in label")
         }
-        var issuer: [UInt8] = []
-        var account = label
-        if let colon = label.firstIndex(of: 0x3A) {
-            issuer = Array(label[..<colon])
-            account = Array(label[(colon + 1)...])
-            while account.first == ASCII.space { account.removeFirst() }
-        }
+        while account.first == ASCII.space { account.removeFirst() }
         var secret: [UInt8]? = nil
         var algorithm = HashAlgorithm.sha1
         var digits = 6
@@ -96,6 +106,16 @@ public struct OTPAuthURI: Equatable, Sendable {
         guard let s = secret, !s.isEmpty else { throw .invalidParameters("URI has no secret") }
         self.init(issuer: issuer, account: account, secret: s,
                   parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: period))
+    }
+
+    /// The index of the first "%3A" (either case) in `label`, or nil.
+    static func encodedColon(in label: ArraySlice<UInt8>) -> Int? {
+        var i = label.startIndex
+        while i + 2 < label.endIndex {
+            if label[i] == ASCII.percent && label[i + 1] == 0x33 && (label[i + 2] == 0x41 || label[i + 2] == 0x61) { return i }
+            i += 1
+        }
+        return nil
     }
 }
 

@@ -75,6 +75,32 @@ final class URITests: XCTestCase {
                        try OTPParameters(algorithm: .sha256, digits: 6, period: 45))
     }
 
+    /// Colons and spaces in labels (found by the uri fuzz target: an issuer with a colon, from
+    /// the issuer parameter, came back split at that colon). The separator is the first literal
+    /// ':' (else the first %3A), found before decoding; an account never keeps leading spaces.
+    func testColonsInIssuerAndAccountRoundTrip() throws {
+        let values: [(String, String)] = [("a:b", "acct"), ("", "x:y"), ("", ":"), ("i:", ":a"), ("A&B", "bob:x y"), ("", "plain")]
+        for (issuer, account) in values {
+            let uri = OTPAuthURI(issuer: Array(issuer.utf8), account: Array(account.utf8), secret: secret, parameters: .default)
+            XCTAssertEqual(try OTPAuthURI(parsing: uri.bytes), uri, uri.string)
+        }
+        XCTAssertEqual(OTPAuthURI(issuer: [], account: Array("x:y".utf8), secret: secret, parameters: .default).string,
+                       "otpauth://totp/:x%3Ay?secret=GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ")
+        let forms: [(String, String, String)] = [
+            ("otpauth://totp/Example%3Aalice?secret=MZXW6YTBOI", "Example", "alice"),        // encoded separator
+            ("otpauth://totp/ACME%20Co:%20%20john?secret=MZXW6YTBOI", "ACME Co", "john"),   // spaces after it
+            ("otpauth://totp/a%3Ab:c%3Ad?secret=MZXW6YTBOI", "a:b", "c:d"),                // literal one first
+            ("otpauth://totp/Example:alice?secret=MZXW6YTBOI&issuer=x%3Ay", "x:y", "alice"),
+            ("otpauth://totp/%20bob?secret=MZXW6YTBOI&issuer=I", "I", "bob"),
+        ]
+        for (text, issuer, account) in forms {
+            let uri = try OTPAuthURI(parsing: Array(text.utf8))
+            XCTAssertEqual(uri.issuer, Array(issuer.utf8), text)
+            XCTAssertEqual(uri.account, Array(account.utf8), text)
+            XCTAssertEqual(try OTPAuthURI(parsing: uri.bytes), uri, text)
+        }
+    }
+
     func testMalformedURIsAreRejected() {
         for s in ["otpauth://hotp/x?secret=MZXW6YTBOI", "otpauth://totp/x", "otpauth://totp/x?secret=",
                   "otpauth://totp/%zz?secret=MZXW6YTBOI", "otpauth://totp/x?secret=MZXW6YTBOI&digits=9",

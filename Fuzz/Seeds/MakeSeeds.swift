@@ -1,0 +1,96 @@
+// Writes the generated part of the seed corpus (Fuzz/corpus/{record,state,uri}/gen-*) with the
+// store's own serializers, so the seeds are files the code really writes (the v1-* files next
+// to them were written by format version 1, which is still read):
+//   swiftc -parse-as-library -module-name Seeds -I Sources/CLibc Sources/MFACore/*.swift \
+//     Fuzz/Seeds/MakeSeeds.swift -o .build-fuzz/make-seeds && .build-fuzz/make-seeds Fuzz/corpus
+// (`make fuzz-seeds` does exactly that). Deterministic: the same code writes the same bytes.
+import Glibc
+
+/// SplitMix64: fixed seeds, reproducible files.
+struct Mix: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+func save(_ bytes: [UInt8], _ dir: String, _ name: String) {
+    let path = dir + "/" + name
+    guard let f = fopen(path, "wb") else { fatalError("cannot write \(path)") }
+    _ = bytes.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, f) }
+    fclose(f)
+    print("\(path): \(bytes.count) bytes")
+}
+
+func factor(_ label: String, _ algorithm: HashAlgorithm, _ digits: Int, _ period: UInt64, _ created: Int64,
+            _ rng: inout Mix) throws(MFAError) -> Factor {
+    try Factor(label: Array(label.utf8), parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: period),
+               created: created, enrolledStep: UInt64(created) / period,
+               secret: Secret.generate(for: algorithm, using: &rng))
+}
+
+@main
+struct MakeSeeds {
+    static func main() throws {
+        guard CommandLine.arguments.count == 2 else { fatalError("usage: make-seeds CORPUS_DIR") }
+        let corpus = CommandLine.arguments[1]
+        var rng = Mix(state: 7)
+
+        // Records: one default factor; three factors with every algorithm, a label that needs
+        // percent-encoding and recovery codes; recovery codes alone.
+        let one = UserRecord(uid: 1000, id: rng.next(), factors: [try factor("phone", .sha1, 6, 30, 1_700_000_000, &rng)])
+        let codes = RecoverySet.generate(count: 3, iterations: 1_000, using: &rng).set
+        let three = UserRecord(uid: 0, id: rng.next(), factors: [
+            try factor("phone", .sha1, 6, 30, 1_700_000_000, &rng),
+            try factor("yubikey 5 (backup)", .sha256, 8, 60, 1_700_000_100, &rng),
+            try factor("laptop%:é", .sha512, 7, 3600, 0, &rng),
+        ], recovery: codes)
+        let recoveryOnly = UserRecord(recovery: RecoverySet.generate(count: 1, iterations: 100_000, using: &rng).set)
+        save(one.serialized(), corpus + "/record", "gen-one-factor")
+        save(three.serialized(), corpus + "/record", "gen-three-factors-recovery")
+        save(recoveryOnly.serialized(), corpus + "/record", "gen-recovery-only")
+
+        // State files as writeStateLocked leaves them: the first write (one slot, the other
+        // zero), and two slots after several writes (failures, lockout, used recovery codes).
+        func file(_ states: [UserState]) -> [UInt8] {
+            var out = [UInt8](repeating: 0, count: UserState.fileSize)
+            for s in states {
+                let slot = s.slotBytes()
+                let at = Int(s.sequence % 2) * UserState.slotSize
+                out.replaceSubrange(at..<(at + UserState.slotSize), with: slot)
+            }
+            return out
+        }
+        var s = UserState()
+        s.sequence = 1
+        s.recordID = three.id
+        s.setLastStep(56_666_666, forLabel: Array("phone".utf8))
+        save(file([s]), corpus + "/state", "gen-first-write")
+        var t = s
+        t.sequence = 2
+        t.failures = 3
+        t.successProcess = 4242
+        t.lockedUntil = 1_700_000_300
+        t.markRecoveryUsed(set: codes.id, index: 1)
+        t.setLastStep(28_333_333, forLabel: Array("yubikey 5 (backup)".utf8))
+        save(file([s, t]), corpus + "/state", "gen-two-slots")
+        var full = t
+        full.sequence = 41
+        for i in 0..<UserState.maxEntries { full.setLastStep(UInt64(i) * 1_000_003, forLabel: Array("factor \(i)".utf8)) }
+        save(file([t, full]), corpus + "/state", "gen-all-entries")
+
+        // URIs as totp-enroll writes them.
+        let uris = [
+            OTPAuthURI(issuer: [], account: Array("alice".utf8), secret: one.factors[0].secret, parameters: .default),
+            OTPAuthURI(issuer: Array("pam_totp host.example".utf8), account: Array("alice@host".utf8),
+                       secret: three.factors[1].secret, parameters: three.factors[1].parameters),
+            OTPAuthURI(issuer: Array("Ex&mple=1".utf8), account: Array("bob".utf8), secret: three.factors[2].secret,
+                       parameters: three.factors[2].parameters),
+        ]
+        for (i, u) in uris.enumerated() { save(u.bytes, corpus + "/uri", "gen-\(i + 1)") }
+    }
+}

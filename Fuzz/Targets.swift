@@ -1,0 +1,249 @@
+// The harnesses. Each one feeds the input to a parser (which must never trap, whatever the
+// bytes) and checks what can be checked about the result: a round trip where a serializer
+// exists, and the documented bounds of every value that was accepted.
+
+// MARK: - The store
+
+/// `<store>/<user>`: parse, and for a record that parses, serialize → parse gives it back and
+/// serializing is stable.
+func fuzzRecord(_ data: [UInt8]) {
+    guard let record = try? UserRecord.parse(data) else { return }
+    let bytes = record.serialized()
+    guard let again = try? UserRecord.parse(bytes) else { violated("record", "a serialized record does not parse") }
+    guard again == record else { violated("record", "serialize then parse changed the record") }
+    guard again.serialized() == bytes else { violated("record", "serializing is not stable") }
+    guard record.factors.count <= UserRecord.maxFactors else { violated("record", "more factors than maxFactors") }
+    for f in record.factors {
+        guard !f.label.isEmpty, f.label.count <= Factor.maxLabelLength, f.secret.count >= 10, f.secret.count <= 128,
+              OTPParameters.digitsRange.contains(f.parameters.digits),
+              OTPParameters.periodRange.contains(f.parameters.period) else { violated("record", "a factor out of range") }
+    }
+    if let r = record.recovery {
+        guard r.hashes.count <= RecoverySet.maxCodes, r.hashes.allSatisfy({ $0.count == 32 }),
+              RecoverySet.iterationRange.contains(UInt64(r.iterations)) else { violated("record", "recovery codes out of range") }
+    }
+}
+
+/// `<store>/.state.<user>`. A state file has one fixed size, so besides the input as given the
+/// harness also parses it cut or zero-padded to that size (most mutations change the length).
+/// A state that parses, written back as one slot (the other zero, as after the first write),
+/// parses to the same state.
+func fuzzState(_ data: [UInt8]) {
+    var file = data
+    if data.count != UserState.fileSize {
+        _ = UserState.parse(file: data)
+        file = Array(data.prefix(UserState.fileSize))
+        file += [UInt8](repeating: 0, count: UserState.fileSize - file.count)
+    }
+    guard let state = UserState.parse(file: file) else { return }
+    let slot = state.slotBytes()
+    guard slot.count == UserState.slotSize else { violated("state", "a parsed state does not fit a slot") }
+    for second in [false, true] {
+        let zero = [UInt8](repeating: 0, count: UserState.slotSize)
+        guard let again = UserState.parse(file: second ? zero + slot : slot + zero) else {
+            violated("state", "a written slot does not parse")
+        }
+        guard again == state else { violated("state", "write then parse changed the state") }
+    }
+}
+
+// MARK: - The policy
+
+/// `/etc/security/pam_totp.conf`, then the same options checked against their ranges.
+func fuzzConfig(_ data: [UInt8]) {
+    var options = ModuleOptions()
+    do throws(MFAError) {
+        try options.applyConfig(data, file: "fuzz.conf")
+    } catch {
+        guard case .invalidOption = error else { violated("config", "an error other than invalidOption") }
+        return
+    }
+    checkBounds(options, "config")
+}
+
+/// The module arguments from pam.d (argv): the input split at NUL bytes, as C strings are.
+func fuzzArguments(_ data: [UInt8]) {
+    let arguments = data.split(separator: 0, omittingEmptySubsequences: false).map { Array($0) }
+    let options: ModuleOptions
+    do throws(MFAError) {
+        options = try ModuleOptions.parse(arguments)
+    } catch {
+        guard case .invalidOption = error else { violated("args", "an error other than invalidOption") }
+        return
+    }
+    checkBounds(options, "args")
+}
+
+func checkBounds(_ o: ModuleOptions, _ target: StaticString) {
+    guard o.adjacentIntervals >= 0, o.adjacentIntervals <= TOTPVerifier.maxAdjacentIntervals,
+          ModuleOptions.maxFailuresRange.contains(UInt64(o.maxFailures)),
+          o.lockoutSeconds >= 0, ModuleOptions.lockoutRange.contains(UInt64(o.lockoutSeconds)),
+          o.store.first == 0x2F, !o.store.contains(0),
+          !o.prompt.isEmpty, o.prompt.count <= 128, !o.prompt.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+        violated(target, "an accepted option is out of its range")
+    }
+}
+
+// MARK: - Enrolment input
+
+/// `otpauth://totp/...`: a URI that parses gives the same value again from its own bytes.
+func fuzzURI(_ data: [UInt8]) {
+    guard let uri = try? OTPAuthURI(parsing: data) else { return }
+    guard !uri.secret.isEmpty else { violated("uri", "an empty secret was accepted") }
+    let bytes = uri.bytes
+    guard let again = try? OTPAuthURI(parsing: bytes) else { violated("uri", "a serialized URI does not parse") }
+    guard again == uri else { violated("uri", "serialize then parse changed the URI") }
+    guard again.bytes == bytes else { violated("uri", "serializing is not stable") }
+}
+
+/// Base32 as people type it (lenient: case, spaces, hyphens, optional padding) and the
+/// canonical form the tools write: bytes → text → bytes is the identity; decoded text
+/// re-encodes to a canonical text that decodes to the same bytes; and canonical text (upper
+/// case, no separators, no padding, zero trailing bits) is exactly what encoding gives.
+func fuzzBase32(_ data: [UInt8]) {
+    for padding in [false, true] {
+        let text = Base32.encode(data, padding: padding)
+        guard let back = try? Base32.decode(text), back == data else { violated("base32", "encode then decode is not the identity") }
+    }
+    guard let decoded = try? Base32.decode(data) else { return }
+    guard decoded.count <= data.count * 5 / 8 else { violated("base32", "more bytes decoded than the text holds") }
+    let canonical = Base32.encode(decoded)
+    guard let again = try? Base32.decode(canonical), again == decoded else { violated("base32", "decoded bytes do not round-trip") }
+    let isCanonicalText = data.allSatisfy { ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x32 && $0 <= 0x37) }
+    if isCanonicalText && canonical != data {
+        // Only non-zero trailing bits in the last symbol may differ (the decoder ignores them).
+        guard canonical.count == data.count, canonical.dropLast().elementsEqual(data.dropLast()) else {
+            violated("base32", "canonical text does not re-encode to itself")
+        }
+    }
+}
+
+/// `~/.google_authenticator`: an accepted file has the documented values; a refused one has
+/// a short printable message (it never echoes the file: no secret, no code).
+func fuzzGoogleAuthenticatorFile(_ data: [UInt8]) {
+    var file: GoogleAuthenticatorFile
+    do throws(MFAError) {
+        file = try GoogleAuthenticatorFile(parsing: data)
+    } catch {
+        guard case .invalidParameters(let message) = error else { violated("gafile", "an error other than invalidParameters") }
+        guard !message.bytes.isEmpty, message.bytes.count <= 200,
+              message.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
+            violated("gafile", "an error message that is empty, long or not printable")
+        }
+        return
+    }
+    guard file.totp, file.secret.count >= 10, file.secret.count <= 128,
+          file.scratchCodes.count <= RecoverySet.maxCodes,
+          file.scratchCodes.allSatisfy({ $0.count == 8 && $0.allSatisfy(ASCII.isDigit) && $0.first != ASCII.zero }),
+          file.stepSize.map({ (1...60).contains($0) }) ?? true,
+          file.windowSize.map({ (1...100).contains($0) }) ?? true,
+          file.timeSkew.map({ $0.magnitude <= 1_000_000 }) ?? true else {
+        violated("gafile", "an accepted file has a value out of range")
+    }
+    file.erase()
+    guard file.secret.isEmpty, file.scratchCodes.isEmpty else { violated("gafile", "erase left data behind") }
+}
+
+/// Text from users and from the store on its way to a terminal or a log: `isPrintableText`
+/// accepts only valid UTF-8 (checked against the standard library's decoder),
+/// `escapedForTerminal` always gives printable text that leaves printable text without a
+/// backslash as it is, and the input can be recovered from it (the harness unescapes it).
+func fuzzText(_ data: [UInt8]) {
+    let printable = isPrintableText(data)
+    if printable {
+        guard String(validating: data, as: UTF8.self) != nil else { violated("text", "invalid UTF-8 counted as printable") }
+        guard !data.contains(where: { $0 < 0x20 || $0 == 0x7F }) else { violated("text", "an ASCII control counted as printable") }
+    }
+    let escaped = escapedForTerminal(data)
+    guard isPrintableText(escaped) else { violated("text", "escaped text is not printable") }
+    if printable && !data.contains(0x5C) && escaped != data { violated("text", "printable text was changed") }
+    guard unescape(escaped) == data else { violated("text", "the input cannot be recovered from the escaped text") }
+}
+
+/// The inverse of `escapedForTerminal`: `\\`, `\xHH`, `\u{HEX}` (as UTF-8); nil on anything else
+/// after a backslash.
+func unescape(_ text: [UInt8]) -> [UInt8]? {
+    func hexValue(_ bytes: ArraySlice<UInt8>) -> UInt32? {
+        guard !bytes.isEmpty, bytes.count <= 8 else { return nil }
+        var v: UInt32 = 0
+        for c in bytes {
+            guard let n = Hex.nibble(c) else { return nil }
+            v = v << 4 | UInt32(n)
+        }
+        return v
+    }
+    var out: [UInt8] = []
+    var i = 0
+    while i < text.count {
+        guard text[i] == 0x5C else { out.append(text[i]); i += 1; continue }
+        guard i + 1 < text.count else { return nil }
+        switch text[i + 1] {
+        case 0x5C:
+            out.append(0x5C)
+            i += 2
+        case 0x78:  // x
+            guard i + 3 < text.count, let v = hexValue(text[(i + 2)...(i + 3)]) else { return nil }
+            out.append(UInt8(v))
+            i += 4
+        case 0x75:  // u{...}
+            guard i + 2 < text.count, text[i + 2] == 0x7B, let close = text[(i + 3)...].firstIndex(of: 0x7D),
+                  let v = hexValue(text[(i + 3)..<close]), let scalar = Unicode.Scalar(v) else { return nil }
+            out += Array(String(Character(scalar)).utf8)
+            i = close + 1
+        default:
+            return nil
+        }
+    }
+    return out
+}
+
+// MARK: - The login
+
+/// A fixed key for the answer target (RFC 6238's SHA-1 test key) and a fixed time.
+let answerKey = HMACKey(algorithm: .sha1, key: Array("12345678901234567890".utf8))
+let answerTime: Int64 = 1_111_111_109
+let answerVerifier: TOTPVerifier = {
+    guard let v = try? TOTPVerifier(adjacentIntervals: 1) else { violated("answer", "adjacent_intervals=1 refused") }
+    return v
+}()
+
+/// What the module does with the text typed at its prompt: the code parser, the verifier with
+/// a fixed key (a malformed answer never matches, never counts as a replay; the right code
+/// matches) and the recovery-code normalizer.
+func fuzzAnswer(_ data: [UInt8]) {
+    let onlyDigits = data.allSatisfy(ASCII.isDigit)
+    for digits in OTPParameters.digitsRange {
+        let code = TOTPVerifier.parseCode(data, digits: digits)
+        guard (code != nil) == (data.count == digits && onlyDigits) else { violated("answer", "parseCode accepted a malformed code") }
+        guard let parameters = try? OTPParameters(algorithm: .sha1, digits: digits, period: 30),
+              let result = try? answerVerifier.match(answer: data, key: answerKey, parameters: parameters,
+                                                     at: answerTime, usedUpTo: 1_111_111_109 / 30 - 1) else {
+            violated("answer", "match threw")
+        }
+        if code == nil && (result.step != nil || result.replayed) { violated("answer", "a malformed answer matched") }
+        if let step = result.step {
+            guard step == 1_111_111_109 / 30 || step == 1_111_111_109 / 30 + 1,
+                  HOTP.code(key: answerKey, counter: step, digits: digits) == data else {
+                violated("answer", "matched a step whose code differs")
+            }
+        }
+    }
+    if let digits = RecoverySet.normalize(data) {
+        guard digits.count >= 8, digits.count <= 32, digits.allSatisfy(ASCII.isDigit),
+              data.allSatisfy({ ASCII.isDigit($0) || $0 == 0x2D || $0 == 0x20 }) else {
+            violated("answer", "normalize accepted something that is not a recovery code")
+        }
+    } else if data.allSatisfy({ ASCII.isDigit($0) || $0 == 0x2D || $0 == 0x20 }) {
+        let n = data.filter(ASCII.isDigit).count
+        guard n < 8 || n > 32 else { violated("answer", "normalize refused a recovery code") }
+    }
+    // The right code at the fixed time is accepted (a sanity check that the target can match).
+    if data.isEmpty {
+        let right = HOTP.code(key: answerKey, counter: 1_111_111_109 / 30, digits: 8)
+        let parameters = try? OTPParameters(algorithm: .sha1, digits: 8, period: 30)
+        guard let parameters, (try? answerVerifier.verify(answer: right, key: answerKey, parameters: parameters,
+                                                          at: answerTime)) == 1_111_111_109 / 30 else {
+            violated("answer", "the right code does not match")
+        }
+    }
+}
