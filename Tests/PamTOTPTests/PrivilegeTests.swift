@@ -8,57 +8,26 @@ import XCTest
 /// a code via the built pam_totp.so with nullok), on the default store. Run under `setsid`, so
 /// there is no terminal and PAM's questions are answered on standard input.
 final class PrivilegeTests: XCTestCase {
-    var root: URL!
-    var binary = ""
-    var user = ""
-    var uid: uid_t = 0
-    var gid: gid_t = 0
-    let password = "c0rrect-h0rse-\(UInt32.random(in: 0...UInt32.max))"
+    var fixture: SetUIDFixture!
+    var root: URL { fixture.root }
+    var binary: String { fixture.binary }
+    var user: String { fixture.user }
+    var uid: uid_t { fixture.uid }
+    var gid: gid_t { fixture.gid }
+    var password: String { fixture.password }
     let secretB32 = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
     /// A second factor needs a secret of its own (one secret enrolled twice is refused).
     let tabletB32 = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
-    var savedService: Data?
-    var createdStore = false
-    var storePath = String(decoding: Store.defaultDirectory, as: UTF8.self)
+    var storePath: String { fixture.storePath }
 
     override func setUpWithError() throws {
         try XCTSkipUnless(isRoot, "needs root: useradd, a set-uid copy, /etc/pam.d/totp-enroll")
-        root = try makeTemporaryDirectory("pam_totp_suid")
-        XCTAssertEqual(chmod(root.path, 0o755), 0)
-        binary = root.appendingPathComponent("totp-enroll").path
-        try FileManager.default.copyItem(atPath: enrollURL.path, toPath: binary)
-        XCTAssertEqual(chown(binary, 0, 0), 0)
-        XCTAssertEqual(chmod(binary, 0o4755), 0)
-        user = "totpu\(getpid() % 100000)"
-        XCTAssertEqual(try runCommand(["useradd", "-M", "-s", "/bin/sh", user]).status, 0)
-        XCTAssertEqual(try runCommand(["chpasswd"], input: "\(user):\(password)\n").status, 0)
-        let pw = try XCTUnwrap(getpwnam(user))
-        uid = pw.pointee.pw_uid
-        gid = pw.pointee.pw_gid
-        savedService = FileManager.default.contents(atPath: "/etc/pam.d/totp-enroll")
-        try """
-            auth     required  pam_unix.so
-            auth     required  \(moduleURL.path) nullok
-            account  required  pam_unix.so
-
-            """.write(toFile: "/etc/pam.d/totp-enroll", atomically: true, encoding: .utf8)
-        if !FileManager.default.fileExists(atPath: storePath) {
-            XCTAssertEqual(mkdir(storePath, 0o700), 0)
-            createdStore = true
-        }
+        fixture = try SetUIDFixture(prefix: "totpu", service: SetUIDFixture.passwordAndModuleService)
     }
 
     override func tearDown() {
-        guard isRoot, root != nil else { return }
-        for name in [user, ".state." + user, ".lock." + user, ".tmp." + user] { unlink(storePath + "/" + name) }
-        if createdStore { rmdir(storePath) }
-        if let savedService {
-            FileManager.default.createFile(atPath: "/etc/pam.d/totp-enroll", contents: savedService)
-        } else {
-            unlink("/etc/pam.d/totp-enroll")
-        }
-        _ = try? runCommand(["userdel", user])
-        removeTemporaryDirectory(root)
+        guard isRoot, fixture != nil else { return }
+        fixture.cleanup()
     }
 
     /// Runs `command` as the test user, without a controlling terminal.

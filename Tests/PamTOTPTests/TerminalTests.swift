@@ -6,43 +6,19 @@ import XCTest
 /// unprivileged user, so that it asks for the password with echo off (review finding 10): a
 /// signal at that prompt must leave the terminal as it found it, echo on.
 final class TerminalTests: XCTestCase {
-    var root: URL!
-    var binary = ""
-    var user = ""
-    var uid: uid_t = 0
-    var gid: gid_t = 0
-    let password = "c0rrect-h0rse-\(UInt32.random(in: 0...UInt32.max))"
-    var savedService: Data?
-    var createdStore = false
-    let storePath = "/var/lib/pam-totp"
+    var fixture: SetUIDFixture!
+    var binary: String { fixture.binary }
+    var user: String { fixture.user }
+    var uid: uid_t { fixture.uid }
+    var gid: gid_t { fixture.gid }
+    var password: String { fixture.password }
+    var storePath: String { fixture.storePath }
     var master: Int32 = -1
     var slave: Int32 = -1
 
     override func setUpWithError() throws {
         try XCTSkipUnless(isRoot, "needs root: useradd, a set-uid copy, /etc/pam.d/totp-enroll")
-        root = try makeTemporaryDirectory("pam_totp_tty")
-        XCTAssertEqual(chmod(root.path, 0o755), 0)
-        binary = root.appendingPathComponent("totp-enroll").path
-        try FileManager.default.copyItem(atPath: enrollURL.path, toPath: binary)
-        XCTAssertEqual(chown(binary, 0, 0), 0)
-        XCTAssertEqual(chmod(binary, 0o4755), 0)
-        user = "totpt\(getpid() % 100000)"
-        XCTAssertEqual(try runCommand(["useradd", "-M", "-s", "/bin/sh", user]).status, 0)
-        XCTAssertEqual(try runCommand(["chpasswd"], input: "\(user):\(password)\n").status, 0)
-        let pw = try XCTUnwrap(getpwnam(user))
-        uid = pw.pointee.pw_uid
-        gid = pw.pointee.pw_gid
-        savedService = FileManager.default.contents(atPath: "/etc/pam.d/totp-enroll")
-        try """
-            auth     required  pam_unix.so
-            auth     required  \(moduleURL.path) nullok
-            account  required  pam_unix.so
-
-            """.write(toFile: "/etc/pam.d/totp-enroll", atomically: true, encoding: .utf8)
-        if !FileManager.default.fileExists(atPath: storePath) {
-            XCTAssertEqual(mkdir(storePath, 0o700), 0)
-            createdStore = true
-        }
+        fixture = try SetUIDFixture(prefix: "totpt", service: SetUIDFixture.passwordAndModuleService)
         // The terminal: the test keeps the slave side open to read its settings afterwards.
         // posix_openpt/unlockpt/ptsname are not visible through Glibc's module: what they do
         // on Linux is open /dev/ptmx, clear the lock (TIOCSPTLCK) and ask the number (TIOCGPTN).
@@ -57,18 +33,10 @@ final class TerminalTests: XCTestCase {
     }
 
     override func tearDown() {
-        guard isRoot, root != nil else { return }
+        guard isRoot, fixture != nil else { return }
         if master >= 0 { close(master) }
         if slave >= 0 { close(slave) }
-        for name in [user, ".state." + user, ".lock." + user, ".tmp." + user] { unlink(storePath + "/" + name) }
-        if createdStore { rmdir(storePath) }
-        if let savedService {
-            _ = FileManager.default.createFile(atPath: "/etc/pam.d/totp-enroll", contents: savedService)
-        } else {
-            unlink("/etc/pam.d/totp-enroll")
-        }
-        _ = try? runCommand(["userdel", user])
-        removeTemporaryDirectory(root)
+        fixture.cleanup()
     }
 
     /// ECHO on the terminal, as the slave side sees it now (nil if it cannot be read).
