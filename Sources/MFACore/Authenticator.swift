@@ -1,7 +1,7 @@
 /// What `lookup` found before the prompt. An enrolled user's record is kept, with its file
 /// still open, so that under the lock it is re-read only if it was replaced meanwhile.
-public enum Enrollment<Sys: SystemCalls> {
-    case enrolled(EnrolledUser<Sys>)
+public enum Enrollment<S: TOTPStore> {
+    case enrolled(S.Enrolled)
     case unenrolled
     /// A record exists for the name but was enrolled for another account (uid `recordUID`):
     /// the name was reused. Not enrolled, and worth a log line.
@@ -32,9 +32,10 @@ public struct EnrolledUser<Sys: SystemCalls> {
     let identity: FileIdentity
 }
 
-public enum AuthOutcome: Equatable {
-    /// The answer matched `factor` at time step `step`, and the step was recorded.
-    case success(factor: [UInt8], step: UInt64)
+public enum AuthOutcome: Equatable, Sendable {
+    /// The answer matched `factor` (a code of `digits` digits) at time step `step`, and the
+    /// step was recorded.
+    case success(factor: [UInt8], step: UInt64, digits: Int)
     /// The answer was an unused recovery code; it is now used up.
     case recoveryCode(remaining: Int)
     /// Enrolled, but the answer matched nothing usable. `replayed`: it matched a time step that
@@ -66,16 +67,17 @@ public enum Authenticator {
     /// spelling of an enrolled account's name is "unenrolled". No lock is taken, so guessing
     /// names creates no files.
     public static func lookup(user: [UInt8], options: ModuleOptions,
-                              account: () throws(MFAError) -> Account?) -> Enrollment<LiveSystemCalls> {
+                              account: () throws(MFAError) -> Account?) -> Login<Store> {
         do throws(MFAError) {
             try Store.validate(user: user)
         } catch {
-            return .unenrolled  // a name that cannot be a record cannot be enrolled
+            return Login(store: nil, enrollment: .unenrolled)  // a name that cannot be a record cannot be enrolled
         }
         do throws(MFAError) {
-            return try Store(path: options.store).lookup(user: user, account: account)
+            let store = try Store(path: options.store)
+            return Login(store: store, enrollment: try store.lookup(user: user, account: account))
         } catch {
-            return .failed(error)
+            return Login(store: nil, enrollment: .failed(error))
         }
     }
 
@@ -88,19 +90,24 @@ public enum Authenticator {
                               process: UInt32 = 0) throws(MFAError) -> Decision {
         // Every factor is checked (no early exit); the first factor in record order that
         // matched at an unused step wins.
-        var matched: (label: [UInt8], step: UInt64)? = nil
+        var matched: (label: [UInt8], step: UInt64, digits: Int)? = nil
         var replayed = false
         for factor in record.factors {
             let key = HMACKey(algorithm: factor.parameters.algorithm, key: factor.secret)
-            let m = try verifier.match(answer: answer, key: key, parameters: factor.parameters, at: unixTime,
+            // forward_pass: the answer is password + code, and each factor's code is the
+            // answer's last `digits` bytes (docs/ARCHITECTURE.md §5.3).
+            let digits = factor.parameters.digits
+            let code = options.forwardPass ? Array(answer.suffix(digits)) : answer
+            let m = try verifier.match(answer: code, key: key, parameters: factor.parameters, at: unixTime,
                                        usedUpTo: state.lastUsedStep(of: factor))
-            if let step = m.step, matched == nil { matched = (factor.label, step) }
+            if let step = m.step, matched == nil { matched = (factor.label, step, digits) }
             if m.replayed { replayed = true }
         }
         // A recovery-code-shaped answer that matched no factor costs one PBKDF2, whether or not
         // the user has recovery codes (an absent set is checked against a throwaway one).
+        // forward_pass takes no recovery code: the password cannot be told from its digits.
         var recoveryIndex: Int? = nil
-        if matched == nil, let digits = RecoverySet.normalize(answer) {
+        if matched == nil, !options.forwardPass, let digits = RecoverySet.normalize(answer) {
             if let recovery = record.recovery {
                 recoveryIndex = recovery.match(digits, used: state.usedRecovery(set: recovery.id))
             } else {
@@ -118,12 +125,12 @@ public enum Authenticator {
         var next = state.adopted(by: record)
         next.recordID = record.id
         next.prune(to: record)
-        if let (label, step) = matched {
+        if let (label, step, digits) = matched {
             next.failures = 0
             next.lockedUntil = 0
             next.successProcess = process
             next.setLastStep(step, forLabel: label)
-            return Decision(outcome: .success(factor: label, step: step), state: next)
+            return Decision(outcome: .success(factor: label, step: step, digits: digits), state: next)
         }
         if let recovery = record.recovery, let index = recoveryIndex {
             next.failures = 0
@@ -168,7 +175,7 @@ public enum Authenticator {
 
 extension FileStore {
     /// Before the prompt (see `Authenticator.lookup`).
-    public func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<Sys> {
+    public func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<FileStore<Sys>> {
         var name = user
         var found = try readWithIdentity(user: user)
         var resolved: Account? = nil
@@ -189,10 +196,6 @@ extension FileStore {
         return .enrolled(EnrolledUser(store: self, name: name, record: record, accountUID: uid, file: file, identity: identity))
     }
 
-    /// `lookup` with the account already known (totp-enroll, tests).
-    public func lookup(user: [UInt8], accountUID: UInt32?) throws(MFAError) -> Enrollment<Sys> {
-        try lookup(user: user) { () throws(MFAError) -> Account? in accountUID.map { Account(name: user, uid: $0) } }
-    }
 
     /// Verifies `answer` and records the outcome as one step under the user's lock: the record
     /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.
@@ -226,22 +229,24 @@ extension FileStore {
     }
 }
 
-extension Authenticator {
-    /// The module's step after the prompt: `authenticate` for an enrolled user, the decoy for
-    /// everyone else.
-    public static func authenticate(user: [UInt8], answer: [UInt8], at unixTime: Int64,
-                                    options: ModuleOptions, process: UInt32,
-                                    enrollment: Enrollment<LiveSystemCalls>) -> AuthOutcome {
-        switch enrollment {
-        case .unenrolled, .otherAccount:
-            decoy(answer, at: unixTime, options: options)
-            return .unenrolled
-        case .failed(let e):
-            decoy(answer, at: unixTime, options: options)
-            return .failed(e)
-        case .enrolled(let enrolled):
-            return enrolled.store.authenticate(answer: answer, at: unixTime,
-                                               options: options, process: process, enrolled: enrolled)
+/// One login against a store: what `lookup` found before the prompt, and the store to verify
+/// the answer with after it.
+public struct Login<S: TOTPStore> {
+    let store: S?
+    public var enrollment: Enrollment<S>
+
+    public init(store: S?, enrollment: Enrollment<S>) {
+        self.store = store
+        self.enrollment = enrollment
+    }
+
+    /// `authenticate` for an enrolled user; the decoy work for everyone else.
+    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome {
+        if let store {
+            return store.authenticate(answer: answer, at: unixTime, options: options, process: process, enrollment: enrollment)
         }
+        Authenticator.decoy(answer, at: unixTime, options: options)
+        if case .failed(let e) = enrollment { return .failed(e) }
+        return .unenrolled
     }
 }

@@ -22,6 +22,11 @@ public enum MFAError: Error, Equatable, Sendable {
     case lockTimeout
     /// The clock reads before the Unix epoch, or too far out to compute a time step.
     case clockOutOfRange
+    /// A message between the module and pam-totpd that does not decode (names which).
+    case malformed(Message)
+    /// pam-totpd could not be asked: not running, not answering in time, or the connection
+    /// broke (says which).
+    case daemon(Message)
 }
 
 /// Text for errors and log lines as UTF-8 bytes. Embedded Swift cannot compare `String`s

@@ -9,6 +9,10 @@ public struct ModuleOptions: Equatable, Sendable {
     // never freed (libpam dlopens and dlcloses it around every login).
     public static var defaultConfigFile: [UInt8] { Array("/etc/security/pam_totp.conf".utf8) }
     public static var defaultPrompt: [UInt8] { Array("Verification code: ".utf8) }
+    public static var defaultForwardPassPrompt: [UInt8] { Array("Password and verification code: ".utf8) }
+    public static var defaultSocket: [UInt8] { Array("/run/pam-totp/socket".utf8) }
+    /// sun_path holds 108 bytes with its NUL.
+    public static let maxSocketPathLength = 107
     public static let maxFailuresRange: ClosedRange<UInt64> = 1...100
     public static let lockoutRange: ClosedRange<UInt64> = 0...86_400
     static let maxConfigSize = 64 * 1024
@@ -18,8 +22,17 @@ public struct ModuleOptions: Equatable, Sendable {
     public var store: [UInt8] = Store.defaultDirectory
     public var maxFailures: UInt32 = 10
     public var lockoutSeconds: Int64 = 300
-    public var prompt: [UInt8] = ModuleOptions.defaultPrompt
+    /// nil: the default for the mode (`defaultPrompt`, or `defaultForwardPassPrompt`).
+    public var customPrompt: [UInt8]? = nil
     public var debug = false
+    /// One question for password and code; the code is the answer's trailing digits and the
+    /// rest becomes PAM_AUTHTOK for the next module.
+    public var forwardPass = false
+    /// pam-totpd's socket: where a caller without root asks.
+    public var socket: [UInt8] = ModuleOptions.defaultSocket
+
+    /// The question the module asks.
+    public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
 
     public init() {}
 
@@ -107,7 +120,15 @@ public struct ModuleOptions: Equatable, Sendable {
             guard let v = value, !v.isEmpty, v.count <= 128, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
                 throw bad("prompt must be 1 to 128 printable characters")
             }
-            prompt = v
+            customPrompt = v
+        } else if equals(name, "forward_pass") {
+            guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
+            forwardPass = v
+        } else if equals(name, "socket") {
+            guard let v = value, v.first == 0x2F, v.count <= Self.maxSocketPathLength, !v.contains(0) else {
+                throw bad("socket must be an absolute path of at most 107 bytes")
+            }
+            socket = v
         } else {
             throw bad("unknown or malformed setting")
         }

@@ -18,6 +18,7 @@ func pamCode(_ outcome: AuthOutcome) -> Int32 {
         case .insecureStore, .system, .lockTimeout: return PAM_AUTHINFO_UNAVAIL
         case .invalidUserName: return PAM_AUTH_ERR
         case .clockOutOfRange: return PAM_AUTH_ERR
+        case .malformed, .daemon: return PAM_AUTHINFO_UNAVAIL
         }
     }
 }
@@ -35,6 +36,8 @@ func describe(_ error: MFAError) -> Message {
     case .system(let operation, let errno): return operation + " failed (errno " + decimal(errno) + ")"
     case .lockTimeout: return "timed out waiting for the record lock"
     case .clockOutOfRange: return "system clock out of range"
+    case .malformed(let what): return "malformed message from pam-totpd: " + what
+    case .daemon(let what): return "pam-totpd: " + what
     }
 }
 

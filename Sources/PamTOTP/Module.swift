@@ -26,18 +26,18 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
     var account: UInt32? = nil  // for the log line below
-    var enrollment = Authenticator.lookup(user: user, options: options) { () throws(MFAError) -> Account? in
+    var login = Authenticator.lookup(user: user, options: options) { () throws(MFAError) -> Account? in
         let found = try lookupAccount(user)
         account = found?.uid
         return found
     }
-    if case .otherAccount(let recordUID) = enrollment {
+    if case .otherAccount(let recordUID) = login.enrollment {
         log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)
             + (account.map { ", not for this account's uid " + decimal($0) } ?? ", and no such account exists")
             + ": not enrolled (remove it with totp-enroll purge --user NAME)")
-        enrollment = .unenrolled
+        login.enrollment = .unenrolled
     }
-    if case .unenrolled = enrollment, options.nullok {
+    if case .unenrolled = login.enrollment, options.nullok {
         if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
         return PAM_IGNORE
     }
@@ -45,9 +45,8 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
-    let outcome = Authenticator.authenticate(user: user, answer: answer, at: Int64(time(nil)),
-                                             options: options, process: UInt32(truncatingIfNeeded: getpid()),
-                                             enrollment: enrollment)
+    let outcome = login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
+                                     process: UInt32(truncatingIfNeeded: getpid()))
     wipe(&answer)
     return finish(pamh, outcome, user: user, debug: options.debug)
 }
@@ -62,7 +61,7 @@ public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32
 func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug: Bool) -> Int32 {
     let who = "user " + printable(user)
     switch outcome {
-    case .success(let factor, _):
+    case .success(let factor, _, _):
         log(pamh, LOG_INFO, "accepted code for " + who + " (factor " + printable(factor) + ")")
     case .recoveryCode(let remaining):
         log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")

@@ -206,7 +206,7 @@ final class FaultInjectionTests: XCTestCase {
                 // The next login without faults works (the next step's code).
                 let next = t0 + 30
                 XCTAssertEqual(authenticate(try FaultyStore(path: Array(dir.path.utf8)), answer: try code(at: next), at: next),
-                               .success(factor: Array("phone".utf8), step: UInt64(next / 30)), "\(site) \(error): next login")
+                               .success(factor: Array("phone".utf8), step: UInt64(next / 30), digits: 6), "\(site) \(error): next login")
                 let leftovers = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasPrefix(".tmp.") }
                 XCTAssertEqual(leftovers, [], "\(site) \(error): temp file left")
             })
@@ -240,7 +240,7 @@ final class FaultInjectionTests: XCTestCase {
             XCTAssertEqual(leftovers, [], "\(site) \(error): temp file left")
             // A login without faults works afterwards.
             XCTAssertEqual(authenticate(try FaultyStore(path: Array(dir.path.utf8)), answer: try code(at: t0), at: t0),
-                           .success(factor: Array("phone".utf8), step: UInt64(t0 / 30)), "\(site) \(error): next login")
+                           .success(factor: Array("phone".utf8), step: UInt64(t0 / 30), digits: 6), "\(site) \(error): next login")
         })
         print(table)
     }

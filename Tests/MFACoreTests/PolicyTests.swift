@@ -33,7 +33,7 @@ final class PolicyTests: XCTestCase {
     func testReplayIsDeniedAndLaterStepsStillWork() throws {
         var state = UserState(), saved: [UserState] = []
         let c = try code(at: t0)
-        XCTAssertEqual(try decide(&state, c, at: t0, saved: &saved), .success(factor: Array("phone".utf8), step: UInt64(t0 / 30)))
+        XCTAssertEqual(try decide(&state, c, at: t0, saved: &saved), .success(factor: Array("phone".utf8), step: UInt64(t0 / 30), digits: 6))
         XCTAssertEqual(try decide(&state, c, at: t0 + 5, saved: &saved),
                        .wrongCode(replayed: true, failures: 1, lockedUntil: nil))
         // An older code inside the window is a replay too (its step is below the used one).
@@ -67,7 +67,7 @@ final class PolicyTests: XCTestCase {
         // After the lockout the right code works and clears everything.
         let later = t0 + 301
         XCTAssertEqual(try decide(&state, try code(at: later), at: later, saved: &saved),
-                       .success(factor: Array("phone".utf8), step: UInt64(later / 30)))
+                       .success(factor: Array("phone".utf8), step: UInt64(later / 30), digits: 6))
         XCTAssertEqual(state.failures, 0)
         XCTAssertEqual(state.lockedUntil, 0)
         XCTAssertEqual(saved.last, state)
@@ -89,7 +89,7 @@ final class PolicyTests: XCTestCase {
         XCTAssertEqual(try decide(&state, try code(at: t), at: t, saved: &saved), .lockedOut(until: Int64.max, permanent: true))
         state.failures = 0  // what `totp-enroll unlock` does
         state.lockedUntil = 0
-        XCTAssertEqual(try decide(&state, try code(at: t), at: t, saved: &saved), .success(factor: Array("phone".utf8), step: UInt64(t / 30)))
+        XCTAssertEqual(try decide(&state, try code(at: t), at: t, saved: &saved), .success(factor: Array("phone".utf8), step: UInt64(t / 30), digits: 6))
     }
 
     func testRecoveryCodesWorkOnceEach() throws {

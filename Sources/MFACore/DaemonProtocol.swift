@@ -1,0 +1,298 @@
+// The module ↔ pam-totpd protocol (docs/ARCHITECTURE.md §5.2): one request and one reply per
+// connection over a Unix stream socket. Both sides are in MFACore so the Embedded module and
+// the daemon share one encoder and one bounded decoder (fuzzed: Fuzz/ target "protocol").
+//
+// A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
+//   request  "PTQ1": op u8 (1 lookup, 2 authenticate) · flags u8 (1 nullok, 2 forward_pass,
+//            4 debug) · adjacent_intervals u8 · max_failures u8 · lockout u32 ·
+//            service (u8 length + bytes) · user (u8 + bytes) · store (u16 + bytes) ·
+//            answer (u16 + bytes)
+//   reply    "PTR1": kind u8, then by kind —
+//            0 success: step u64 · digits u8 · label (u8 + bytes)
+//            1 recovery code: remaining u16
+//            2 wrong code: replayed u8 · failures u32 · locked until i64 (0: none)
+//            3 not recorded: error      4 locked out: until i64 · permanent u8
+//            5 unenrolled               6 failed: error
+//            7 enrolled (lookup)        8 refused: message (u16 + bytes)
+//            error = kind u8 · errno i32 · message (u16 + bytes)
+// Nothing else is accepted: unknown magic, op, kind or flag bits, a length beyond the frame,
+// or bytes left over are all `malformed`.
+
+public enum DaemonProtocol {
+    public static let headerSize = 6
+    /// The largest frame either side sends or accepts.
+    public static let maxFrameSize = 4096
+    public static let maxAnswerLength = 1024
+    static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x31] }  // "PTQ1"
+    static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x31] }    // "PTR1"
+
+    /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
+    /// start a frame of the expected kind within `maxFrameSize`.
+    public static func frameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
+        guard header.count >= headerSize else { return nil }
+        var r = Reader(Array(header.prefix(headerSize)))
+        guard let magic = r.bytes(4), magic == (reply ? replyMagic : requestMagic), let length = r.u16() else { return nil }
+        let total = headerSize + Int(length)
+        return total <= maxFrameSize ? total : nil
+    }
+
+    static func frame(_ magic: [UInt8], _ body: [UInt8]) -> [UInt8]? {
+        guard headerSize + body.count <= maxFrameSize else { return nil }
+        var out = magic
+        out.reserveCapacity(headerSize + body.count)
+        Writer.u16(UInt16(truncatingIfNeeded: body.count), &out)
+        out.append(contentsOf: body)
+        return out
+    }
+
+    static func body(_ frame: [UInt8], reply: Bool) -> Reader? {
+        guard let total = frameLength(header: frame.prefix(headerSize), reply: reply), total == frame.count else { return nil }
+        return Reader(Array(frame.dropFirst(headerSize)))
+    }
+}
+
+public enum DaemonOperation: UInt8, Sendable {
+    case lookup = 1
+    case authenticate = 2
+}
+
+/// What the module asks pam-totpd.
+public struct DaemonRequest: Equatable, Sendable {
+    public var operation: DaemonOperation
+    /// The PAM service the module runs for (logged; for per-service policy).
+    public var service: [UInt8]
+    public var user: [UInt8]
+    /// The module's settings in force (the daemon may only make them stricter for a caller
+    /// that is not root: DaemonService).
+    public var options: ModuleOptions
+    public var answer: [UInt8]
+
+    public init(operation: DaemonOperation, service: [UInt8], user: [UInt8], options: ModuleOptions, answer: [UInt8]) {
+        self.operation = operation
+        self.service = service
+        self.user = user
+        self.options = options
+        self.answer = answer
+    }
+
+    /// The frame, or nil if a field is too long to send (a name over 255 bytes, a store
+    /// path over 1024, an answer over `maxAnswerLength`).
+    public func encoded() -> [UInt8]? {
+        guard service.count <= 255, user.count <= 255, options.store.count <= 1024,
+              answer.count <= DaemonProtocol.maxAnswerLength,
+              options.adjacentIntervals >= 0, options.adjacentIntervals <= 255,
+              options.maxFailures <= 255, options.lockoutSeconds >= 0, options.lockoutSeconds <= Int64(UInt32.max) else { return nil }
+        var b: [UInt8] = []
+        b.reserveCapacity(16 + service.count + user.count + options.store.count + answer.count)
+        b.append(operation.rawValue)
+        b.append((options.nullok ? 1 : 0) | (options.forwardPass ? 2 : 0) | (options.debug ? 4 : 0))
+        b.append(UInt8(truncatingIfNeeded: options.adjacentIntervals))
+        b.append(UInt8(truncatingIfNeeded: options.maxFailures))
+        Writer.u32(UInt32(truncatingIfNeeded: options.lockoutSeconds), &b)
+        Writer.short(service, &b)
+        Writer.short(user, &b)
+        Writer.long(options.store, &b)
+        Writer.long(answer, &b)
+        let out = DaemonProtocol.frame(DaemonProtocol.requestMagic, b)
+        wipe(&b)
+        return out
+    }
+
+    /// Decodes one whole frame. Values are range-checked like the module's own options.
+    public static func decode(_ frame: [UInt8]) throws(MFAError) -> DaemonRequest {
+        guard var r = DaemonProtocol.body(frame, reply: false),
+              let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
+              let flags = r.u8(), flags & ~7 == 0,
+              let adjacent = r.u8(), let maxFailures = r.u8(), let lockout = r.u32(),
+              let service = r.short(), let user = r.short(), let store = r.long(), let answer = r.long(),
+              r.atEnd else { throw .malformed("request") }
+        var o = ModuleOptions()
+        guard Int(adjacent) <= TOTPVerifier.maxAdjacentIntervals,
+              ModuleOptions.maxFailuresRange.contains(UInt64(maxFailures)),
+              ModuleOptions.lockoutRange.contains(UInt64(lockout)),
+              store.first == 0x2F, !store.contains(0), answer.count <= DaemonProtocol.maxAnswerLength else {
+            throw .malformed("request options")
+        }
+        o.nullok = flags & 1 != 0
+        o.forwardPass = flags & 2 != 0
+        o.debug = flags & 4 != 0
+        o.adjacentIntervals = Int(adjacent)
+        o.maxFailures = UInt32(maxFailures)
+        o.lockoutSeconds = Int64(lockout)
+        o.store = store
+        return DaemonRequest(operation: operation, service: service, user: user, options: o, answer: answer)
+    }
+}
+
+/// What pam-totpd answers.
+public enum DaemonReply: Equatable, Sendable {
+    /// The verdict of an `authenticate` (or `.unenrolled` / `.failed` for a `lookup`).
+    case outcome(AuthOutcome)
+    /// `lookup`: the user has a factor.
+    case enrolled
+    /// The caller may not ask about this user (a caller without root asks only for its own
+    /// account), or was turned away; the message says why, for the module's log line.
+    case refused(Message)
+
+    public func encoded() -> [UInt8] {
+        var b: [UInt8] = []
+        switch self {
+        case .outcome(let outcome):
+            switch outcome {
+            case .success(let factor, let step, let digits):
+                b.append(0); Writer.u64(step, &b); b.append(UInt8(truncatingIfNeeded: min(max(digits, 0), 255)))
+                Writer.short(Array(factor.prefix(255)), &b)
+            case .recoveryCode(let remaining):
+                b.append(1); Writer.u16(UInt16(truncatingIfNeeded: min(max(remaining, 0), 65535)), &b)
+            case .wrongCode(let replayed, let failures, let lockedUntil):
+                b.append(2); b.append(replayed ? 1 : 0); Writer.u32(failures, &b)
+                Writer.u64(UInt64(bitPattern: lockedUntil ?? 0), &b)
+            case .notRecorded(let error):
+                b.append(3); Writer.error(error, &b)
+            case .lockedOut(let until, let permanent):
+                b.append(4); Writer.u64(UInt64(bitPattern: until), &b); b.append(permanent ? 1 : 0)
+            case .unenrolled:
+                b.append(5)
+            case .failed(let error):
+                b.append(6); Writer.error(error, &b)
+            }
+        case .enrolled:
+            b.append(7)
+        case .refused(let why):
+            b.append(8); Writer.long(Array(why.bytes.prefix(1024)), &b)
+        }
+        // Every field above is bounded far below the frame size.
+        return DaemonProtocol.frame(DaemonProtocol.replyMagic, b) ?? DaemonProtocol.replyMagic + [0, 1, 5]
+    }
+
+    public static func decode(_ frame: [UInt8]) throws(MFAError) -> DaemonReply {
+        guard var r = DaemonProtocol.body(frame, reply: true), let kind = r.u8() else { throw .malformed("reply") }
+        let reply: DaemonReply
+        switch kind {
+        case 0:
+            guard let step = r.u64(), let digits = r.u8(), let label = r.short() else { throw .malformed("reply") }
+            reply = .outcome(.success(factor: label, step: step, digits: Int(digits)))
+        case 1:
+            guard let remaining = r.u16() else { throw .malformed("reply") }
+            reply = .outcome(.recoveryCode(remaining: Int(remaining)))
+        case 2:
+            guard let replayed = r.u8(), replayed <= 1, let failures = r.u32(), let until = r.u64() else { throw .malformed("reply") }
+            reply = .outcome(.wrongCode(replayed: replayed == 1, failures: failures,
+                                        lockedUntil: until == 0 ? nil : Int64(bitPattern: until)))
+        case 3:
+            guard let error = r.error() else { throw .malformed("reply") }
+            reply = .outcome(.notRecorded(error))
+        case 4:
+            guard let until = r.u64(), let permanent = r.u8(), permanent <= 1 else { throw .malformed("reply") }
+            reply = .outcome(.lockedOut(until: Int64(bitPattern: until), permanent: permanent == 1))
+        case 5:
+            reply = .outcome(.unenrolled)
+        case 6:
+            guard let error = r.error() else { throw .malformed("reply") }
+            reply = .outcome(.failed(error))
+        case 7:
+            reply = .enrolled
+        case 8:
+            guard let why = r.long() else { throw .malformed("reply") }
+            reply = .refused(Message(why))
+        default:
+            throw .malformed("reply")
+        }
+        guard r.atEnd else { throw .malformed("reply") }
+        return reply
+    }
+}
+
+/// Bounds-checked big-endian reads: every accessor returns nil instead of reading past the end.
+struct Reader {
+    let data: [UInt8]
+    var offset = 0
+    init(_ data: [UInt8]) { self.data = data }
+
+    var atEnd: Bool { offset == data.count }
+
+    mutating func bytes(_ n: Int) -> [UInt8]? {
+        guard n >= 0, n <= data.count - offset else { return nil }
+        let out = Array(data[offset..<(offset + n)])
+        offset += n
+        return out
+    }
+    mutating func u8() -> UInt8? {
+        guard offset < data.count else { return nil }
+        defer { offset += 1 }
+        return data[offset]
+    }
+    mutating func uint(_ size: Int) -> UInt64? {
+        guard let b = bytes(size) else { return nil }
+        var v: UInt64 = 0
+        for byte in b { v = v << 8 | UInt64(byte) }
+        return v
+    }
+    mutating func u16() -> UInt16? { uint(2).map { UInt16(truncatingIfNeeded: $0) } }
+    mutating func u32() -> UInt32? { uint(4).map { UInt32(truncatingIfNeeded: $0) } }
+    mutating func u64() -> UInt64? { uint(8) }
+    mutating func short() -> [UInt8]? { u8().flatMap { bytes(Int($0)) } }
+    mutating func long() -> [UInt8]? { u16().flatMap { bytes(Int($0)) } }
+
+    mutating func error() -> MFAError? {
+        guard let kind = u8(), let e = u32(), let text = long() else { return nil }
+        let m = Message(text)
+        switch kind {
+        case 0: return .invalidOption(m)
+        case 1: return .invalidBase32
+        case 2: return .invalidParameters(m)
+        case 3: return .invalidUserName
+        case 4: return .invalidLabel
+        case 5: return .insecureStore(m)
+        case 6: return .corruptRecord(m)
+        case 7: return .system(operation: m, errno: Int32(bitPattern: e))
+        case 8: return .lockTimeout
+        case 9: return .clockOutOfRange
+        case 10: return .malformed(m)
+        case 11: return .daemon(m)
+        default: return nil
+        }
+    }
+}
+
+enum Writer {
+    static func u16(_ v: UInt16, _ out: inout [UInt8]) { out.append(UInt8(v >> 8)); out.append(UInt8(truncatingIfNeeded: v)) }
+    static func u32(_ v: UInt32, _ out: inout [UInt8]) {
+        for shift in [24, 16, 8, 0] as [UInt32] { out.append(UInt8(truncatingIfNeeded: v >> shift)) }
+    }
+    static func u64(_ v: UInt64, _ out: inout [UInt8]) {
+        for shift in [56, 48, 40, 32, 24, 16, 8, 0] as [UInt64] { out.append(UInt8(truncatingIfNeeded: v >> shift)) }
+    }
+    /// At most 255 bytes (callers bound it).
+    static func short(_ bytes: [UInt8], _ out: inout [UInt8]) {
+        let b = bytes.prefix(255)
+        out.append(UInt8(truncatingIfNeeded: b.count)); out.append(contentsOf: b)
+    }
+    /// At most 65535 bytes (callers bound it).
+    static func long(_ bytes: [UInt8], _ out: inout [UInt8]) {
+        let b = bytes.prefix(65535)
+        u16(UInt16(truncatingIfNeeded: b.count), &out); out.append(contentsOf: b)
+    }
+    static func error(_ e: MFAError, _ out: inout [UInt8]) {
+        var kind: UInt8 = 0
+        var errno: Int32 = 0
+        var text: [UInt8] = []
+        switch e {
+        case .invalidOption(let m): kind = 0; text = m.bytes
+        case .invalidBase32: kind = 1
+        case .invalidParameters(let m): kind = 2; text = m.bytes
+        case .invalidUserName: kind = 3
+        case .invalidLabel: kind = 4
+        case .insecureStore(let m): kind = 5; text = m.bytes
+        case .corruptRecord(let m): kind = 6; text = m.bytes
+        case .system(let m, let n): kind = 7; text = m.bytes; errno = n
+        case .lockTimeout: kind = 8
+        case .clockOutOfRange: kind = 9
+        case .malformed(let m): kind = 10; text = m.bytes
+        case .daemon(let m): kind = 11; text = m.bytes
+        }
+        out.append(kind)
+        u32(UInt32(bitPattern: errno), &out)
+        long(Array(text.prefix(512)), &out)
+    }
+}

@@ -1,0 +1,113 @@
+// What pam-totpd does with one request, apart from the socket (docs/ARCHITECTURE.md §5.2): who
+// may ask about whom, which settings apply, and the store operation — so the rules are tested
+// here with an injected account look-up and clock, and the daemon is only transport.
+
+/// The caller at the other end of the socket, from the kernel (SO_PEERCRED), never from the
+/// request.
+public struct PeerCredentials: Equatable, Sendable {
+    public var uid: UInt32
+    public var pid: UInt32
+    public init(uid: UInt32, pid: UInt32) {
+        self.uid = uid
+        self.pid = pid
+    }
+    public var isRoot: Bool { uid == 0 }
+}
+
+public struct DaemonService<S: TOTPStore> {
+    /// The daemon's own settings (its configuration file): the store, and the least strict
+    /// limits a caller without root gets.
+    public let site: ModuleOptions
+    /// Opens the store at a path.
+    let openStore: ([UInt8]) throws(MFAError) -> S
+
+    public init(site: ModuleOptions, openStore: @escaping ([UInt8]) throws(MFAError) -> S) {
+        self.site = site
+        self.openStore = openStore
+    }
+
+    /// The settings one request runs with. Root could read the store itself, so its module's
+    /// settings are taken as sent. Anyone else gets the daemon's store, and the request may
+    /// only make the limits stricter: a caller that writes its own requests cannot widen the
+    /// window or raise the failure limit.
+    public func effectiveOptions(_ request: DaemonRequest, peer: PeerCredentials) -> ModuleOptions {
+        if peer.isRoot { return request.options }
+        var o = site
+        o.forwardPass = request.options.forwardPass
+        o.nullok = request.options.nullok
+        o.debug = site.debug || request.options.debug
+        o.adjacentIntervals = min(site.adjacentIntervals, request.options.adjacentIntervals)
+        o.maxFailures = min(site.maxFailures, request.options.maxFailures)
+        o.lockoutSeconds = max(site.lockoutSeconds, request.options.lockoutSeconds)
+        return o
+    }
+
+    /// Answers one request. `account` looks a name up in NSS (canonical name and uid; nil: no
+    /// such account; it throws when the look-up fails). The returned line is for the log:
+    /// what was asked and decided, never an answer, code or secret.
+    public func handle(_ request: DaemonRequest, peer: PeerCredentials, at now: Int64,
+                       account: ([UInt8]) throws(MFAError) -> Account?) -> (reply: DaemonReply, log: Message) {
+        let who = "uid " + Message(decimalBytes(UInt64(peer.uid))) + " pid " + Message(decimalBytes(UInt64(peer.pid)))
+            + " service " + printable(request.service) + " user " + printable(request.user) + ": "
+        // The account is looked up at most once per request.
+        var cached: Account?? = nil
+        func lookupAccount() throws(MFAError) -> Account? {
+            if let cached { return cached }
+            let found = try account(request.user)
+            cached = .some(found)
+            return found
+        }
+        if !peer.isRoot {
+            // A caller without root asks only about the account whose uid is its own.
+            let found: Account?
+            do throws(MFAError) { found = try lookupAccount() } catch {
+                return (.outcome(.failed(error)), who + "account look-up failed")
+            }
+            guard let found, found.uid == peer.uid else {
+                return (.refused("a caller without root may only ask about its own account"),
+                        who + "refused: not the caller's own account")
+            }
+        }
+        let options = effectiveOptions(request, peer: peer)
+        let login: Login<S>
+        do throws(MFAError) {
+            try FileStore<LiveSystemCalls>.validate(user: request.user)
+            let store = try openStore(options.store)
+            login = Login(store: store, enrollment: try store.lookup(user: request.user, account: lookupAccount))
+        } catch {
+            if case .invalidUserName = error {
+                login = Login(store: nil, enrollment: .unenrolled)
+            } else {
+                login = Login(store: nil, enrollment: .failed(error))
+            }
+        }
+        var enrollment = login.enrollment
+        if case .otherAccount = enrollment { enrollment = .unenrolled }
+        switch request.operation {
+        case .lookup:
+            switch enrollment {
+            case .enrolled: return (.enrolled, who + "lookup: enrolled")
+            case .unenrolled, .otherAccount: return (.outcome(.unenrolled), who + "lookup: not enrolled")
+            case .failed(let e): return (.outcome(.failed(e)), who + "lookup failed")
+            }
+        case .authenticate:
+            let outcome = Login(store: login.store, enrollment: enrollment)
+                .authenticate(answer: request.answer, at: now, options: options, process: peer.pid)
+            return (.outcome(outcome), who + Self.describe(outcome))
+        }
+    }
+
+    static func describe(_ outcome: AuthOutcome) -> Message {
+        switch outcome {
+        case .success(let factor, _, _): return "accepted code (factor " + printable(factor) + ")"
+        case .recoveryCode(let remaining): return "accepted a recovery code (" + Message(decimalBytes(UInt64(max(remaining, 0)))) + " left)"
+        case .wrongCode(let replayed, let failures, let lockedUntil):
+            return (replayed ? "replayed code (" : "wrong code (") + Message(decimalBytes(UInt64(failures)))
+                + " consecutive failures)" + (lockedUntil != nil ? "; locked out for a while" : "")
+        case .notRecorded: return "denied: the attempt could not be recorded"
+        case .lockedOut(_, let permanent): return permanent ? "denied: locked until an admin unlocks" : "denied: temporarily locked out"
+        case .unenrolled: return "denied: not enrolled"
+        case .failed: return "denied: store error"
+        }
+    }
+}
