@@ -18,6 +18,10 @@
 #include <sys/types.h>
 #include <pwd.h>
 #include <syslog.h>
+#include <poll.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 // open(2)/openat(2) are variadic (mode is optional).
 static inline int clibc_openat(int dirfd, const char *path, int flags, unsigned int mode) {
@@ -49,6 +53,26 @@ static inline int clibc_fchmod(int fd, unsigned int mode) { return fchmod(fd, (m
 static inline void clibc_syslog(int priority, const char *line) { syslog(priority, "%s", line); }
 // Tests' fault-injecting system calls report their errors through errno, like libc.
 static inline void clibc_set_errno(int e) { errno = e; }
+
+// sockaddr_un's sun_path is a fixed char array that Swift imports as a tuple: the address is
+// built here. The path (without its NUL) must be shorter than sun_path, else ENAMETOOLONG.
+static inline int clibc_connect_unix(int fd, const char *path) {
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n >= sizeof a.sun_path) { errno = ENAMETOOLONG; return -1; }
+    memcpy(a.sun_path, path, n);
+    return connect(fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
+}
+// send(2) with MSG_NOSIGNAL: a daemon that went away must not raise SIGPIPE in the PAM host.
+static inline long clibc_send(int fd, const void *buf, size_t n) { return (long)send(fd, buf, n, MSG_NOSIGNAL); }
+// A monotonic clock in milliseconds, for the module's deadline (immune to clock changes).
+static inline long long clibc_monotonic_ms(void) {
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 // setresuid/setresgid are declared only with _GNU_SOURCE; totp-enroll needs them to drop
 // privileges for good (real, effective and saved ids at once).

@@ -95,3 +95,10 @@ func withCString(_ s: Message, _ body: (UnsafePointer<CChar>) -> Int32) -> Int32
         }
     }
 }
+
+/// The PAM service name (for pam-totpd's log line), empty if unset.
+func serviceName(_ pamh: OpaquePointer) -> [UInt8] {
+    var item: UnsafeRawPointer? = nil
+    guard pam_get_item(pamh, PAM_SERVICE, &item) == PAM_SUCCESS, let item else { return [] }
+    return bytes(item.assumingMemoryBound(to: CChar.self), max: 255) ?? []
+}

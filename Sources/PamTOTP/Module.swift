@@ -23,8 +23,11 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "cannot determine the user name")
         return PAM_USER_UNKNOWN
     }
-    // Whether to ask at all: only an unenrolled user under nullok is not asked. Everyone else,
-    // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
+    // Only root can read the store: everyone else (screen lockers) asks pam-totpd.
+    if geteuid() != 0 { return throughDaemon(pamh, user: user, options: options) }
+    // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
+    // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no
+    // account enumeration).
     var account: UInt32? = nil  // for the log line below
     var login = Authenticator.lookup(user: user, options: options) { () throws(MFAError) -> Account? in
         let found = try lookupAccount(user)
@@ -37,18 +40,87 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
             + ": not enrolled (remove it with totp-enroll purge --user NAME)")
         login.enrollment = .unenrolled
     }
-    if case .unenrolled = login.enrollment, options.nullok {
-        if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
-        return PAM_IGNORE
+    var unenrolled = false
+    if case .unenrolled = login.enrollment { unenrolled = true }
+    if unenrolled && options.nullok && !options.forwardPass { return ignored(pamh, user: user, options: options) }
+    guard var answer = prompt(pamh, Message(options.prompt)) else {
+        log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
+        return PAM_CONV_ERR
+    }
+    defer { wipe(&answer) }
+    if unenrolled && options.nullok {  // forward_pass: the whole answer is the password
+        forwardPassword(pamh, answer, codeLength: 0)
+        return ignored(pamh, user: user, options: options)
+    }
+    let outcome = login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
+                                     process: UInt32(truncatingIfNeeded: getpid()))
+    if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
+    return finish(pamh, outcome, user: user, debug: options.debug)
+}
+
+/// The module run by a caller without root: the same verdicts, asked of pam-totpd. A lookup
+/// before the prompt only when nullok may skip it; with forward_pass only the answer's last
+/// eight bytes leave this process (the password never does).
+func throughDaemon(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
+    let service = serviceName(pamh)
+    if options.nullok && !options.forwardPass {
+        let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
+        switch askDaemon(request, socket: options.socket) {
+        case .enrolled: break
+        case .outcome(.unenrolled): return ignored(pamh, user: user, options: options)
+        case .outcome(let other): return finish(pamh, other, user: user, debug: options.debug)
+        case .refused(let why): return refused(pamh, user: user, why)
+        }
     }
     guard var answer = prompt(pamh, Message(options.prompt)) else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
-    let outcome = login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
-                                     process: UInt32(truncatingIfNeeded: getpid()))
-    wipe(&answer)
-    return finish(pamh, outcome, user: user, debug: options.debug)
+    defer { wipe(&answer) }
+    var sent = options.forwardPass ? Array(answer.suffix(maxCodeDigits)) : answer
+    let reply = askDaemon(DaemonRequest(operation: .authenticate, service: service, user: user,
+                                        options: options, answer: sent), socket: options.socket)
+    wipe(&sent)
+    switch reply {
+    case .refused(let why):
+        return refused(pamh, user: user, why)
+    case .enrolled:
+        return finish(pamh, .failed(.malformed("an enrolment where a verdict was due")), user: user, debug: options.debug)
+    case .outcome(.unenrolled) where options.nullok:
+        if options.forwardPass { forwardPassword(pamh, answer, codeLength: 0) }
+        return ignored(pamh, user: user, options: options)
+    case .outcome(let outcome):
+        if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
+        return finish(pamh, outcome, user: user, debug: options.debug)
+    }
+}
+
+/// The most digits a code has (OTPParameters): with forward_pass, what is sent to pam-totpd.
+let maxCodeDigits = 8
+
+/// forward_pass: the digits the code took off the end of the answer. An accepted code says
+/// how many; otherwise six (the common length), so the next module still does its usual work.
+func codeLength(_ outcome: AuthOutcome) -> Int {
+    if case .success(_, _, let digits) = outcome { return digits }
+    return 6
+}
+
+/// forward_pass: everything but the code becomes PAM_AUTHTOK for the next module
+/// (`pam_unix.so use_first_pass`).
+func forwardPassword(_ pamh: OpaquePointer, _ answer: [UInt8], codeLength: Int) {
+    var password = Array(answer.dropLast(min(max(codeLength, 0), answer.count)))
+    _ = withCString(Message(password)) { pam_set_item(pamh, PAM_AUTHTOK, UnsafeRawPointer($0)) }
+    wipe(&password)
+}
+
+func ignored(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
+    if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
+    return PAM_IGNORE
+}
+
+func refused(_ pamh: OpaquePointer, user: [UInt8], _ why: Message) -> Int32 {
+    log(pamh, LOG_WARNING, "denied user " + printable(user) + ": pam-totpd refused: " + why)
+    return PAM_AUTH_ERR
 }
 
 @_cdecl("pam_sm_setcred")
