@@ -23,6 +23,7 @@ let fuzzTargets: [FuzzTarget] = [
     FuzzTarget(name: "text", summary: "isPrintableText and escapedForTerminal, unescaped back", run: fuzzText),
     FuzzTarget(name: "gafile", summary: "GoogleAuthenticatorFile(parsing:)", run: fuzzGoogleAuthenticatorFile),
     FuzzTarget(name: "answer", summary: "TOTPVerifier.parseCode/match and RecoverySet.normalize on an answer", run: fuzzAnswer),
+    FuzzTarget(name: "protocol", summary: "DaemonRequest.decode and DaemonReply.decode (pam-totpd's socket), round trips", run: fuzzProtocol),
 ]
 
 nonisolated(unsafe) var selectedTarget: (@Sendable ([UInt8]) -> Void)? = nil

@@ -247,3 +247,19 @@ func fuzzAnswer(_ data: [UInt8]) {
         }
     }
 }
+
+/// Both ends of the pam-totpd socket: whatever decodes re-encodes to the same frame, and the
+/// header's length agrees with the frame.
+func fuzzProtocol(_ data: [UInt8]) {
+    if let request = try? DaemonRequest.decode(data) {
+        guard DaemonProtocol.frameLength(header: data.prefix(DaemonProtocol.headerSize), reply: false) == data.count else {
+            violated("protocol", "a request decoded from a frame of another length")
+        }
+        guard let again = request.encoded(), (try? DaemonRequest.decode(again)) == request else {
+            violated("protocol", "request round trip")
+        }
+    }
+    if let reply = try? DaemonReply.decode(data) {
+        guard (try? DaemonReply.decode(reply.encoded())) == reply else { violated("protocol", "reply round trip") }
+    }
+}

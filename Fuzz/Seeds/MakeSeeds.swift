@@ -92,5 +92,22 @@ struct MakeSeeds {
                        parameters: three.factors[2].parameters),
         ]
         for (i, u) in uris.enumerated() { save(u.bytes, corpus + "/uri", "gen-\(i + 1)") }
+
+        // pam-totpd's socket: requests as the module sends them, and every kind of reply.
+        var o = ModuleOptions()
+        o.forwardPass = true
+        o.nullok = true
+        let requests = [
+            DaemonRequest(operation: .lookup, service: Array("i3lock".utf8), user: Array("alice".utf8), options: ModuleOptions(), answer: []),
+            DaemonRequest(operation: .authenticate, service: Array("sshd".utf8), user: Array("alice".utf8), options: o, answer: Array("12345678".utf8)),
+        ]
+        for (i, r) in requests.enumerated() { if let f = r.encoded() { save(f, corpus + "/protocol", "gen-request-\(i + 1)") } }
+        let replies: [DaemonReply] = [
+            .outcome(.success(factor: Array("phone".utf8), step: 56_666_667, digits: 6)), .outcome(.recoveryCode(remaining: 3)),
+            .outcome(.wrongCode(replayed: true, failures: 2, lockedUntil: 1_700_000_000)),
+            .outcome(.notRecorded(.system(operation: "pwrite", errno: 28))), .outcome(.lockedOut(until: 1, permanent: true)),
+            .outcome(.unenrolled), .outcome(.failed(.insecureStore("owner"))), .enrolled, .refused("not yours"),
+        ]
+        for (i, r) in replies.enumerated() { save(r.encoded(), corpus + "/protocol", "gen-reply-\(i + 1)") }
     }
 }

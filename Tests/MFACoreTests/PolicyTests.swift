@@ -45,7 +45,7 @@ final class PolicyTests: XCTestCase {
             XCTAssertTrue(replayed)
         }
         XCTAssertEqual(try decide(&state, try code(at: t0 + 30), at: t0 + 31, saved: &saved),
-                       .success(factor: Array("phone".utf8), step: UInt64((t0 + 30) / 30)))
+                       .success(factor: Array("phone".utf8), step: UInt64((t0 + 30) / 30), digits: 6))
         XCTAssertEqual(state.failures, 0, "a success resets the count")
     }
 
