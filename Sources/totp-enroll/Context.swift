@@ -74,8 +74,8 @@ struct CallerContext {
 /// The checks of an enrolment, before anything is shown or asked (docs/ARCHITECTURE.md §4), with
 /// the label named in the message.
 func checkEnrollable(_ store: Store, _ context: CallerContext, label: String, secret: [UInt8]?) throws {
-    if let record = try storeCall({ () throws(MFAError) in try store.read(user: context.user) }),
-       record.factor(labelled: Array(label.utf8)) != nil {
+    if let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),
+       status.record.factor(labelled: Array(label.utf8)) != nil {
         throw CLIError("a factor named \"\(shown(label))\" already exists for \(context.userName); choose another --name")
     }
     try storeCall { () throws(MFAError) in
