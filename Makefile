@@ -132,7 +132,7 @@ fuzz-seeds:
 	$(FUZZ_DIR)/make-seeds Fuzz/corpus
 
 bench: bench-deps module enroll $(VERIFY_BENCH)
-	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) $(abspath $(VERIFY_BENCH)) docs/benchmarks.md
+	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) $(abspath $(VERIFY_BENCH)) docs/benchmarks.md $(abspath $(DAEMON_BIN))
 
 clean:
 	rm -rf .build .build-embedded .build-fuzz .build-test.log

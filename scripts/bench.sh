@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/bench.sh: measure pam_totp.so against Debian's pam_google_authenticator.so.
 #
-# Usage (as root, Debian 12):  scripts/bench.sh OUR_SO TOTP_ENROLL VERIFY_BENCH OUT_MD
+# Usage (as root, Debian 12):  scripts/bench.sh OUR_SO TOTP_ENROLL VERIFY_BENCH OUT_MD [PAM_TOTPD]
 #   OUR_SO        absolute path to the built (stripped) pam_totp.so
 #   TOTP_ENROLL   absolute path to the totp-enroll CLI: the only way the test user is enrolled
 #                 (this script never reads or writes the store's files, whatever their format)
 #   VERIFY_BENCH  absolute path to verify-bench (Tests/VerifyBench, built like the module): the
 #                 in-process verification row, TOTPVerifier.match against its HMACs
 #   OUT_MD        markdown report to write (e.g. docs/benchmarks.md); also printed on stdout
+#   PAM_TOTPD     the built pam-totpd: adds the daemon path (pamtester as the unprivileged user,
+#                 the module asking pam-totpd over its socket) beside the in-process path
 #
 # The modules are driven by pamtester in one run, for the same user, secret and code:
 # callgrind instruction counts, wall/CPU time (hyperfine, else a bash loop), peak RSS
@@ -44,8 +46,9 @@ die()  { printf 'bench.sh: error: %s\n' "$*" >&2; exit 1; }
 warn() { printf 'bench.sh: warning: %s\n' "$*" >&2; }
 log()  { printf 'bench.sh: %s\n' "$*" >&2; }
 
-[[ $# -eq 4 ]] || die "usage: $0 OUR_SO TOTP_ENROLL VERIFY_BENCH OUT_MD"
-OUR_SO=$1 TOTP_ENROLL=$2 VERIFY_BENCH=$3 OUT_MD=$4
+[[ $# -eq 4 || $# -eq 5 ]] || die "usage: $0 OUR_SO TOTP_ENROLL VERIFY_BENCH OUT_MD [PAM_TOTPD]"
+OUR_SO=$1 TOTP_ENROLL=$2 VERIFY_BENCH=$3 OUT_MD=$4 PAM_TOTPD=${5:-}
+[[ -z $PAM_TOTPD || ($PAM_TOTPD == /* && -x $PAM_TOTPD) ]] || die "PAM_TOTPD must be an absolute path to an executable: $PAM_TOTPD"
 [[ $OUR_SO == /* ]] || die "OUR_SO must be an absolute path (PAM resolves relative names in its module dir): $OUR_SO"
 [[ -f $OUR_SO ]] || die "OUR_SO not found: $OUR_SO (build it first)"
 [[ $TOTP_ENROLL == /* && -x $TOTP_ENROLL ]] || die "TOTP_ENROLL must be an absolute path to an executable: $TOTP_ENROLL (build it first)"
@@ -83,11 +86,15 @@ PERMIT_SO=$SECDIR/pam_permit.so
 
 # ---------------------------------------------------------------- set-up and cleanup
 TMP=
+SOCKDIR=
+DAEMON_PID=
 CREATED_USER=0
 PAMD_FILES=()
 cleanup() {
     local rc=$?
     local f
+    if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null || true; fi
+    if [[ -n $SOCKDIR && -d $SOCKDIR ]]; then rm -rf -- "$SOCKDIR"; fi
     for f in "${PAMD_FILES[@]}"; do rm -f -- "$f"; done
     if ((CREATED_USER)); then userdel "$BENCH_USER" >/dev/null 2>&1 || warn "could not remove user $BENCH_USER"; fi
     if [[ -n $TMP && -d $TMP ]]; then rm -rf -- "$TMP"; fi
@@ -365,6 +372,64 @@ at=$(date +%s)
 verify_cost match "$at"
 verify_cost hmacs "$at"
 
+# ---------------------------------------------------------------- 6. the daemon path
+# A caller without root (a screen locker): pamtester runs as $BENCH_USER, the module asks
+# pam-totpd over its socket, the daemon verifies against the same store as root. Module-side
+# instructions are callgrind's count for that pamtester process above a pam_permit.so floor run
+# the same way; daemon-side CPU is the sum of the daemon's threads' on-CPU time
+# (/proc/PID/task/*/schedstat, ns) across the timed runs, divided by the requests they made.
+declare -A DPATH
+if [[ -n $PAM_TOTPD ]]; then
+    SOCKDIR=$(mktemp -d /tmp/pam_totp_bench_sock.XXXXXXXX)
+    chmod 0755 "$SOCKDIR"
+    mkdir -m 0700 "$SOCKDIR/vg" && chown "$BENCH_USER" "$SOCKDIR/vg"
+    printf 'store = %s\nadjacent_intervals = 5\n' "$TMP/store" >"$TMP/daemon.conf"
+    chmod 0644 "$TMP/daemon.conf"
+    "$PAM_TOTPD" --config "$TMP/daemon.conf" --socket "$SOCKDIR/socket" >"$TMP/daemon.log" 2>&1 &
+    DAEMON_PID=$!
+    for _ in $(seq 100); do [[ -S $SOCKDIR/socket ]] && break; sleep 0.1; done
+    [[ -S $SOCKDIR/socket ]] || die "pam-totpd did not create its socket: $(tail -3 "$TMP/daemon.log")"
+    write_service userfloor "auth required pam_permit.so"
+    write_service daemon "auth required $OUR_SO socket=$SOCKDIR/socket adjacent_intervals=5"
+    BENCH_GID=$(id -g "$BENCH_USER")
+    as_user() { setpriv --reuid "$BENCH_USER" --regid "$BENCH_GID" --clear-groups "$@"; }
+    daemon_cpu_ns() { cat /proc/"$DAEMON_PID"/task/*/schedstat | awk '{ s += $1 } END { printf "%d\n", s }'; }
+    # Gate: the right code through the daemon, once; a wrong one refused.
+    reset_state
+    rc=0; as_user pamtester "$(svc daemon)" "$BENCH_USER" authenticate <"$TMP/code_ok" >/dev/null 2>&1 || rc=$?
+    ((rc == 0)) || die "the daemon path rejected the current code (exit $rc): $(tail -3 "$TMP/daemon.log")"
+    rc=0; as_user pamtester "$(svc daemon)" "$BENCH_USER" authenticate <"$TMP/code_ok" >/dev/null 2>&1 || rc=$?
+    ((rc != 0)) || die "the daemon path accepted the same code twice"
+    for m in userfloor daemon; do
+        for p in ok wrong; do
+            log "callgrind: $m as $BENCH_USER, ${p/ok/success} path"
+            reset_state
+            rc=0
+            as_user valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$SOCKDIR/vg/vg.log" \
+                pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$TMP/code_$p" >/dev/null 2>&1 || rc=$?
+            n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$SOCKDIR/vg/vg.log")
+            [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "no callgrind count for $m/$p as $BENCH_USER"
+            if [[ $m == daemon && $p == ok ]] && ((rc != 0)); then die "the daemon path rejected the right code under valgrind"; fi
+            if [[ $m == daemon && $p == wrong ]] && ((rc == 0)); then die "the daemon path accepted a wrong code under valgrind"; fi
+            DPATH[instr,$m,$p]=$n
+        done
+    done
+    ((HAVE_HYPERFINE)) || die "the daemon path needs hyperfine (apt-get install -y hyperfine)"
+    # Wall time of the success path as the user, through the daemon and over the floor; the
+    # daemon's CPU across the same runs.
+    before=$(daemon_cpu_ns)
+    hyperfine --style none --runs "$RUNS" --warmup 5 --prepare "$TMP/reset.sh" --export-csv "$TMP/hfd.csv" \
+        "setpriv --reuid $BENCH_USER --regid $BENCH_GID --clear-groups pamtester $(svc daemon) $BENCH_USER authenticate <$TMP/code_ok" \
+        >"$TMP/hfd.out" 2>&1 || die "hyperfine failed for the daemon path: $(tail -5 "$TMP/hfd.out")"
+    after=$(daemon_cpu_ns)
+    DPATH[cpu_ns]=$(((after - before) / (RUNS + 5)))
+    read -r DPATH[wall] DPATH[sd] < <(sed -n 2p "$TMP/hfd.csv" | awk -F, '{ printf "%.4f %.4f\n", $2 * 1000, $3 * 1000 }')
+    hyperfine --style none --runs "$RUNS" --warmup 5 --prepare "$TMP/reset.sh" --export-csv "$TMP/hff.csv" \
+        "setpriv --reuid $BENCH_USER --regid $BENCH_GID --clear-groups pamtester $(svc userfloor) $BENCH_USER authenticate <$TMP/code_ok" \
+        >"$TMP/hff.out" 2>&1 || die "hyperfine failed for the user floor: $(tail -5 "$TMP/hff.out")"
+    read -r DPATH[floorwall] DPATH[floorsd] < <(sed -n 2p "$TMP/hff.csv" | awk -F, '{ printf "%.4f %.4f\n", $2 * 1000, $3 * 1000 }')
+fi
+
 # ---------------------------------------------------------------- report
 ratio() { # 3 significant digits, so a tiny ratio does not print as 0.000
     awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) { print "n/a"; exit } r = a / b
@@ -476,6 +541,26 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
     vals_row ".so size (bytes)" "${SIZE[floor]}" "${SIZE[ours]}" "${SIZE[theirs]}" "${SIZE[guarded]}"
     echo
     echo "In-process verification at window 5 (instructions): \`TOTPVerifier.match\` ${VERIFY[match]}, its 11 HMACs alone ${VERIFY[hmacs]}."
+    if [[ -n $PAM_TOTPD ]]; then
+        d_ok=$(sub_ "${DPATH[instr,daemon,ok]}" "${DPATH[instr,userfloor,ok]}")
+        d_wrong=$(sub_ "${DPATH[instr,daemon,wrong]}" "${DPATH[instr,userfloor,wrong]}")
+        echo
+        echo "## The daemon path (a caller without root)"
+        echo
+        echo "pamtester as \`$BENCH_USER\` (\`setpriv --reuid\`), stack \`auth required pam_totp.so socket=SOCKET adjacent_intervals=5\`:"
+        echo "the module sends one request to \`pam-totpd --config FILE --socket SOCKET\`, which checks it against the same store"
+        echo "(restored before every run). The floor is \`pam_permit.so\` run the same way as the same user."
+        echo
+        echo "| metric | floor (pam_permit, as the user) | pam_totp through pam-totpd | pam_totp in process (root) | ratio daemon/in-process |"
+        echo "| --- | ---: | ---: | ---: | ---: |"
+        echo "| module-side instructions, success, above floor | 0 | $d_ok | ${ABOVE[ours,ok]} | $(ratio "$d_ok" "${ABOVE[ours,ok]}") |"
+        echo "| module-side instructions, wrong code, above floor | 0 | $d_wrong | ${ABOVE[ours,wrong]} | $(ratio "$d_wrong" "${ABOVE[ours,wrong]}") |"
+        echo "| wall time, success (ms/run, mean ± sd) | $(fmt_sd "${DPATH[floorwall]}" "${DPATH[floorsd]}") | $(fmt_sd "${DPATH[wall]}" "${DPATH[sd]}") | $(fmt_sd "${WALL[ours,ok]}" "${SD[ours,ok]}") | $(ratio "${DPATH[wall]}" "${WALL[ours,ok]}") |"
+        echo
+        echo "Daemon-side CPU per request (all its threads' on-CPU time, success path, $RUNS runs + 5 warm-up): $(awk -v n="${DPATH[cpu_ns]}" 'BEGIN { printf "%.1f", n / 1000 }') µs."
+        echo
+        echo "Target: module-side instructions above the floor for the round trip ≤ 50 K: $d_ok → $(met "$d_ok" 50000)."
+    fi
     echo
     echo "## Targets"
     echo
