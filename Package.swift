@@ -45,6 +45,8 @@ var dependencies: [Package.Dependency] = []
 
 if !embedded {
     dependencies.append(.package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"))
+    dependencies.append(.package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"))
+    dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
         .executableTarget(
@@ -53,6 +55,19 @@ if !embedded {
                 "MFACore", "CLibc", "CPAM", "CQREncode",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
+        // The daemon for callers without root (docs/ARCHITECTURE.md §5.2): SwiftNIO transport,
+        // swift-log to syslog; every rule is MFACore's DaemonService.
+        .executableTarget(
+            name: "pam-totpd",
+            dependencies: [
+                "MFACore", "CLibc",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v5)]),
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),
@@ -60,6 +75,7 @@ if !embedded {
         .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "TestSupport"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
+    products.append(.executable(name: "pam-totpd", targets: ["pam-totpd"]))
 }
 
 let package = Package(

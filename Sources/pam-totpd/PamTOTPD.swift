@@ -1,0 +1,151 @@
+import ArgumentParser
+import CLibc
+import Glibc
+import Logging
+import MFACore
+import NIOCore
+import NIOPosix
+
+/// pam-totpd: answers pam_totp.so for callers without root (screen lockers) over a Unix socket
+/// (docs/ARCHITECTURE.md §5.2). All policy is MFACore's DaemonService; this is transport.
+@main
+struct PamTOTPD: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pam-totpd",
+        abstract: "Answer pam_totp.so for callers without root (screen lockers) over a Unix socket.",
+        discussion: """
+            Runs in the foreground as root. Under systemd socket activation (LISTEN_FDS) it serves \
+            the socket it is given and exits after a minute without connections. See pam-totpd(8).
+            """)
+
+    @Option(name: .long, help: ArgumentHelp("The configuration file (default /etc/security/pam_totp.conf).", valueName: "FILE"))
+    var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("The socket to listen on (default: the configuration's socket, else /run/pam-totp/socket).", valueName: "PATH"))
+    var socket: String?
+
+    func run() throws {
+        SyslogLogHandler.bootstrap()
+        let logger = Logger(label: "pam-totpd")
+        func fail(_ text: String) -> ExitCode {
+            printError(text)
+            logger.error("\(text)")
+            return ExitCode.failure
+        }
+        guard geteuid() == 0 else { throw fail("must run as root (it reads the root-only store)") }
+        guard let site = Self.siteOptions(config) else {
+            throw fail("configuration error: " + Self.configError)
+        }
+        let socketPath = socket ?? String(decoding: site.socket, as: UTF8.self)
+        guard socketPath.hasPrefix("/"), socketPath.utf8.count <= ModuleOptions.maxSocketPathLength else {
+            throw fail("the socket must be an absolute path of at most \(ModuleOptions.maxSocketPathLength) bytes: \(socketPath)")
+        }
+        // Room for many connections (each holds a descriptor until its deadline).
+        var nofile = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max {
+            nofile.rlim_cur = nofile.rlim_max
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &nofile)
+        }
+        var limits = Limits()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &nofile) == 0 {
+            limits.maxConnections = max(16, min(limits.maxConnections, Int(clamping: nofile.rlim_cur) - 64))
+        }
+        let activated = Self.activatedSocket()
+        if activated != nil { limits.idleExit = .seconds(60) }
+
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let pool = NIOThreadPool(numberOfThreads: limits.workers)
+        pool.start()
+        let service = DaemonService<Store>(site: site, openStore: Self.openStore)
+        let state = ServerState(limits: limits, service: service, pool: pool, logger: logger)
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 512)
+            .childChannelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
+            .childChannelInitializer { channel in
+                channel.pipeline.addHandler(RequestHandler(state: state))
+            }
+        let server: Channel
+        do {
+            if let fd = activated {
+                server = try bootstrap.withBoundSocket(fd).wait()
+            } else {
+                try Self.prepare(socketPath)
+                server = try bootstrap.bind(unixDomainSocketPath: socketPath).wait()
+                // Every local user may connect; each request is authorised by SO_PEERCRED.
+                guard chmod(socketPath, 0o666) == 0 else { throw SocketError("cannot chmod \(socketPath): \(String(cString: strerror(errno)))") }
+            }
+        } catch let error as SocketError {
+            throw fail(error.text)
+        } catch {
+            throw fail("cannot listen on \(socketPath): \(error)")
+        }
+        logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (store \(String(decoding: site.store, as: UTF8.self)))")
+        if let idle = limits.idleExit {
+            group.next().scheduleRepeatedTask(initialDelay: .seconds(10), delay: .seconds(10)) { _ in
+                if state.isIdle(for: idle) {
+                    logger.info("idle for a minute: exiting (systemd starts pam-totpd again on the next connection)")
+                    server.close(promise: nil)
+                }
+            }
+        }
+        try server.closeFuture.wait()
+        try? pool.syncShutdownGracefully()
+        try? group.syncShutdownGracefully()
+    }
+
+    nonisolated(unsafe) static var configError = ""
+
+    /// The daemon's settings: `--config FILE` (required to exist), else the default file if
+    /// there is one. nil (with `configError`) when it is broken or unsafe.
+    static func siteOptions(_ config: String?) -> ModuleOptions? {
+        var arguments: [[UInt8]] = []
+        if let config { arguments.append(Array(("config=" + config).utf8)) }
+        do throws(MFAError) {
+            return try ModuleOptions.load(arguments)
+        } catch {
+            if case .invalidOption(let m) = error { configError = m.string } else { configError = "\(error)" }
+            return nil
+        }
+    }
+
+    static func openStore(_ path: [UInt8]) throws(MFAError) -> Store { try Store(path: path) }
+
+    /// The listening socket systemd passed (LISTEN_FDS=1 for this pid: fd 3), checked to be a
+    /// listening Unix stream socket; nil when not socket-activated.
+    static func activatedSocket() -> CInt? {
+        guard let fds = getenv("LISTEN_FDS").map({ String(cString: $0) }),
+              let pid = getenv("LISTEN_PID").map({ String(cString: $0) }), pid == String(getpid()) else { return nil }
+        unsetenv("LISTEN_FDS")
+        unsetenv("LISTEN_PID")
+        unsetenv("LISTEN_FDNAMES")
+        guard fds == "1" else { return nil }
+        var type: CInt = 0, listening: CInt = 0, domain: CInt = 0
+        var size = socklen_t(MemoryLayout<CInt>.size)
+        guard getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &size) == 0, type == CInt(SOCK_STREAM.rawValue),
+              getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0, listening == 1,
+              getsockopt(3, SOL_SOCKET, SO_DOMAIN, &domain, &size) == 0, domain == AF_UNIX else { return nil }
+        _ = fcntl(3, F_SETFD, FD_CLOEXEC)
+        return 3
+    }
+
+    /// The socket's directory (created 0755 if missing) and no stale socket in the way: an
+    /// existing socket file is removed, anything else at the path is an error.
+    static func prepare(_ path: String) throws {
+        if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
+            let dir = String(path[..<slash])
+            if mkdir(dir, 0o755) == 0 { _ = chmod(dir, 0o755) } else if errno != EEXIST {
+                throw SocketError("cannot create \(dir): \(String(cString: strerror(errno)))")
+            }
+        }
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard st.st_mode & S_IFMT == S_IFSOCK else { throw SocketError("\(path) exists and is not a socket") }
+            guard unlink(path) == 0 else { throw SocketError("cannot remove the old socket \(path): \(String(cString: strerror(errno)))") }
+        }
+    }
+}
+
+struct SocketError: Error {
+    let text: String
+    init(_ text: String) { self.text = text }
+}

@@ -1,0 +1,226 @@
+import Glibc
+import Logging
+import MFACore
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// The limits that keep one caller from stopping the daemon answering others
+/// (docs/ARCHITECTURE.md §5.2). Memory per connection is bounded by `maxFrameSize`.
+struct Limits {
+    /// From accept to a complete request: a slow or half-open client is closed after this.
+    var requestTimeout: TimeAmount = .seconds(5)
+    /// Open connections in all; beyond it a new connection is closed at once.
+    var maxConnections = 4096
+    /// Open connections per uid other than root: one user's flood cannot use up the rest.
+    var maxConnectionsPerUser = 64
+    /// Requests waiting for a worker thread; beyond it the reply is "busy" (denied).
+    var maxQueued = 256
+    /// Worker threads for store operations (file I/O, a per-user lock of up to 5 s).
+    var workers = 4
+    /// Under socket activation: exit after this long without a connection (systemd starts
+    /// the daemon again on the next one). nil: never.
+    var idleExit: TimeAmount? = nil
+}
+
+/// `SO_PEERCRED` as the kernel fills it (struct ucred: pid_t, uid_t, gid_t).
+struct PeerCred: Sendable {
+    var pid: Int32 = 0
+    var uid: UInt32 = 0
+    var gid: UInt32 = 0
+}
+
+/// Shared by every connection: the counters, the service and the worker pool.
+final class ServerState: @unchecked Sendable {
+    let limits: Limits
+    let service: DaemonService<Store>
+    let pool: NIOThreadPool
+    let logger: Logger
+    private let lock = NIOLock()
+    private var open = 0
+    private var perUser: [UInt32: Int] = [:]
+    private var queued = 0
+    private var lastActivity = NIODeadline.now()
+
+    init(limits: Limits, service: DaemonService<Store>, pool: NIOThreadPool, logger: Logger) {
+        self.limits = limits
+        self.service = service
+        self.pool = pool
+        self.logger = logger
+    }
+
+    /// A new connection from `uid`: false if it is over a limit (then it is closed at once).
+    func admit(uid: UInt32) -> Bool {
+        lock.withLock {
+            lastActivity = .now()
+            guard open < limits.maxConnections else { return false }
+            if uid != 0 {
+                let n = perUser[uid, default: 0]
+                guard n < limits.maxConnectionsPerUser else { return false }
+                perUser[uid] = n + 1
+            }
+            open += 1
+            return true
+        }
+    }
+
+    func release(uid: UInt32) {
+        lock.withLock {
+            open -= 1
+            if uid != 0 {
+                let n = perUser[uid, default: 1] - 1
+                if n <= 0 { perUser[uid] = nil } else { perUser[uid] = n }
+            }
+            lastActivity = .now()
+        }
+    }
+
+    func enqueue() -> Bool {
+        lock.withLock {
+            guard queued < limits.maxQueued else { return false }
+            queued += 1
+            return true
+        }
+    }
+
+    func dequeue() { lock.withLock { queued -= 1 } }
+
+    /// Idle: no connection open and none for `idle`.
+    func isIdle(for idle: TimeAmount) -> Bool {
+        lock.withLock { open == 0 && NIODeadline.now() - lastActivity >= idle }
+    }
+}
+
+/// One connection: one request frame in, one reply out, then closed.
+final class RequestHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let state: ServerState
+    private var received: [UInt8] = []
+    private var expected: Int? = nil
+    private var peer: PeerCred? = nil
+    private var admitted = false
+    private var answered = false
+    private var timeout: Scheduled<Void>? = nil
+
+    init(state: ServerState) { self.state = state }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let channel = context.channel
+        timeout = context.eventLoop.scheduleTask(in: state.limits.requestTimeout) {
+            channel.close(promise: nil)
+        }
+        // The caller's credentials, from the kernel.
+        guard let provider = channel as? SocketOptionProvider else { channel.close(promise: nil); return }
+        let future: EventLoopFuture<PeerCred> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(SO_PEERCRED))
+        future.whenComplete { result in
+            switch result {
+            case .success(let cred):
+                self.peer = cred
+                if self.state.admit(uid: cred.uid) {
+                    self.admitted = true
+                    self.process(context: context)  // a request that arrived with the connection
+                } else {
+                    self.state.logger.warning("refused a connection from uid \(cred.uid) pid \(cred.pid): too many open connections")
+                    channel.close(promise: nil)
+                }
+            case .failure:
+                channel.close(promise: nil)
+            }
+        }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        timeout?.cancel()
+        if admitted, let peer { state.release(uid: peer.uid) }
+        admitted = false
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var buffer = unwrapInboundIn(data)
+        guard !answered else { return }
+        let limit = expected ?? DaemonProtocol.headerSize
+        // Never hold more than one frame: bytes beyond it are a protocol error.
+        let room = max(0, (expected ?? DaemonProtocol.maxFrameSize) - received.count)
+        guard buffer.readableBytes <= room, let bytes = buffer.readBytes(length: buffer.readableBytes) else {
+            malformed(context, "more bytes than one request")
+            return
+        }
+        received += bytes
+        if expected == nil && received.count >= limit {
+            guard let total = DaemonProtocol.frameLength(header: received.prefix(DaemonProtocol.headerSize), reply: false) else {
+                malformed(context, "not a request")
+                return
+            }
+            expected = total
+            if received.count > total { malformed(context, "more bytes than one request"); return }
+        }
+        process(context: context)
+    }
+
+    private func malformed(_ context: ChannelHandlerContext, _ why: String) {
+        answered = true
+        wipeReceived()
+        state.logger.warning("malformed request from uid \(peer.map { String($0.uid) } ?? "?"): \(why)")
+        context.close(promise: nil)
+    }
+
+    private func wipeReceived() {
+        for i in received.indices { received[i] = 0 }
+        received = []
+    }
+
+    /// Once the whole frame is in and the caller is known: the work on a worker thread, the
+    /// reply back on the event loop.
+    private func process(context: ChannelHandlerContext) {
+        guard !answered, admitted, let peer, let expected, received.count == expected else { return }
+        answered = true
+        timeout?.cancel()
+        let frame = received
+        wipeReceived()
+        let channel = context.channel
+        let state = self.state
+        guard state.enqueue() else {
+            state.logger.warning("busy: refused a request from uid \(peer.uid)")
+            reply(channel, .outcome(.failed(.daemon("busy"))))
+            return
+        }
+        let credentials = PeerCredentials(uid: peer.uid, pid: UInt32(bitPattern: peer.pid))
+        let work = state.pool.runIfActive(eventLoop: context.eventLoop) { () -> DaemonReply in
+            defer { state.dequeue() }
+            var frame = frame
+            defer { for i in frame.indices { frame[i] = 0 } }
+            let request: DaemonRequest
+            do {
+                request = try DaemonRequest.decode(frame)
+            } catch {
+                state.logger.warning("malformed request from uid \(credentials.uid) pid \(credentials.pid)")
+                return .outcome(.failed(.malformed("request")))
+            }
+            let (reply, line) = state.service.handle(request, peer: credentials, at: Int64(time(nil)), account: lookupAccount)
+            state.logger.info("\(line.string)")
+            return reply
+        }
+        work.whenComplete { result in
+            switch result {
+            case .success(let r): self.reply(channel, r)
+            case .failure: self.reply(channel, .outcome(.failed(.daemon("shutting down"))))
+            }
+        }
+    }
+
+    private func reply(_ channel: Channel, _ reply: DaemonReply) {
+        let bytes = reply.encoded()
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        context.close(promise: nil)
+    }
+}
