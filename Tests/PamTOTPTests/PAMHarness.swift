@@ -17,6 +17,12 @@ let enrollURL: URL = {
     return packageRoot.appendingPathComponent(".build/debug/totp-enroll")
 }()
 
+/// pam-totpd under test: PAM_TOTPD, else the debug build next to the tests.
+let daemonURL: URL = {
+    if let path = ProcessInfo.processInfo.environment["PAM_TOTPD"] { return URL(fileURLWithPath: path) }
+    return packageRoot.appendingPathComponent(".build/debug/pam-totpd")
+}()
+
 /// What the application side of the conversation answers, and what it was asked.
 final class Conversation {
     var answer: [UInt8]?
