@@ -6,6 +6,8 @@ SHELL := /bin/bash
 
 PREFIX      ?= /usr/local
 BINDIR      ?= $(PREFIX)/bin
+SBINDIR     ?= $(PREFIX)/sbin
+UNITDIR     ?= /etc/systemd/system
 DOCDIR      ?= $(PREFIX)/share/doc/pam_totp
 MANDIR      ?= $(PREFIX)/share/man
 MULTIARCH   := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
@@ -18,6 +20,7 @@ SWIFTC      ?= swiftc
 EMBEDDED_SO := .build-embedded/release/libpam_totp.so
 STRIPPED_SO := .build-embedded/pam_totp.so
 ENROLL_BIN  := .build/release/totp-enroll
+DAEMON_BIN  := .build/release/pam-totpd
 VERIFY_BENCH := .build-embedded/release/verify-bench
 
 # libFuzzer (make fuzz): one binary, every target; MFACore's sources and Fuzz/*.swift compiled
@@ -42,9 +45,9 @@ define apt_install
 	fi
 endef
 
-.PHONY: all module enroll install uninstall check test bench deps test-deps bench-deps clean fuzz fuzz-smoke fuzz-seeds
+.PHONY: all module enroll daemon install uninstall check test bench deps test-deps bench-deps clean fuzz fuzz-smoke fuzz-seeds
 
-all: module enroll
+all: module enroll daemon
 
 deps:
 	@$(call apt_install,$(BUILD_DEPS))
@@ -68,13 +71,23 @@ $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources
 enroll:
 	$(SWIFT) build -c release --scratch-path .build --product totp-enroll --static-swift-stdlib
 
+daemon:
+	$(SWIFT) build -c release --scratch-path .build --product pam-totpd --static-swift-stdlib
+
 install: deps all
-	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DOCDIR)/pam.d
+	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DOCDIR)/pam.d
 	install -m 0644 $(STRIPPED_SO) $(DESTDIR)$(PAMDIR)/pam_totp.so
 	# Set-uid root like passwd: it acts only for the real uid and re-authenticates the caller
 	# through /etc/pam.d/totp-enroll before any change (docs/ARCHITECTURE.md §4.3).
 	install -s -m 4755 -o root -g root $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
 	install -d -m 0700 -o root -g root $(DESTDIR)$(STOREDIR)
+	# pam-totpd answers callers without root (screen lockers): socket-activated under systemd.
+	install -s -m 0755 $(DAEMON_BIN) $(DESTDIR)$(SBINDIR)/pam-totpd
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed 's|/usr/local/sbin/pam-totpd|$(SBINDIR)/pam-totpd|' systemd/pam-totpd.service > $(DESTDIR)$(UNITDIR)/pam-totpd.service
+	install -m 0644 systemd/pam-totpd.socket $(DESTDIR)$(UNITDIR)/pam-totpd.socket
+	chmod 0644 $(DESTDIR)$(UNITDIR)/pam-totpd.service
+	install -D -m 0644 man/pam-totpd.8 $(DESTDIR)$(MANDIR)/man8/pam-totpd.8
 	install -m 0644 pam.d/* $(DESTDIR)$(DOCDIR)/pam.d/
 	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
 	# pam-auth-update --enable pam_totp.
@@ -87,12 +100,20 @@ install: deps all
 	@# Run what was installed: the module loads with only libc/libpam, the CLI computes RFC 6238's first vector.
 	@if ldd $(DESTDIR)$(PAMDIR)/pam_totp.so | grep -qi swift; then echo "pam_totp.so links a Swift library" >&2; exit 1; fi
 	@test "$$($(DESTDIR)$(BINDIR)/totp-enroll code --secret GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ --time 59 --digits 8)" = 94287082
-	@echo "installed $(DESTDIR)$(PAMDIR)/pam_totp.so ($$(stat -c %s $(DESTDIR)$(PAMDIR)/pam_totp.so) bytes), $(DESTDIR)$(BINDIR)/totp-enroll, store $(DESTDIR)$(STOREDIR)"
+	@$(DESTDIR)$(SBINDIR)/pam-totpd --help >/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
+	  systemctl daemon-reload && systemctl enable --now pam-totpd.socket && echo "enabled pam-totpd.socket"; \
+	else \
+	  echo "systemd is not running: start $(SBINDIR)/pam-totpd yourself for screen lockers (README, 'Screen lockers and desktops')"; \
+	fi
+	@echo "installed $(DESTDIR)$(PAMDIR)/pam_totp.so ($$(stat -c %s $(DESTDIR)$(PAMDIR)/pam_totp.so) bytes), $(DESTDIR)$(BINDIR)/totp-enroll, $(DESTDIR)$(SBINDIR)/pam-totpd, store $(DESTDIR)$(STOREDIR)"
 	@echo "no /etc/pam.d stack was changed; see README.md 'Enable it' and $(DOCDIR)/pam.d/"
 
 uninstall:
 	@if grep -qs pam_totp $(DESTDIR)$(PAMCONFDIR)/common-auth; then echo "pam_totp is enabled in common-auth: run pam-auth-update --disable pam_totp first" >&2; exit 1; fi
+	-if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now pam-totpd.socket pam-totpd.service; fi
 	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll $(DESTDIR)/usr/share/pam-configs/pam_totp
+	rm -f $(DESTDIR)$(SBINDIR)/pam-totpd $(DESTDIR)$(UNITDIR)/pam-totpd.socket $(DESTDIR)$(UNITDIR)/pam-totpd.service $(DESTDIR)$(MANDIR)/man8/pam-totpd.8
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(MANDIR)/man1/totp-enroll.1 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
@@ -100,6 +121,7 @@ uninstall:
 # Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
 check: test-deps module fuzz-smoke
+	$(SWIFT) build --scratch-path .build --product pam-totpd
 	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
 	@# One plain closing line from XCTest's final summary: "Executed N tests, with [S tests skipped and] F failures".
 	@summary=$$(grep -E '^\s*Executed [0-9]+ tests?, with' .build-test.log | tail -1); \
@@ -131,7 +153,7 @@ fuzz-seeds:
 	$(SWIFTC) -swift-version 6 -parse-as-library -module-name Seeds -I Sources/CLibc Sources/MFACore/*.swift Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
 	$(FUZZ_DIR)/make-seeds Fuzz/corpus
 
-bench: bench-deps module enroll $(VERIFY_BENCH)
+bench: bench-deps module enroll daemon $(VERIFY_BENCH)
 	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) $(abspath $(VERIFY_BENCH)) docs/benchmarks.md $(abspath $(DAEMON_BIN))
 
 clean:
