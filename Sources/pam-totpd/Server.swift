@@ -119,6 +119,7 @@ final class RequestHandler: ChannelInboundHandler {
             switch result {
             case .success(let cred):
                 self.peer = cred
+                guard channel.isActive else { return }  // gone already: nothing to count
                 if self.state.admit(uid: cred.uid) {
                     self.admitted = true
                     self.process(context: context)  // a request that arrived with the connection
