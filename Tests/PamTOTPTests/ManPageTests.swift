@@ -19,6 +19,7 @@ final class ManPageTests: XCTestCase {
 
     let modulePage = packageRoot.appendingPathComponent("man/pam_totp.8")
     let enrollPage = packageRoot.appendingPathComponent("man/totp-enroll.1")
+    let daemonPage = packageRoot.appendingPathComponent("man/pam-totpd.8")
 
     override func setUpWithError() throws {
         let probe = try runCommand(["groff", "--version"])
@@ -31,7 +32,7 @@ final class ManPageTests: XCTestCase {
     // MARK: - Rendering
 
     func testPagesRenderWithoutWarnings() throws {
-        for page in [modulePage, enrollPage] {
+        for page in [modulePage, enrollPage, daemonPage] {
             // -t: tbl (pam_totp.8 has a table); -ww: every warning; -z: format, print nothing.
             for device in ["utf8", "ascii"] {
                 let r = try runCommand(["groff", "-t", "-man", "-ww", "-z", "-T\(device)", page.path])
@@ -247,5 +248,30 @@ final class ManPageTests: XCTestCase {
     func words(_ text: String) -> [String] {
         text.split(whereSeparator: { !($0.isLetter || $0.isNumber || "-_=.".contains($0)) })
             .map { String($0).trimmingCharacters(in: CharacterSet(charactersIn: ".")) }
+    }
+}
+
+extension ManPageTests {
+    /// pam-totpd(8) names what the daemon really does: its options (as --help prints them),
+    /// the limits in Sources/pam-totpd/Server.swift, and the sections an admin looks for.
+    func testDaemonPageMatchesTheDaemon() throws {
+        let text = try render(daemonPage)
+        for name in ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "LIMITS", "SYSTEMD", "RUNNING WITHOUT SYSTEMD", "LOGGING", "FILES", "SEE ALSO"] {
+            XCTAssertNoThrow(try section(name, of: text), "pam-totpd.8 lacks \(name)")
+        }
+        let help = try runCommand([daemonURL.path, "--help"])
+        XCTAssertEqual(help.status, 0)
+        for option in ["--config", "--socket"] {
+            XCTAssertTrue(help.stdout.contains(option), "pam-totpd --help lacks \(option)")
+            XCTAssertTrue(try section("OPTIONS", of: text).joined(separator: " ").contains(option), "pam-totpd.8 lacks \(option)")
+        }
+        let server = try String(contentsOf: packageRoot.appendingPathComponent("Sources/pam-totpd/Server.swift"), encoding: .utf8)
+        let limits = try section("LIMITS", of: text).joined(separator: " ")
+        for (field, phrase) in [("requestTimeout: TimeAmount = .seconds(5)", "5 s after it was accepted"),
+                                ("maxConnections = 4096", "4096 in all"), ("maxConnectionsPerUser = 64", "64 open connections per uid"),
+                                ("maxQueued = 256", "more than 256 requests waiting"), ("workers = 4", "4 worker threads")] {
+            XCTAssertTrue(server.contains(field), "Server.swift no longer has \(field): update pam-totpd.8")
+            XCTAssertTrue(collapsed(limits).contains(phrase), "pam-totpd.8 LIMITS lacks \"\(phrase)\"")
+        }
     }
 }
