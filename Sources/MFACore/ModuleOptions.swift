@@ -157,7 +157,7 @@ public struct ModuleOptions: Equatable, Sendable {
         let file = OwnedFD<LiveSystemCalls>(fd)
         let st = try FileStatus(LiveSystemCalls.self, fd: file.raw)
         guard st.isRegular else { throw .invalidOption(printable(path) + " is not a regular file") }
-        guard st.owner == 0 || st.owner == UInt32(geteuid()) else {
+        guard st.owner == 0 || st.owner == clibc_geteuid() else {
             throw .invalidOption(printable(path) + " must be owned by root")
         }
         guard st.mode & 0o022 == 0 else { throw .invalidOption(printable(path) + " must not be writable by group or other") }

@@ -43,7 +43,7 @@ public final class FileStore<Sys: SystemCalls> {
         }
         let owned = OwnedFD<Sys>(fd)
         let st = try FileStatus(Sys.self, fd: fd)
-        let me = UInt32(geteuid())
+        let me = clibc_geteuid()
         guard st.isDirectory else { throw .insecureStore("store is not a directory") }
         guard st.owner == me else { throw .insecureStore("store directory has the wrong owner") }
         guard !st.groupOrOtherAccess else { throw .insecureStore("store directory is accessible to group or other") }

@@ -143,7 +143,7 @@ final class OwnedFD<Sys: SystemCalls> {
 func sleepMilliseconds(_ ms: Int) {
     var ts = timespec(tv_sec: 0, tv_nsec: ms * 1_000_000)
     var rem = timespec()
-    while nanosleep(&ts, &rem) != 0 && clibc_errno() == EINTR { ts = rem }
+    while clibc_nanosleep(&ts, &rem) != 0 && clibc_errno() == EINTR { ts = rem }
 }
 
 /// Writes all of `bytes` (at the file offset, or with pwrite at `offset`), retrying short

@@ -13,7 +13,7 @@ func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
         guard var frame = request.encoded() else { throw .daemon("request too large to send") }
         defer { wipe(&frame) }
         let deadline = clibc_monotonic_ms() + daemonTimeoutMilliseconds
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        let fd = clibc_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + decimalMessage(clibc_errno()) + ")") }
         defer { _ = clibc_close(fd) }
         try connect(fd, path, deadline: deadline)
@@ -41,7 +41,7 @@ private func connect(_ fd: Int32, _ path: [UInt8], deadline: Int64) throws(MFAEr
         if e == EINTR { continue }
         if e == EAGAIN || e == EINPROGRESS {
             guard clibc_monotonic_ms() < deadline else { throw .daemon("timed out connecting to " + printable(path)) }
-            _ = poll(nil, 0, 10)  // back off 10 ms: the backlog is full
+            _ = clibc_poll(nil, 0, 10)  // back off 10 ms: the backlog is full
             continue
         }
         if e == ENOENT || e == ECONNREFUSED {
@@ -57,7 +57,7 @@ private func wait(_ fd: Int32, _ events: Int16, deadline: Int64, doing what: Mes
         let left = deadline - clibc_monotonic_ms()
         guard left > 0 else { throw .daemon("no reply within 5 s (" + what + ")") }
         var p = pollfd(fd: fd, events: events, revents: 0)
-        let rc = poll(&p, 1, Int32(min(left, 5_000)))
+        let rc = clibc_poll(&p, 1, Int32(min(left, 5_000)))
         if rc > 0 { return }
         if rc < 0 && clibc_errno() != EINTR { throw .daemon(what + " failed (errno " + decimalMessage(clibc_errno()) + ")") }
     }

@@ -24,7 +24,7 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         return PAM_USER_UNKNOWN
     }
     // Only root can read the store: everyone else (screen lockers) asks pam-totpd.
-    if geteuid() != 0 { return throughDaemon(pamh, user: user, options: options) }
+    if clibc_geteuid() != 0 { return throughDaemon(pamh, user: user, options: options) }
     // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
     // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no
     // account enumeration).
@@ -53,7 +53,7 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         return ignored(pamh, user: user, options: options)
     }
     let outcome = login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
-                                     process: UInt32(truncatingIfNeeded: getpid()))
+                                     process: UInt32(truncatingIfNeeded: clibc_getpid()))
     if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
     return finish(pamh, outcome, user: user, debug: options.debug)
 }

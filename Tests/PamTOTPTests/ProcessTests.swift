@@ -106,6 +106,18 @@ final class PamtesterTests: XCTestCase {
             XCTAssertFalse(importedNames.contains(forbidden), "pam_totp.so imports \(forbidden)")
         }
         XCTAssertTrue(importedNames.contains("pam_get_user"), "the check reads real import names")
+        // libpam loads modules with RTLD_NOW: each import is looked up on every login (~930
+        // instructions). Kernel calls go through syscall(2) alone (Sources/CLibc/shim.h); the
+        // clock and NSS stay libc calls so that faketime and NSS modules still reach them.
+        XCTAssertTrue(importedNames.contains("syscall"), "kernel calls go through syscall(2)")
+        for wrapper in ["open", "openat", "read", "write", "pwrite", "pwrite64", "fsync", "fdatasync", "renameat",
+                        "unlinkat", "flock", "close", "fstat", "fstatat", "fchmod", "geteuid", "getpid", "socket",
+                        "connect", "send", "poll", "nanosleep", "explicit_bzero"] {
+            XCTAssertFalse(importedNames.contains(wrapper), "pam_totp.so imports \(wrapper): use the CLibc shim")
+        }
+        for kept in ["time", "getpwnam_r"] {
+            XCTAssertTrue(importedNames.contains(kept), "\(kept) must stay a libc call (faketime, NSS)")
+        }
         let ldd = try runCommand(["ldd", moduleURL.path])
         XCTAssertEqual(ldd.status, 0, ldd.stderr)
         XCTAssertFalse(ldd.stdout.lowercased().contains("swift"), ldd.stdout)
