@@ -390,6 +390,14 @@ if [[ -n $PAM_TOTPD ]]; then
     for _ in $(seq 100); do [[ -S $SOCKDIR/socket ]] && break; sleep 0.1; done
     [[ -S $SOCKDIR/socket ]] || die "pam-totpd did not create its socket: $(tail -3 "$TMP/daemon.log")"
     write_service userfloor "auth required pam_permit.so"
+    # What loading any second module costs above pam_permit.so (it is not pam_totp's work): an
+    # empty C module, built here, that only returns PAM_SUCCESS.
+    printf '%s\n' '#include <security/pam_modules.h>' \
+        'int pam_sm_authenticate(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' \
+        'int pam_sm_setcred(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' >"$TMP/empty.c"
+    gcc -shared -fPIC -O2 -o "$SOCKDIR/pam_empty.so" "$TMP/empty.c" -lpam || die "cannot build the empty module (gcc, libpam0g-dev)"
+    chmod 0755 "$SOCKDIR/pam_empty.so"
+    write_service emptymod "auth required $SOCKDIR/pam_empty.so"
     write_service daemon "auth required $OUR_SO socket=$SOCKDIR/socket adjacent_intervals=5"
     BENCH_GID=$(id -g "$BENCH_USER")
     as_user() { setpriv --reuid "$BENCH_USER" --regid "$BENCH_GID" --clear-groups "$@"; }
@@ -400,8 +408,9 @@ if [[ -n $PAM_TOTPD ]]; then
     ((rc == 0)) || die "the daemon path rejected the current code (exit $rc): $(tail -3 "$TMP/daemon.log")"
     rc=0; as_user pamtester "$(svc daemon)" "$BENCH_USER" authenticate <"$TMP/code_ok" >/dev/null 2>&1 || rc=$?
     ((rc != 0)) || die "the daemon path accepted the same code twice"
-    for m in userfloor daemon; do
+    for m in userfloor emptymod daemon; do
         for p in ok wrong; do
+            [[ $m == emptymod && $p == wrong ]] && continue
             log "callgrind: $m as $BENCH_USER, ${p/ok/success} path"
             reset_state
             rc=0
@@ -409,6 +418,7 @@ if [[ -n $PAM_TOTPD ]]; then
                 pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$TMP/code_$p" >/dev/null 2>&1 || rc=$?
             n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$SOCKDIR/vg/vg.log")
             [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "no callgrind count for $m/$p as $BENCH_USER"
+            if [[ $m == emptymod ]] && ((rc != 0)); then die "the empty module failed under valgrind"; fi
             if [[ $m == daemon && $p == ok ]] && ((rc != 0)); then die "the daemon path rejected the right code under valgrind"; fi
             if [[ $m == daemon && $p == wrong ]] && ((rc == 0)); then die "the daemon path accepted a wrong code under valgrind"; fi
             DPATH[instr,$m,$p]=$n
@@ -558,6 +568,11 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
         echo "| wall time, success (ms/run, mean ± sd) | $(fmt_sd "${DPATH[floorwall]}" "${DPATH[floorsd]}") | $(fmt_sd "${DPATH[wall]}" "${DPATH[sd]}") | $(fmt_sd "${WALL[ours,ok]}" "${SD[ours,ok]}") | $(ratio "${DPATH[wall]}" "${WALL[ours,ok]}") |"
         echo
         echo "Daemon-side CPU per request (all its threads' on-CPU time, success path, $RUNS runs + 5 warm-up): $(awk -v n="${DPATH[cpu_ns]}" 'BEGIN { printf "%.1f", n / 1000 }') µs."
+        echo
+        d_empty=$(sub_ "${DPATH[instr,emptymod,ok]}" "${DPATH[instr,userfloor,ok]}")
+        echo "Of the success path's $d_ok, $d_empty is what loading any second module costs above pam_permit.so (an empty C"
+        echo "module built by this script, run the same way); the remaining $(sub_ "$d_ok" "$d_empty") is pam_totp's: its size and imports"
+        echo "(libpam loads modules with RTLD_NOW), options, the prompt, the round trip and the syslog line."
         echo
         echo "Target: module-side instructions above the floor for the round trip ≤ 50 K: $d_ok → $(met "$d_ok" 50000)."
     fi
