@@ -133,7 +133,7 @@ install: deps all
 # The package's prerm runs the same check (scripts/pam-stacks-naming-module.sh): refuse while a
 # stack that pam-auth-update does not manage names the module, else unregister the profile.
 uninstall:
-	@scripts/pam-stacks-naming-module.sh --pamdir $(DESTDIR)$(PAMCONFDIR) --before-removal
+	@if [ -d $(DESTDIR)$(PAMCONFDIR) ]; then scripts/pam-stacks-naming-module.sh --pamdir $(DESTDIR)$(PAMCONFDIR) --before-removal; fi
 	-if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now pam-totpd.socket pam-totpd.service; fi
 	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll $(DESTDIR)/usr/share/pam-configs/pam_totp
 	rm -f $(DESTDIR)$(SBINDIR)/pam-totpd $(DESTDIR)$(UNITDIR)/pam-totpd.socket $(DESTDIR)$(UNITDIR)/pam-totpd.service $(DESTDIR)$(MANDIR)/man8/pam-totpd.8
