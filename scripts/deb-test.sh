@@ -133,6 +133,8 @@ check "/usr/bin/totp-enroll set-uid root (4755 root:root)" mode_is /usr/bin/totp
 check "/usr/sbin/pam-totpd 755 root:root" mode_is /usr/sbin/pam-totpd "755 root:root"
 check "the store /var/lib/pam-totp is 700 root:root" mode_is /var/lib/pam-totp "700 root:root"
 check "systemd units in /lib/systemd/system" test -f "$R/lib/systemd/system/pam-totpd.socket" -a -f "$R/lib/systemd/system/pam-totpd.service"
+check "pam-totpd.socket is enabled (the service is socket-activated only)" \
+    bash -c '[ -L "$0/etc/systemd/system/sockets.target.wants/pam-totpd.socket" ] && ! ls "$0"/etc/systemd/system/*.wants/pam-totpd.service >/dev/null 2>&1' "$R"
 check "/etc/pam.d/totp-enroll is a conffile" bash -c 'chroot "$0" dpkg-query -W -f="\${Conffiles}" pam-totp | grep -q "^ /etc/pam.d/totp-enroll "' "$R"
 check "the pam-auth-update profile is installed" test -f "$R/usr/share/pam-configs/pam_totp"
 check "the profile is registered but not enabled (Default: no)" \
