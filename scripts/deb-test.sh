@@ -88,11 +88,12 @@ pass "apt installs pamtester and oathtool in the root"
 login() { printf '%s\n%s\n' "$PASSWORD" "$1" | in_root pamtester pamtotp-debtest "$USERNAME" authenticate >>"$WORK/login.log" 2>&1; }
 # login_ahead: a right code for now + k periods, k = 1, 2, ...: each login uses a later step than
 # the one before (the replay guard refuses a step already used), within the ±5-step window.
-step=0
+step=0 last_code=
 login_ahead() {
     step=$((step + 1))
     local code
     code=$(in_root oathtool --totp -b -N "@$(( $(date +%s) + 30 * step ))" "$SECRET") || return 1
+    last_code=$code
     login "$code" || { tail -3 "$WORK/login.log"; return 1; }
 }
 status_of() { in_root dpkg-query -W -f='${Status}' pam-totp 2>/dev/null; }
@@ -121,8 +122,9 @@ else
     tail -20 "$WORK/install-new.log"; fail "apt upgrades to the new build"; finish
 fi
 check "the upgrade keeps the store and the enrolment" test -s "$R/var/lib/pam-totp/$USERNAME"
-check "the enrolment still logs in after the upgrade" login_ahead
 denied() { ! "$@"; }
+check "the code used before the upgrade is still refused after it (the state is kept)" denied login "$last_code"
+check "the enrolment still logs in after the upgrade" login_ahead
 check "a wrong code is denied" denied login 000000
 check "an empty code is denied" denied login ""
 
