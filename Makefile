@@ -10,12 +10,23 @@ SBINDIR     ?= $(PREFIX)/sbin
 UNITDIR     ?= /etc/systemd/system
 DOCDIR      ?= $(PREFIX)/share/doc/pam_totp
 MANDIR      ?= $(PREFIX)/share/man
+LIBEXECDIR  ?= $(PREFIX)/libexec
 MULTIARCH   := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 PAMDIR      ?= /lib/$(MULTIARCH)/security
 STOREDIR    ?= /var/lib/pam-totp
 PAMCONFDIR  ?= /etc/pam.d
 SWIFT       ?= swift
 SWIFTC      ?= swiftc
+
+# The package version (make deb): BASE_VERSION, then the commit count and commit in a git tree,
+# so that every commit on main builds a higher version. VERSION=... overrides it.
+BASE_VERSION := 0.1
+VERSION     ?= $(BASE_VERSION)$(shell n=$$(git rev-list --count HEAD 2>/dev/null) && echo "+git$$n.$$(git rev-parse --short=7 HEAD)")
+DEB_ARCH    := $(shell dpkg-architecture -qDEB_HOST_ARCH 2>/dev/null || dpkg --print-architecture)
+DEB         := dist/pam-totp_$(VERSION)_$(DEB_ARCH).deb
+# Who built it: the last commit's author (DEB_MAINTAINER=... overrides it).
+DEB_MAINTAINER ?= $(or $(shell git log -1 --format='%an <%ae>' 2>/dev/null),pam_totp developers <pam-totp@localhost.localdomain>)
+LINTIAN     ?= yes
 
 EMBEDDED_SO := .build-embedded/release/libpam_totp.so
 STRIPPED_SO := .build-embedded/pam_totp.so
@@ -34,6 +45,8 @@ FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev
 TEST_DEPS   := valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra
+DEB_DEPS    := debhelper dpkg-dev fakeroot lintian
+DEB_TEST_DEPS := debootstrap
 BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime
 
 # Installs the Debian packages named in $(1) that are missing (apt-get update only if needed).
@@ -45,7 +58,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: all module enroll daemon install uninstall check test bench deps test-deps bench-deps clean fuzz fuzz-smoke fuzz-seeds
+.PHONY: all module enroll daemon install uninstall check test bench deps test-deps bench-deps deb-deps clean fuzz fuzz-smoke fuzz-seeds deb deb-test
 
 all: module enroll daemon
 
@@ -57,6 +70,9 @@ test-deps: deps
 
 bench-deps: deps
 	@$(call apt_install,$(BENCH_DEPS))
+
+deb-deps: deps
+	@$(call apt_install,$(DEB_DEPS) $(DEB_TEST_DEPS))
 
 module: $(STRIPPED_SO)
 
@@ -80,7 +96,10 @@ install: deps all
 	# Set-uid root like passwd: it acts only for the real uid and re-authenticates the caller
 	# through /etc/pam.d/totp-enroll before any change (docs/ARCHITECTURE.md §4.3).
 	install -s -m 4755 -o root -g root $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
-	install -d -m 0700 -o root -g root $(DESTDIR)$(STOREDIR)
+	@# The store, on the live system only: with DESTDIR (a package) the postinst creates it.
+	if [ -z "$(DESTDIR)" ]; then install -d -m 0700 -o root -g root $(STOREDIR); fi
+	@# The check run before the module is removed (make uninstall, the package's prerm).
+	install -D -m 0755 scripts/pam-stacks-naming-module.sh $(DESTDIR)$(LIBEXECDIR)/pam-totp/pam-stacks-naming-module
 	# pam-totpd answers callers without root (screen lockers): socket-activated under systemd.
 	install -s -m 0755 $(DAEMON_BIN) $(DESTDIR)$(SBINDIR)/pam-totpd
 	install -d -m 0755 $(DESTDIR)$(UNITDIR)
@@ -101,21 +120,26 @@ install: deps all
 	@if ldd $(DESTDIR)$(PAMDIR)/pam_totp.so | grep -qi swift; then echo "pam_totp.so links a Swift library" >&2; exit 1; fi
 	@test "$$($(DESTDIR)$(BINDIR)/totp-enroll code --secret GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ --time 59 --digits 8)" = 94287082
 	@$(DESTDIR)$(SBINDIR)/pam-totpd --help >/dev/null
-	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
+	@if [ -n "$(DESTDIR)" ]; then \
+	  echo "DESTDIR: the units are installed, not enabled (a package's postinst does that)"; \
+	elif [ -d /run/systemd/system ]; then \
 	  systemctl daemon-reload && systemctl enable --now pam-totpd.socket && echo "enabled pam-totpd.socket"; \
 	else \
 	  echo "systemd is not running: start $(SBINDIR)/pam-totpd yourself for screen lockers (README, 'Screen lockers and desktops')"; \
 	fi
-	@echo "installed $(DESTDIR)$(PAMDIR)/pam_totp.so ($$(stat -c %s $(DESTDIR)$(PAMDIR)/pam_totp.so) bytes), $(DESTDIR)$(BINDIR)/totp-enroll, $(DESTDIR)$(SBINDIR)/pam-totpd, store $(DESTDIR)$(STOREDIR)"
+	@echo "installed $(DESTDIR)$(PAMDIR)/pam_totp.so ($$(stat -c %s $(DESTDIR)$(PAMDIR)/pam_totp.so) bytes), $(DESTDIR)$(BINDIR)/totp-enroll, $(DESTDIR)$(SBINDIR)/pam-totpd$(if $(DESTDIR),, store $(STOREDIR))"
 	@echo "no /etc/pam.d stack was changed; see README.md 'Enable it' and $(DOCDIR)/pam.d/"
 
+# The package's prerm runs the same check (scripts/pam-stacks-naming-module.sh): refuse while a
+# stack that pam-auth-update does not manage names the module, else unregister the profile.
 uninstall:
-	@if grep -qs pam_totp $(DESTDIR)$(PAMCONFDIR)/common-auth; then echo "pam_totp is enabled in common-auth: run pam-auth-update --disable pam_totp first" >&2; exit 1; fi
+	@if [ -d $(DESTDIR)$(PAMCONFDIR) ]; then scripts/pam-stacks-naming-module.sh --pamdir $(DESTDIR)$(PAMCONFDIR) --before-removal; fi
 	-if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now pam-totpd.socket pam-totpd.service; fi
 	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll $(DESTDIR)/usr/share/pam-configs/pam_totp
 	rm -f $(DESTDIR)$(SBINDIR)/pam-totpd $(DESTDIR)$(UNITDIR)/pam-totpd.socket $(DESTDIR)$(UNITDIR)/pam-totpd.service $(DESTDIR)$(MANDIR)/man8/pam-totpd.8
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(MANDIR)/man1/totp-enroll.1 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
+	rm -rf $(DESTDIR)$(LIBEXECDIR)/pam-totp
 	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
 
 # Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and
@@ -132,6 +156,28 @@ check: test-deps module fuzz-smoke
 	  echo "check: $$((n - f - s)) passed, $$f failed, $$s skipped"; [ "$$f" -eq 0 ]
 
 test: check
+
+# The Debian package, from the same build as make install (debian/rules runs make all and
+# make install DESTDIR=debian/pam-totp with Debian's paths). debian/changelog is written here
+# (it carries the version); dpkg-buildpackage's .changes and .buildinfo go to dist/ beside the .deb.
+deb: deb-deps all
+	@mkdir -p dist
+	@printf 'pam-totp (%s) unstable; urgency=medium\n\n  * Built from %s.\n\n -- %s  %s\n' \
+	  '$(VERSION)' "$$(git describe --always --dirty 2>/dev/null || echo 'a source tree without git')" \
+	  '$(DEB_MAINTAINER)' "$$(git log -1 --format=%cD 2>/dev/null || date -R)" > debian/changelog
+	PAM_TOTP_MAINTAINER='$(DEB_MAINTAINER)' dpkg-buildpackage -b -nc --no-sign --buildinfo-option=-u$(CURDIR)/dist --changes-option=-u$(CURDIR)/dist \
+	  --buildinfo-option=-O$(CURDIR)/dist/pam-totp_$(VERSION)_$(DEB_ARCH).buildinfo \
+	  --changes-option=-O$(CURDIR)/dist/pam-totp_$(VERSION)_$(DEB_ARCH).changes
+	@test -f $(DEB)
+	@if [ "$(LINTIAN)" = yes ]; then lintian --fail-on error --info $(DEB); fi
+	@echo "built $(DEB) ($$(stat -c %s $(DEB)) bytes)"
+
+# Installs the package with apt in a fresh debootstrap'ed Debian 12 root (no Swift there) and
+# checks files, modes, a pamtester login, remove, purge, prerm's refusal and an upgrade from
+# the same tree built as a lower version.
+deb-test: deb
+	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
+	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB)
 
 $(FUZZ_BIN): $(wildcard Sources/MFACore/*.swift Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
 	@mkdir -p $(FUZZ_DIR)
@@ -157,4 +203,5 @@ bench: bench-deps module enroll daemon $(VERIFY_BENCH)
 	scripts/bench.sh $(abspath $(STRIPPED_SO)) $(abspath $(ENROLL_BIN)) $(abspath $(VERIFY_BENCH)) docs/benchmarks.md $(abspath $(DAEMON_BIN))
 
 clean:
-	rm -rf .build .build-embedded .build-fuzz .build-test.log
+	rm -rf .build .build-embedded .build-fuzz .build-test.log dist
+	rm -rf debian/pam-totp debian/.debhelper debian/files debian/*.substvars debian/debhelper-build-stamp debian/*.debhelper.log debian/changelog

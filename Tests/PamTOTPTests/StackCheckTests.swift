@@ -1,0 +1,156 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// scripts/pam-stacks-naming-module.sh: the one check run before pam_totp.so is removed, by the
+/// Debian package's prerm and by `make uninstall` (docs/ARCHITECTURE.md §3). Stacks are written
+/// into a temporary directory (`--pamdir`), so nothing here reads or changes /etc/pam.d, except
+/// the last test, which runs Debian's pam-auth-update on copies bound over /etc/pam.d inside a
+/// private mount namespace (like PamAuthUpdateTests).
+final class StackCheckTests: XCTestCase {
+    var root: URL!
+    var pamd: URL!
+    let script = packageRoot.appendingPathComponent("scripts/pam-stacks-naming-module.sh").path
+
+    /// common-auth as pam-auth-update writes it, with `extra` in the "Additional" block.
+    func commonAuth(managed extra: String = "", after: String = "") -> String {
+        """
+        # /etc/pam.d/common-auth - authentication settings common to all services
+        # here are the per-package modules (the "Primary" block)
+        auth\t[success=1 default=ignore]\tpam_unix.so nullok
+        # here's the fallback if no module succeeds
+        auth\trequisite\t\t\tpam_deny.so
+        auth\trequired\t\t\tpam_permit.so
+        # and here are more per-package modules (the "Additional" block)
+        \(extra)
+        # end of pam-auth-update config
+        \(after)
+
+        """
+    }
+
+    override func setUpWithError() throws {
+        root = try makeTemporaryDirectory("pam_totp_stacks")
+        pamd = root.appendingPathComponent("pam.d")
+        try FileManager.default.createDirectory(at: pamd, withIntermediateDirectories: false)
+    }
+
+    override func tearDown() {
+        if let root { removeTemporaryDirectory(root) }
+    }
+
+    func write(_ name: String, _ text: String) throws {
+        try text.write(to: pamd.appendingPathComponent(name), atomically: true, encoding: .utf8)
+    }
+
+    func run(_ arguments: [String]) throws -> CommandResult {
+        try runCommand(["sh", script, "--pamdir", pamd.path] + arguments)
+    }
+
+    func testListsOnlyActiveLinesOutsideTheManagedBlock() throws {
+        try write("common-auth", commonAuth(managed: "auth\trequired\tpam_totp.so nullok"))
+        try write("sshd", "@include common-auth\n# auth required pam_totp.so (a comment)\nauth required pam_totp.so\n")
+        try write("sudo", "auth required /lib/x86_64-linux-gnu/security/pam_totp.so nullok # full path\n")
+        try write("login", "auth required pam_totp.so.old\nauth required pam_totp_other.so\n")
+        try write("sshd.dpkg-old", "auth required pam_totp.so\n")
+        try write("other", "auth required pam_unix.so # pam_totp.so in a comment\n")
+        let r = try run([])
+        XCTAssertEqual(r.status, 1, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init).sorted(),
+                       ["\(pamd.path)/sshd:3", "\(pamd.path)/sudo:1"], r.stdout)
+        let all = try run(["--all"])
+        XCTAssertEqual(all.status, 1)
+        XCTAssertTrue(all.stdout.contains("\(pamd.path)/common-auth:8"), all.stdout)
+    }
+
+    func testNoStackNamesTheModule() throws {
+        try write("common-auth", commonAuth())
+        try write("sshd", "@include common-auth\n")
+        let r = try run([])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout, "")
+        XCTAssertEqual(try run(["--before-removal"]).status, 0)
+    }
+
+    func testALineAfterTheManagedBlockIsTheAdmins() throws {
+        try write("common-auth", commonAuth(after: "auth optional pam_totp.so"))
+        let r = try run([])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertEqual(r.stdout, "\(pamd.path)/common-auth:10\n")
+        // The block markers count only in pam-auth-update's own files.
+        try write("common-auth", commonAuth())
+        try write("sshd", commonAuth(managed: "auth required pam_totp.so"))
+        XCTAssertEqual(try run([]).stdout, "\(pamd.path)/sshd:8\n")
+    }
+
+    func testBeforeRemovalRefusesWithOneLineNamingEveryFile() throws {
+        try write("sshd", "auth required pam_totp.so\n")
+        try write("sudo", "auth required pam_unix.so\nauth required pam_totp.so nullok\n")
+        let r = try run(["--before-removal"])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertEqual(r.stdout, "")
+        let lines = r.stderr.split(separator: "\n")
+        XCTAssertEqual(lines.count, 1, r.stderr)
+        XCTAssertTrue(r.stderr.hasPrefix("pam_totp: not removing pam_totp.so: \(pamd.path)/sshd:1 \(pamd.path)/sudo:2 still name it"), r.stderr)
+    }
+
+    func testBeforeRemovalOutsideEtcPamdTreatsTheManagedLineAsStillThere() throws {
+        // Only /etc/pam.d is pam-auth-update's; elsewhere (make uninstall DESTDIR=...) nothing
+        // unregisters the profile, so its line still names the module and the removal is refused.
+        try write("common-auth", commonAuth(managed: "auth\trequired\tpam_totp.so nullok"))
+        let r = try run(["--before-removal"])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("after pam-auth-update --remove pam_totp"), r.stderr)
+    }
+
+    func testUsageErrors() throws {
+        XCTAssertEqual(try runCommand(["sh", script, "--bogus"]).status, 2)
+        XCTAssertEqual(try runCommand(["sh", script, "--pamdir", root.appendingPathComponent("missing").path]).status, 2)
+        let help = try runCommand(["sh", script, "--help"])
+        XCTAssertEqual(help.status, 0)
+        XCTAssertTrue(help.stdout.contains("--before-removal"), help.stdout)
+    }
+
+    /// prerm and make uninstall both call the script: the one implementation cannot drift.
+    func testPrermAndUninstallCallTheScript() throws {
+        let prerm = try String(contentsOf: packageRoot.appendingPathComponent("debian/prerm"), encoding: .utf8)
+        XCTAssertTrue(prerm.contains("/usr/libexec/pam-totp/pam-stacks-naming-module --before-removal"), prerm)
+        XCTAssertTrue(prerm.contains("    remove)\n"), "the check runs on remove only, not on upgrade: " + prerm)
+        let makefile = try String(contentsOf: packageRoot.appendingPathComponent("Makefile"), encoding: .utf8)
+        XCTAssertTrue(makefile.contains("scripts/pam-stacks-naming-module.sh --pamdir $(DESTDIR)$(PAMCONFDIR) --before-removal"), "make uninstall runs the check")
+        XCTAssertTrue(makefile.contains("install -D -m 0755 scripts/pam-stacks-naming-module.sh $(DESTDIR)$(LIBEXECDIR)/pam-totp/pam-stacks-naming-module"))
+    }
+
+    /// The real pam-auth-update, on copies of /etc/pam.d/common-*, /usr/share/pam-configs and /var/lib/pam
+    /// bound over the real ones in a private mount namespace: the profile enabled, an sshd line
+    /// refuses the removal (and the profile stays enabled), then without it the script
+    /// unregisters the profile and common-auth no longer names the module.
+    func testBeforeRemovalUnregistersTheProfileWithPamAuthUpdate() throws {
+        try XCTSkipUnless(getuid() == 0, "needs root: mount namespaces")
+        let profile = packageRoot.appendingPathComponent("pam.d/pam-configs-pam_totp").path
+        let shell = """
+            set -u
+            R=\(root.path)
+            mkdir "$R/pamd-real"; cp -a /etc/pam.d/common-* "$R/pamd-real/"; cp -a /usr/share/pam-configs "$R/configs"; mkdir -p "$R/varlib"
+            cp -a /var/lib/pam/. "$R/varlib/" 2>/dev/null || true
+            cp \(profile) "$R/configs/pam_totp"
+            mount --bind "$R/pamd-real" /etc/pam.d
+            mount --bind "$R/configs" /usr/share/pam-configs
+            mount --bind "$R/varlib" /var/lib/pam
+            DEBIAN_FRONTEND=noninteractive pam-auth-update --package --enable pam_totp || exit 10
+            grep -q pam_totp.so /etc/pam.d/common-auth || exit 11
+            echo 'auth required pam_totp.so' > /etc/pam.d/pamtotp-stackcheck
+            sh \(script) --before-removal 2> "$R/refused" && exit 12
+            grep -q pam_totp.so /etc/pam.d/common-auth || exit 13
+            rm /etc/pam.d/pamtotp-stackcheck
+            DEBIAN_FRONTEND=noninteractive sh \(script) --before-removal || exit 14
+            grep -q pam_totp /etc/pam.d/common-auth && exit 15
+            exit 0
+            """
+        let r = try runCommand(["unshare", "--mount", "--propagation", "private", "bash", "-c", shell])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        let refused = try String(contentsOf: root.appendingPathComponent("refused"), encoding: .utf8)
+        XCTAssertTrue(refused.contains("/etc/pam.d/pamtotp-stackcheck:1 still name it"), refused)
+        XCTAssertFalse(try String(contentsOfFile: "/etc/pam.d/common-auth", encoding: .utf8).contains("pam_totp"))
+    }
+}

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# make deb-test: the Debian package on a host without Swift. Usage: deb-test.sh PREVIOUS.deb NEW.deb
+#
+# debootstrap --variant=minbase bookworm gives a fresh Debian 12 root (about 25 s); apt installs
+# the package there (resolving its dependencies from the same Debian mirror the host uses), and
+# every check below prints PASS or FAIL. PREVIOUS.deb is the same tree built as a lower version:
+# it is installed first, a user enrols and logs in, then NEW.deb upgrades it and the same
+# enrolment must still log in. Then: files and modes, ldd, RFC 6238's first vector, pamtester
+# logins, prerm's refusals, remove (store kept, profile unregistered), purge (store deleted).
+# No service starts in the root (policy-rc.d), and everything is unmounted and deleted on exit.
+# Ends with "deb-test: N passed, M failed"; exits non-zero when a check failed.
+set -uo pipefail
+
+[ $# -eq 2 ] || { echo "usage: $0 PREVIOUS.deb NEW.deb" >&2; exit 2; }
+PREV=$(realpath "$1") NEW=$(realpath "$2")
+[ -f "$PREV" ] && [ -f "$NEW" ] || { echo "deb-test: no such package: $1 or $2" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "deb-test: needs root (debootstrap, chroot)" >&2; exit 2; }
+command -v debootstrap >/dev/null || { echo "deb-test: debootstrap is not installed (make deb-deps)" >&2; exit 2; }
+
+SUITE=${DEB_TEST_SUITE:-bookworm}
+MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+SO=/lib/$MULTIARCH/security/pam_totp.so
+SECRET=GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ    # RFC 6238's SHA-1 key, in Base32
+USERNAME=totpdeb
+PASSWORD="Deb-$RANDOM$RANDOM-pass"
+passed=0 failed=0
+
+WORK=$(mktemp -d /tmp/pam-totp-deb-test.XXXXXX)
+R=$WORK/root
+cleanup() {
+    for m in "$R/dev/pts" "$R/proc"; do
+        mountpoint -q "$m" 2>/dev/null && umount -l "$m"
+    done
+    # Only after every mount is gone: never follow a bind mount out of the root.
+    if ! grep -q " $R/" /proc/mounts; then rm -rf --one-file-system "$WORK"; else echo "deb-test: left $WORK (still mounted)" >&2; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1${2:+ — $2}"; failed=$((failed + 1)); }
+# check NAME COMMAND...: PASS when the command succeeds.
+check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+in_root() { chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 "$@"; }
+finish() {
+    echo "deb-test: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+}
+
+# The host's Debian mirror (its apt sources say which), or DEB_TEST_MIRROR.
+mirror=${DEB_TEST_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    | sed -nE -e 's/^URIs:[[:space:]]*//p' -e 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+).*/\2/p' \
+    | tr ' ' '\n' | grep -E '/debian/?$' | head -1)}
+mirror=${mirror:-http://deb.debian.org/debian}
+
+t0=$(date +%s)
+echo "deb-test: debootstrap --variant=minbase $SUITE from $mirror into $R"
+if ! debootstrap --variant=minbase "$SUITE" "$R" "$mirror" >"$WORK/debootstrap.log" 2>&1; then
+    tail -20 "$WORK/debootstrap.log" >&2
+    fail "debootstrap a fresh $SUITE root"
+    finish
+fi
+pass "debootstrap a fresh $SUITE root ($(( $(date +%s) - t0 )) s)"
+
+# apt in the root: the mirror debootstrap used, the host's proxy settings if any, DNS.
+echo "deb $mirror $SUITE main" > "$R/etc/apt/sources.list"
+for f in /etc/apt/apt.conf.d/*; do
+    [ -f "$f" ] && grep -qi 'proxy' "$f" && cp "$f" "$R/etc/apt/apt.conf.d/"
+done
+cp -L /etc/resolv.conf "$R/etc/resolv.conf" 2>/dev/null || true
+# No service starts in the root.
+printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"; chmod 0755 "$R/usr/sbin/policy-rc.d"
+mount -t proc proc "$R/proc"
+mkdir -p "$R/dev/pts" && mount -t devpts -o newinstance,ptmxmode=0666 devpts "$R/dev/pts" 2>/dev/null || true
+cp "$PREV" "$R/tmp/previous.deb"; cp "$NEW" "$R/tmp/new.deb"
+
+check "no Swift toolchain in the root" in_root sh -c '! command -v swift && ! ls /opt/swift /usr/lib/swift >/dev/null 2>&1'
+if ! in_root apt-get update -qq >"$WORK/apt.log" 2>&1 \
+   || ! in_root apt-get install -y -qq --no-install-recommends pamtester oathtool >>"$WORK/apt.log" 2>&1; then
+    tail -20 "$WORK/apt.log" >&2
+    fail "apt installs pamtester and oathtool in the root"
+    finish
+fi
+pass "apt installs pamtester and oathtool in the root"
+
+# login CODE: password then code through the test stack; the output goes to login.log.
+login() { printf '%s\n%s\n' "$PASSWORD" "$1" | in_root pamtester pamtotp-debtest "$USERNAME" authenticate >>"$WORK/login.log" 2>&1; }
+# login_ahead: a right code for now + k periods, k = 1, 2, ...: each login uses a later step than
+# the one before (the replay guard refuses a step already used), within the ±5-step window.
+step=0 last_code=
+login_ahead() {
+    step=$((step + 1))
+    local code
+    code=$(in_root oathtool --totp -b -N "@$(( $(date +%s) + 30 * step ))" "$SECRET") || return 1
+    last_code=$code
+    login "$code" || { tail -3 "$WORK/login.log"; return 1; }
+}
+status_of() { in_root dpkg-query -W -f='${Status}' pam-totp 2>/dev/null; }
+
+# --- the previous version, then an enrolment that must survive the upgrade
+if in_root apt-get install -y -qq /tmp/previous.deb >"$WORK/install-prev.log" 2>&1; then
+    pass "apt installs the previous build ($(in_root dpkg-query -W -f='${Version}' pam-totp))"
+else
+    tail -20 "$WORK/install-prev.log"; fail "apt installs the previous build"; finish
+fi
+in_root useradd -M -s /usr/sbin/nologin "$USERNAME"
+printf '%s:%s\n' "$USERNAME" "$PASSWORD" | in_root chpasswd
+# A stack of the admin's (not managed by pam-auth-update): password, then code.
+printf 'auth required pam_unix.so\nauth required pam_totp.so\naccount required pam_unix.so\n' > "$R/etc/pam.d/pamtotp-debtest"
+check "totp-enroll (previous build) enrols $USERNAME as root" \
+    bash -c 'in_root() { chroot "$0" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+             code=$(in_root oathtool --totp -b "$2")
+             in_root totp-enroll --user "$1" --name phone --secret - --code "$code" --qr none <<<"$2" >/dev/null' \
+    "$R" "$USERNAME" "$SECRET"
+check "pamtester login with an oathtool code (previous build)" login_ahead
+
+# --- upgrade
+if in_root apt-get install -y -qq /tmp/new.deb >"$WORK/install-new.log" 2>&1; then
+    pass "apt upgrades to the new build ($(in_root dpkg-query -W -f='${Version}' pam-totp))"
+else
+    tail -20 "$WORK/install-new.log"; fail "apt upgrades to the new build"; finish
+fi
+check "the upgrade keeps the store and the enrolment" test -s "$R/var/lib/pam-totp/$USERNAME"
+denied() { ! "$@"; }
+check "the code used before the upgrade is still refused after it (the state is kept)" denied login "$last_code"
+check "the enrolment still logs in after the upgrade" login_ahead
+check "a wrong code is denied" denied login 000000
+check "an empty code is denied" denied login ""
+
+# --- files, modes, dependencies
+mode_is() { [ "$(stat -c '%a %U:%G' "$R$1" 2>/dev/null)" = "$2" ]; }
+check "$SO 644 root:root" mode_is "$SO" "644 root:root"
+check "/usr/bin/totp-enroll set-uid root (4755 root:root)" mode_is /usr/bin/totp-enroll "4755 root:root"
+check "/usr/sbin/pam-totpd 755 root:root" mode_is /usr/sbin/pam-totpd "755 root:root"
+check "the store /var/lib/pam-totp is 700 root:root" mode_is /var/lib/pam-totp "700 root:root"
+check "systemd units in /lib/systemd/system" test -f "$R/lib/systemd/system/pam-totpd.socket" -a -f "$R/lib/systemd/system/pam-totpd.service"
+check "pam-totpd.socket is enabled (the service is socket-activated only)" \
+    bash -c '[ -L "$0/etc/systemd/system/sockets.target.wants/pam-totpd.socket" ] && ! ls "$0"/etc/systemd/system/*.wants/pam-totpd.service >/dev/null 2>&1' "$R"
+check "/etc/pam.d/totp-enroll is a conffile" bash -c 'chroot "$0" dpkg-query -W -f="\${Conffiles}" pam-totp | grep -q "^ /etc/pam.d/totp-enroll "' "$R"
+check "the pam-auth-update profile is installed" test -f "$R/usr/share/pam-configs/pam_totp"
+check "the profile is registered but not enabled (Default: no)" \
+    bash -c 'grep -qx pam_totp "$0/var/lib/pam/seen" && ! grep -q pam_totp "$0/etc/pam.d/common-auth"' "$R"
+check "man pages installed" test -f "$R/usr/share/man/man1/totp-enroll.1.gz" -a -f "$R/usr/share/man/man8/pam_totp.8.gz" -a -f "$R/usr/share/man/man8/pam-totpd.8.gz"
+for bin in "$SO" /usr/bin/totp-enroll /usr/sbin/pam-totpd; do
+    check "ldd $bin finds every library, none of Swift's" \
+        bash -c 'out=$(chroot "$0" ldd "$1") && ! grep -q "not found" <<<"$out" && ! grep -qi swift <<<"$out"' "$R" "$bin"
+done
+check "totp-enroll code gives RFC 6238's first vector (94287082)" \
+    bash -c '[ "$(chroot "$0" totp-enroll code --secret - --time 59 --digits 8 <<<"$1")" = 94287082 ]' "$R" "$SECRET"
+check "pam-totpd --help runs" in_root pam-totpd --help
+
+# --- prerm refuses while a stack the profile does not manage names the module
+refused_remove() {  # $1: what the message must name
+    local out
+    out=$(in_root apt-get remove -y pam-totp 2>&1) && return 1
+    grep -q "not removing pam_totp.so: .*$1" <<<"$out" || { echo "$out" | tail -5; return 1; }
+    [ "$(status_of)" = "install ok installed" ] && [ -f "$R$SO" ]
+}
+check "remove is refused while /etc/pam.d/pamtotp-debtest names the module (package and .so stay)" \
+    refused_remove /etc/pam.d/pamtotp-debtest
+check "the refused remove leaves a working login" login_ahead
+rm "$R/etc/pam.d/pamtotp-debtest"
+in_root pam-auth-update --enable pam_totp
+check "pam-auth-update --enable pam_totp puts the module in common-auth" grep -q pam_totp.so "$R/etc/pam.d/common-auth"
+cp -p "$R/etc/pam.d/common-auth" "$WORK/common-auth"
+echo "auth optional pam_totp.so" >> "$R/etc/pam.d/common-auth"
+check "remove is refused while common-auth names the module outside pam-auth-update's block" \
+    refused_remove /etc/pam.d/common-auth:
+cp -p "$WORK/common-auth" "$R/etc/pam.d/common-auth"
+
+# --- remove: the profile's line goes, the store stays; purge deletes it
+if in_root apt-get remove -y -qq pam-totp >"$WORK/remove.log" 2>&1; then pass "apt removes the package once only the profile names the module"
+else tail -5 "$WORK/remove.log"; fail "apt removes the package once only the profile names the module"; fi
+check "remove unregisters the profile: common-auth no longer names pam_totp" bash -c '! grep -q pam_totp "$0/etc/pam.d/common-auth"' "$R"
+check "remove deletes the module and the tool" bash -c '[ ! -e "$0$1" ] && [ ! -e "$0/usr/bin/totp-enroll" ]' "$R" "$SO"
+check "remove keeps the store and the enrolment" bash -c '[ -s "$0/var/lib/pam-totp/$1" ] && [ "$(stat -c %a "$0/var/lib/pam-totp")" = 700 ]' "$R" "$USERNAME"
+check "remove keeps the conffile /etc/pam.d/totp-enroll" test -f "$R/etc/pam.d/totp-enroll"
+if in_root apt-get purge -y -qq pam-totp >"$WORK/purge.log" 2>&1; then pass "apt purges the package"
+else tail -5 "$WORK/purge.log"; fail "apt purges the package"; fi
+check "purge deletes the store /var/lib/pam-totp" test ! -e "$R/var/lib/pam-totp"
+check "purge deletes /etc/pam.d/totp-enroll" test ! -e "$R/etc/pam.d/totp-enroll"
+check "nothing is left in dpkg's database" bash -c '[ -z "$(chroot "$0" dpkg-query -W -f="\${Status}" pam-totp 2>/dev/null | grep -v "not-installed")" ]' "$R"
+
+echo "deb-test: took $(( $(date +%s) - t0 )) s"
+finish

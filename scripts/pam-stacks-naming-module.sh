@@ -1,0 +1,92 @@
+#!/bin/sh
+# pam-stacks-naming-module: which PAM stacks name pam_totp.so, and whether the module may go.
+#
+# The one implementation of the check that runs before pam_totp.so is removed: the Debian
+# package's prerm (installed as /usr/libexec/pam-totp/pam-stacks-naming-module) and
+# `make uninstall` both call it, so the two cannot drift (docs/ARCHITECTURE.md §3). Removing
+# the .so while a stack still names it fails every authentication through that stack with
+# "Module is unknown".
+#
+# A stack line is "managed" when it is inside the block pam-auth-update writes in one of its
+# common-* files, from '# here are the per-package modules (the "Primary" block)' to
+# '# end of pam-auth-update config': such a line comes from the pam_totp profile and goes away
+# with `pam-auth-update --package --remove pam_totp`. Every other active line that names the
+# module (sshd, sudo, a hand-written line in common-auth outside the block, ...) is the
+# admin's, and only the admin can take it out.
+#
+# Usage:
+#   pam-stacks-naming-module [--pamdir DIR] [--all]
+#       Prints FILE:LINE for each active line in DIR (default /etc/pam.d) that names
+#       pam_totp.so outside the managed blocks (with --all: managed ones too).
+#       Exit 0: none; 1: some (listed); 2: usage error or DIR unreadable.
+#   pam-stacks-naming-module [--pamdir DIR] --before-removal
+#       Refuses (one line on stderr, exit 1) while an unmanaged line names the module; otherwise
+#       unregisters the profile (pam-auth-update --package --remove pam_totp, only for
+#       /etc/pam.d) and checks again that no line at all names the module (pam-auth-update
+#       leaves a common-* file that was edited by hand alone). Exit 0: the module may go.
+#
+# Lines are read as libpam reads them: from '#' to the end of a line is a comment. Backup
+# files that no service reads (*.dpkg-old, *.dpkg-dist, *.dpkg-new, *.dpkg-bak, *.dpkg-tmp,
+# *.ucf-*, *.pam-old, *~) are skipped. Nothing here prints the contents of a stack.
+set -eu
+
+pamdir=/etc/pam.d
+mode=list
+all=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --pamdir) [ $# -ge 2 ] || { echo "pam-stacks-naming-module: --pamdir needs a directory" >&2; exit 2; }
+                  pamdir=$2; shift 2 ;;
+        --all) all=1; shift ;;
+        --before-removal) mode=before-removal; shift ;;
+        -h|--help) sed -n '2,/^set -eu/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "pam-stacks-naming-module: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+if [ ! -d "$pamdir" ] || [ ! -r "$pamdir" ]; then
+    echo "pam-stacks-naming-module: cannot read $pamdir" >&2
+    exit 2
+fi
+
+# Prints FILE:LINE per naming line; $1 = 1: managed lines too.
+naming_lines() {
+    for f in "$pamdir"/*; do
+        [ -f "$f" ] || continue
+        case "${f##*/}" in
+            *.dpkg-old|*.dpkg-dist|*.dpkg-new|*.dpkg-bak|*.dpkg-tmp|*.ucf-*|*.pam-old|*~) continue ;;
+        esac
+        awk -v all="$1" -v base="${f##*/}" '
+            FNR == 1 { managed = 0; common = (base ~ /^common-(auth|account|password|session|session-noninteractive)$/) }
+            common && /^# here are the per-package modules \(the "Primary" block\)/ { managed = 1 }
+            common && /^# end of pam-auth-update config/ { managed = 0 }
+            {
+                line = $0
+                sub(/#.*/, "", line)
+                if (line ~ /(^|[ \t\/])pam_totp\.so([ \t]|$)/ && (all == 1 || !managed))
+                    print FILENAME ":" FNR
+            }' "$f"
+    done
+}
+
+if [ "$mode" = list ]; then
+    found=$(naming_lines "$all")
+    [ -z "$found" ] && exit 0
+    printf '%s\n' "$found"
+    exit 1
+fi
+
+# --before-removal
+found=$(naming_lines 0)
+if [ -n "$found" ]; then
+    echo "pam_totp: not removing pam_totp.so: $(printf '%s\n' "$found" | tr '\n' ' ' | sed 's/ $//') still name it (stacks pam-auth-update does not manage); delete those lines, keeping a root shell open, then try again" >&2
+    exit 1
+fi
+if [ "$pamdir" = /etc/pam.d ] && command -v pam-auth-update >/dev/null 2>&1; then
+    pam-auth-update --package --remove pam_totp
+fi
+found=$(naming_lines 1)
+if [ -n "$found" ]; then
+    echo "pam_totp: not removing pam_totp.so: $(printf '%s\n' "$found" | tr '\n' ' ' | sed 's/ $//') still name it after pam-auth-update --remove pam_totp (edited by hand?); run pam-auth-update --disable pam_totp or delete those lines, then try again" >&2
+    exit 1
+fi
+exit 0
