@@ -13,9 +13,14 @@ let embeddedSwift: [SwiftSetting] = embedded
     ? [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo", "-Xcc", "-fPIC", "-O", "-Xfrontend", "-function-sections"])]
     : []
 
+// Every binary binds all symbols at load and keeps its relocated data read-only (full RELRO):
+// totp-enroll runs set-uid root, pam-totpd as root, and libpam loads the module with RTLD_NOW
+// anyway. (lintian: hardening-no-bindnow.)
+let hardenedLinking: [String] = ["-Xlinker", "-z", "-Xlinker", "now", "-Xlinker", "-z", "-Xlinker", "relro"]
+
 let pamModuleLinker: [LinkerSetting] = [
     .linkedLibrary("pam"),
-    .unsafeFlags([
+    .unsafeFlags(hardenedLinking + [
         "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/PamTOTP/exports.map",
         "-Xlinker", "--no-undefined",
         // With -function-sections above: drop every function the module does not reach
@@ -54,7 +59,8 @@ if !embedded {
             dependencies: [
                 "MFACore", "CLibc", "CPAM", "CQREncode",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]),
+            ],
+            linkerSettings: [.unsafeFlags(hardenedLinking)]),
         // The daemon for callers without root (docs/ARCHITECTURE.md §5.2): SwiftNIO transport,
         // swift-log to syslog; every rule is MFACore's DaemonService.
         .executableTarget(
@@ -67,7 +73,8 @@ if !embedded {
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            swiftSettings: [.swiftLanguageMode(.v5)]),
+            swiftSettings: [.swiftLanguageMode(.v5)],
+            linkerSettings: [.unsafeFlags(hardenedLinking)]),
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),

@@ -88,6 +88,19 @@ final class PamtesterTests: XCTestCase {
         XCTAssertEqual(try pamtester("bob", answer: code256, faketime: at).status, 0)
     }
 
+    /// The module, the set-uid tool and the daemon bind every symbol at load and keep their
+    /// relocated data read-only (full RELRO: BIND_NOW plus a GNU_RELRO segment).
+    func testBinariesAreLinkedWithFullRELRO() throws {
+        for binary in [moduleURL, enrollURL, daemonURL] {
+            let dynamic = try runCommand(["readelf", "--dynamic", "--wide", binary.path])
+            XCTAssertEqual(dynamic.status, 0, dynamic.stderr)
+            XCTAssertTrue(dynamic.stdout.contains("BIND_NOW"), "\(binary.lastPathComponent) is not linked with -z now")
+            let segments = try runCommand(["readelf", "--segments", "--wide", binary.path])
+            XCTAssertEqual(segments.status, 0, segments.stderr)
+            XCTAssertTrue(segments.stdout.contains("GNU_RELRO"), "\(binary.lastPathComponent) has no RELRO segment")
+        }
+    }
+
     /// The shipped .so exports only pam_sm_* and loads with libc and libpam alone.
     func testExportsAndDependencies() throws {
         let nm = try runCommand(["nm", "-D", "--defined-only", "--extern-only", moduleURL.path])
