@@ -16,6 +16,10 @@ struct Limits {
     var maxConnectionsPerUser = 64
     /// Requests waiting for a worker thread; beyond it the reply is "busy" (denied).
     var maxQueued = 256
+    /// Requests of one uid other than root waiting for or held by a worker (counted until the
+    /// worker is done, whether or not the caller is still connected): one user's flood cannot
+    /// fill the queue or make others wait behind more than a few of its requests.
+    var maxQueuedPerUser = 8
     /// Worker threads for store operations (file I/O, a per-user lock of up to 5 s).
     var workers = 4
     /// Under socket activation: exit after this long without a connection (systemd starts
@@ -40,6 +44,7 @@ final class ServerState: @unchecked Sendable {
     private var open = 0
     private var perUser: [UInt32: Int] = [:]
     private var queued = 0
+    private var queuedPerUser: [UInt32: Int] = [:]
     private var lastActivity = NIODeadline.now()
 
     init(limits: Limits, service: DaemonService<Store>, pool: NIOThreadPool, logger: Logger) {
@@ -75,15 +80,28 @@ final class ServerState: @unchecked Sendable {
         }
     }
 
-    func enqueue() -> Bool {
+    func enqueue(uid: UInt32) -> Bool {
         lock.withLock {
             guard queued < limits.maxQueued else { return false }
+            if uid != 0 {
+                let n = queuedPerUser[uid, default: 0]
+                guard n < limits.maxQueuedPerUser else { return false }
+                queuedPerUser[uid] = n + 1
+            }
             queued += 1
             return true
         }
     }
 
-    func dequeue() { lock.withLock { queued -= 1 } }
+    func dequeue(uid: UInt32) {
+        lock.withLock {
+            queued -= 1
+            if uid != 0 {
+                let n = queuedPerUser[uid, default: 1] - 1
+                if n <= 0 { queuedPerUser[uid] = nil } else { queuedPerUser[uid] = n }
+            }
+        }
+    }
 
     /// Idle: no connection open and none for `idle`.
     func isIdle(for idle: TimeAmount) -> Bool {
@@ -185,14 +203,14 @@ final class RequestHandler: ChannelInboundHandler {
         wipeReceived()
         let channel = context.channel
         let state = self.state
-        guard state.enqueue() else {
+        guard state.enqueue(uid: peer.uid) else {
             state.logger.warning("busy: refused a request from uid \(peer.uid)")
             reply(channel, .outcome(.failed(.daemon("busy"))))
             return
         }
         let credentials = PeerCredentials(uid: peer.uid, pid: UInt32(bitPattern: peer.pid))
         let work = state.pool.runIfActive(eventLoop: context.eventLoop) { () -> DaemonReply in
-            defer { state.dequeue() }
+            defer { state.dequeue(uid: credentials.uid) }
             var frame = frame
             defer { for i in frame.indices { frame[i] = 0 } }
             let request: DaemonRequest

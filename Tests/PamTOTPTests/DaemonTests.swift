@@ -192,6 +192,61 @@ final class DaemonTests: XCTestCase {
         XCTAssertLessThan(seconds, 1.0)
     }
 
+    /// One user sending request after request (each costing a PBKDF2) and hanging up at once
+    /// holds at most a few places in the worker queue: root is never told "busy" and is
+    /// answered within the module's 5 s deadline (review: only connections were capped per uid,
+    /// so one uid alone kept all 256 queue places full and others waited behind them).
+    func testOneUsersAbandonedRequestsAreCappedPerUser() throws {
+        let account = try ThrowawayAccount(prefix: "totpqueue")
+        defer { account.delete() }
+        // A recovery-code-shaped answer: each costs a worker one PBKDF2.
+        var o = ModuleOptions()
+        o.store = Array(daemon.store.utf8)
+        let frame = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("flood".utf8), user: Array(account.name.utf8),
+                                                options: o, answer: Array("12345678901234567890".utf8)).encoded())
+        let hex = frame.map { String(format: "%02x", $0) }.joined()
+        let script = """
+            import socket, sys, threading, time
+            frame = bytes.fromhex(sys.argv[2])
+            stop = time.time() + float(sys.argv[3])
+            def run():
+                while time.time() < stop:
+                    try:
+                        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                        s.connect(sys.argv[1])
+                        s.sendall(frame)
+                        s.close()
+                    except OSError:
+                        time.sleep(0.001)
+            threads = [threading.Thread(target=run) for _ in range(8)]
+            for t in threads: t.start()
+            for t in threads: t.join()
+            """
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        p.arguments = ["--reuid", "\(account.uid)", "--regid", "\(account.gid)", "--clear-groups", "/usr/bin/python3", "-c", script,
+                       daemon.socketPath, hex, "6"]
+        try p.run()
+        defer { p.terminate(); p.waitUntilExit() }
+        usleep(500_000)
+        let lookup = try request()
+        var denied: [String] = []
+        var slowest = 0.0
+        for _ in 0..<40 {
+            let started = Date()
+            defer { slowest = max(slowest, Date().timeIntervalSince(started)) }
+            let fd = Self.connectTo(daemon.socketPath)
+            defer { if fd >= 0 { close(fd) } }
+            guard fd >= 0, Self.send(fd, lookup), let bytes = Self.readAll(fd), let reply = try? DaemonReply.decode(bytes) else {
+                denied.append("no reply"); continue
+            }
+            if case .outcome(.failed(.daemon(let m))) = reply { denied.append(m.string) } else if reply != .outcome(.unenrolled) { denied.append("\(reply)") }
+            usleep(50_000)
+        }
+        XCTAssertEqual(denied, [], "root was turned away \(denied.count) times of 40 while one user flooded")
+        XCTAssertLessThan(slowest, 5, "answered within the module's deadline")
+    }
+
     /// SIGKILL while twenty requests are being answered: the store stays readable, at most
     /// twenty failures were counted, and the next daemon serves.
     func testKilledDuringRequestsLeavesTheStoreIntact() throws {

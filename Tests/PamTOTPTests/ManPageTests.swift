@@ -269,7 +269,8 @@ extension ManPageTests {
         let limits = try section("LIMITS", of: text).joined(separator: " ")
         for (field, phrase) in [("requestTimeout: TimeAmount = .seconds(5)", "5 s after it was accepted"),
                                 ("maxConnections = 4096", "4096 in all"), ("maxConnectionsPerUser = 64", "64 open connections per uid"),
-                                ("maxQueued = 256", "more than 256 requests waiting"), ("workers = 4", "4 worker threads")] {
+                                ("maxQueued = 256", "more than 256 requests waiting"), ("workers = 4", "4 worker threads"),
+                                ("maxQueuedPerUser = 8", "more than 8 of one uid other than root")] {
             XCTAssertTrue(server.contains(field), "Server.swift no longer has \(field): update pam-totpd.8")
             XCTAssertTrue(collapsed(limits).contains(phrase), "pam-totpd.8 LIMITS lacks \"\(phrase)\"")
         }
