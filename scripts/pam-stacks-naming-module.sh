@@ -25,9 +25,12 @@
 #       /etc/pam.d) and checks again that no line at all names the module (pam-auth-update
 #       leaves a common-* file that was edited by hand alone). Exit 0: the module may go.
 #
-# Lines are read as libpam reads them: from '#' to the end of a line is a comment. Backup
-# files that no service reads (*.dpkg-old, *.dpkg-dist, *.dpkg-new, *.dpkg-bak, *.dpkg-tmp,
-# *.ucf-*, *.pam-old, *~) are skipped. Nothing here prints the contents of a stack.
+# Lines are read as libpam reads them: from '#' to the end of a line is a comment. The files
+# read are every regular file under DIR, subdirectories too, and, to any depth, every file an
+# include, substack or @include line names (libpam follows an absolute path, or one relative to
+# DIR, "../" included, as well). Backup files in DIR that no service reads (*.dpkg-old,
+# *.dpkg-dist, *.dpkg-new, *.dpkg-bak, *.dpkg-tmp, *.ucf-*, *.pam-old, *~) are skipped unless
+# a line includes them. Nothing here prints the contents of a stack.
 set -eu
 
 pamdir=/etc/pam.d
@@ -48,14 +51,61 @@ if [ ! -d "$pamdir" ] || [ ! -r "$pamdir" ]; then
     exit 2
 fi
 
-# Prints FILE:LINE per naming line; $1 = 1: managed lines too.
-naming_lines() {
-    for f in "$pamdir"/*; do
-        [ -f "$f" ] || continue
+nl='
+'
+
+# Prints the file each include, substack or @include line of file $1 names, as libpam opens it.
+include_targets() {
+    awk -v dir="$pamdir" '
+        {
+            sub(/#.*/, "")
+            target = ""
+            if (tolower($1) == "@include") target = $2
+            else if (tolower($1) ~ /^-?(auth|account|password|session)$/ && (tolower($2) == "include" || tolower($2) == "substack")) target = $3
+            if (target == "") next
+            if (substr(target, 1, 1) != "/") target = dir "/" target
+            print target
+        }' "$1"
+}
+
+# Prints every file libpam may read for a stack in $pamdir, one a line: the regular files under
+# it (backups skipped), then what their include lines name, followed until nothing new turns up.
+stack_files() {
+    set -f
+    files=$(find -L "$pamdir" -type f 2>/dev/null | LC_ALL=C sort | while IFS= read -r f; do
         case "${f##*/}" in
             *.dpkg-old|*.dpkg-dist|*.dpkg-new|*.dpkg-bak|*.dpkg-tmp|*.ucf-*|*.pam-old|*~) continue ;;
         esac
-        awk -v all="$1" -v base="${f##*/}" '
+        printf '%s\n' "$f"
+    done)
+    seen=$(printf '%s\n' "$files" | while IFS= read -r f; do [ -n "$f" ] && readlink -f "$f"; done)
+    todo=$files
+    while [ -n "$todo" ]; do
+        next=
+        IFS=$nl
+        for f in $todo; do
+            for t in $(include_targets "$f"); do
+                [ -f "$t" ] || continue
+                c=$(readlink -f "$t")
+                if ! printf '%s\n' "$seen" | grep -qxF -e "$c"; then
+                    seen=$seen$nl$c
+                    files=$files$nl$c
+                    next=$next$nl$c
+                fi
+            done
+        done
+        unset IFS
+        todo=${next#"$nl"}
+    done
+    printf '%s\n' "$files"
+    set +f
+}
+
+# Prints FILE:LINE per naming line; $1 = 1: managed lines too.
+naming_lines() {
+    stack_files | while IFS= read -r f; do
+        [ -n "$f" ] || continue
+        awk -v all="$1" -v base="${f#"$pamdir"/}" '
             FNR == 1 { managed = 0; common = (base ~ /^common-(auth|account|password|session|session-noninteractive)$/) }
             common && /^# here are the per-package modules \(the "Primary" block\)/ { managed = 1 }
             common && /^# end of pam-auth-update config/ { managed = 0 }

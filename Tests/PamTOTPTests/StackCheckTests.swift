@@ -83,6 +83,30 @@ final class StackCheckTests: XCTestCase {
         XCTAssertEqual(try run([]).stdout, "\(pamd.path)/sshd:8\n")
     }
 
+    /// libpam also reads what an include, substack or @include line names: a file in a
+    /// subdirectory of pam.d ("local/totp") or anywhere by absolute path (or with ".."), to any
+    /// depth. Such a file names the module as much as a service does (review: only the files
+    /// directly in pam.d were read, so removing the package broke sshd here).
+    func testFilesReachedThroughIncludesAreRead() throws {
+        let outside = root.appendingPathComponent("site")
+        try FileManager.default.createDirectory(at: pamd.appendingPathComponent("local"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(at: outside, withIntermediateDirectories: false)
+        try write("local/totp", "auth required pam_totp.so\n")
+        try write("sshd", "@include common-auth\nauth substack local/totp\n")
+        try write("sudo", "auth  include  \(outside.path)/sudo-2fa\n")
+        try write("su", "AUTH Include ../site/su-2fa # relative, outside pam.d\n")
+        try write("login", "-auth include \(outside.path)/missing\n")
+        try "@include \(outside.path)/deeper\n".write(to: outside.appendingPathComponent("sudo-2fa"), atomically: true, encoding: .utf8)
+        try "auth required /lib/security/pam_totp.so\n".write(to: outside.appendingPathComponent("deeper"), atomically: true, encoding: .utf8)
+        try "auth\trequired\tpam_totp.so nullok\n".write(to: outside.appendingPathComponent("su-2fa"), atomically: true, encoding: .utf8)
+        let site = outside.resolvingSymlinksInPath().path  // included files are named as resolved
+        let r = try run([])
+        XCTAssertEqual(r.status, 1, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init).sorted(),
+                       ["\(site)/deeper:1", "\(site)/su-2fa:1", "\(pamd.path)/local/totp:1"].sorted(), r.stdout)
+        XCTAssertEqual(try run(["--before-removal"]).status, 1)
+    }
+
     func testBeforeRemovalRefusesWithOneLineNamingEveryFile() throws {
         try write("sshd", "auth required pam_totp.so\n")
         try write("sudo", "auth required pam_unix.so\nauth required pam_totp.so nullok\n")
