@@ -25,7 +25,8 @@
 #       /etc/pam.d) and checks again that no line at all names the module (pam-auth-update
 #       leaves a common-* file that was edited by hand alone). Exit 0: the module may go.
 #
-# Lines are read as libpam reads them: from '#' to the end of a line is a comment. The files
+# Lines are read as libpam reads them: from '#' to the end of a line is a comment, and the
+# module may follow a bracketed control with no blank ("[default=die]pam_totp.so"). The files
 # read are every regular file under DIR, subdirectories too, and, to any depth, every file an
 # include, substack or @include line names (libpam follows an absolute path, or one relative to
 # DIR, "../" included, as well). Backup files in DIR that no service reads (*.dpkg-old,
@@ -112,7 +113,7 @@ naming_lines() {
             {
                 line = $0
                 sub(/#.*/, "", line)
-                if (line ~ /(^|[ \t\/])pam_totp\.so([ \t]|$)/ && (all == 1 || !managed))
+                if (line ~ /(^|[] \t\/])pam_totp\.so([ \t]|$)/ && (all == 1 || !managed))
                     print FILENAME ":" FNR
             }' "$f"
     done

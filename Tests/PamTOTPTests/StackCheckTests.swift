@@ -83,6 +83,18 @@ final class StackCheckTests: XCTestCase {
         XCTAssertEqual(try run([]).stdout, "\(pamd.path)/sshd:8\n")
     }
 
+    /// libpam ends a bracketed control at its "]": "[default=die]pam_totp.so" loads the module
+    /// with no blank in between (tested with pamtester), so such a line names it too (review:
+    /// only a blank or "/" before the name counted, and the removal went ahead).
+    func testABracketedControlRightBeforeTheModule() throws {
+        try write("sshd", "auth [success=ok default=die]pam_totp.so nullok\n")
+        try write("sudo", "auth [default=bad]/lib/security/pam_totp.so\n")
+        let r = try run([])
+        XCTAssertEqual(r.status, 1, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init).sorted(), ["\(pamd.path)/sshd:1", "\(pamd.path)/sudo:1"], r.stdout)
+        XCTAssertEqual(try run(["--before-removal"]).status, 1)
+    }
+
     /// libpam also reads what an include, substack or @include line names: a file in a
     /// subdirectory of pam.d ("local/totp") or anywhere by absolute path (or with ".."), to any
     /// depth. Such a file names the module as much as a service does (review: only the files
