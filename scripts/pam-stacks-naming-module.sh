@@ -56,10 +56,15 @@ nl='
 '
 
 # Prints the file each include, substack or @include line of file $1 names, as libpam opens it.
+# Lines are joined as libpam joins them: a trailing backslash continues a line, a line that is
+# blank or only a comment is skipped in between, and a '#' ends the joined line.
 include_targets() {
     awk -v dir="$pamdir" '
+        /^[ \t]*(#|$)/ { next }
         {
-            sub(/#.*/, "")
+            if (index($0, "#")) { sub(/#.*/, ""); $0 = joined $0; joined = "" }
+            else if (sub(/\\[ \t]*$/, " ")) { joined = joined $0; next }
+            else { $0 = joined $0; joined = "" }
             target = ""
             if (tolower($1) == "@include") target = $2
             else if (tolower($1) ~ /^-?(auth|account|password|session)$/ && (tolower($2) == "include" || tolower($2) == "substack")) target = $3

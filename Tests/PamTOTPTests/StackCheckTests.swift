@@ -119,6 +119,18 @@ final class StackCheckTests: XCTestCase {
         XCTAssertEqual(try run(["--before-removal"]).status, 1)
     }
 
+    /// libpam joins a line ending in a backslash with the next one that is not blank or only a
+    /// comment: "auth \\", "# ...", "include FILE" is an include of FILE (tested with pamtester).
+    func testAnIncludeContinuedOverLines() throws {
+        let outside = root.appendingPathComponent("site")
+        try FileManager.default.createDirectory(at: outside, withIntermediateDirectories: false)
+        try "auth required pam_totp.so\n".write(to: outside.appendingPathComponent("2fa"), atomically: true, encoding: .utf8)
+        try write("sshd", "auth \\\n# the second factor\n\n   include \(outside.path)/2fa\nauth required pam_unix.so\n")
+        let r = try run([])
+        XCTAssertEqual(r.status, 1, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout, "\(outside.resolvingSymlinksInPath().path)/2fa:1\n")
+    }
+
     func testBeforeRemovalRefusesWithOneLineNamingEveryFile() throws {
         try write("sshd", "auth required pam_totp.so\n")
         try write("sudo", "auth required pam_unix.so\nauth required pam_totp.so nullok\n")
