@@ -29,7 +29,7 @@
 # module may follow a bracketed control with no blank ("[default=die]pam_totp.so"). The files
 # read are every regular file under DIR, subdirectories too, and, to any depth, every file an
 # include, substack or @include line names (libpam follows an absolute path, or one relative to
-# DIR, "../" included, as well). Backup files in DIR that no service reads (*.dpkg-old,
+# DIR, "../" included, as well); for /etc/pam.d, /usr/lib/pam.d too. Backup files in DIR that no service reads (*.dpkg-old,
 # *.dpkg-dist, *.dpkg-new, *.dpkg-bak, *.dpkg-tmp, *.ucf-*, *.pam-old, *~) are skipped unless
 # a line includes them. Nothing here prints the contents of a stack.
 set -eu
@@ -51,6 +51,10 @@ if [ ! -d "$pamdir" ] || [ ! -r "$pamdir" ]; then
     echo "pam-stacks-naming-module: cannot read $pamdir" >&2
     exit 2
 fi
+# For the live /etc/pam.d, libpam also reads /usr/lib/pam.d: a service with no file in
+# /etc/pam.d, and an include that /etc/pam.d does not have, come from there.
+vendordir=
+if [ "$pamdir" = /etc/pam.d ] && [ -d /usr/lib/pam.d ]; then vendordir=/usr/lib/pam.d; fi
 
 nl='
 '
@@ -59,7 +63,7 @@ nl='
 # Lines are joined as libpam joins them: a trailing backslash continues a line, a line that is
 # blank or only a comment is skipped in between, and a '#' ends the joined line.
 include_targets() {
-    awk -v dir="$pamdir" '
+    awk -v dir="$pamdir" -v vendor="$vendordir" '
         /^[ \t]*(#|$)/ { next }
         {
             if (index($0, "#")) { sub(/#.*/, ""); $0 = joined $0; joined = "" }
@@ -69,8 +73,9 @@ include_targets() {
             if (tolower($1) == "@include") target = $2
             else if (tolower($1) ~ /^-?(auth|account|password|session)$/ && (tolower($2) == "include" || tolower($2) == "substack")) target = $3
             if (target == "") next
-            if (substr(target, 1, 1) != "/") target = dir "/" target
-            print target
+            if (substr(target, 1, 1) == "/") { print target; next }
+            print dir "/" target
+            if (vendor != "") print vendor "/" target
         }' "$1"
 }
 
@@ -78,7 +83,7 @@ include_targets() {
 # it (backups skipped), then what their include lines name, followed until nothing new turns up.
 stack_files() {
     set -f
-    files=$(find -L "$pamdir" -type f 2>/dev/null | LC_ALL=C sort | while IFS= read -r f; do
+    files=$(find -L "$pamdir" ${vendordir:+"$vendordir"} -type f 2>/dev/null | LC_ALL=C sort | while IFS= read -r f; do
         case "${f##*/}" in
             *.dpkg-old|*.dpkg-dist|*.dpkg-new|*.dpkg-bak|*.dpkg-tmp|*.ucf-*|*.pam-old|*~) continue ;;
         esac

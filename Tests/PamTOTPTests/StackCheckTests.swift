@@ -131,6 +131,31 @@ final class StackCheckTests: XCTestCase {
         XCTAssertEqual(r.stdout, "\(outside.resolvingSymlinksInPath().path)/2fa:1\n")
     }
 
+    /// libpam reads /usr/lib/pam.d for a service without a file in /etc/pam.d, and for an
+    /// include /etc/pam.d does not have (pamtester: a service only there authenticates). The
+    /// live check reads it too; checked on empty copies bound over both in a private mount
+    /// namespace (review: /usr/lib/pam.d was not read).
+    func testTheLiveCheckReadsUsrLibPamd() throws {
+        try XCTSkipUnless(getuid() == 0, "needs root: mount namespaces")
+        try XCTSkipUnless(FileManager.default.fileExists(atPath: "/usr/lib/pam.d"), "no /usr/lib/pam.d to bind over")
+        let shell = """
+            set -eu
+            R=\(root.path)
+            mkdir "$R/etc" "$R/vendor"
+            echo 'auth required pam_totp.so' > "$R/vendor/screensaver"
+            echo 'auth required pam_totp.so' > "$R/vendor/totp-include"
+            echo 'auth include totp-include' > "$R/etc/sshd"
+            mount --bind "$R/etc" /etc/pam.d
+            mount --bind "$R/vendor" /usr/lib/pam.d
+            sh \(script) && exit 12
+            exit 0
+            """
+        let r = try runCommand(["unshare", "--mount", "--propagation", "private", "bash", "-c", shell])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init).sorted(),
+                       ["/usr/lib/pam.d/screensaver:1", "/usr/lib/pam.d/totp-include:1"], r.stdout)
+    }
+
     func testBeforeRemovalRefusesWithOneLineNamingEveryFile() throws {
         try write("sshd", "auth required pam_totp.so\n")
         try write("sudo", "auth required pam_unix.so\nauth required pam_totp.so nullok\n")
