@@ -70,10 +70,9 @@ func prompt(_ pamh: OpaquePointer, _ text: Message) -> [UInt8]? {
         if let reply { free(reply) }
         return nil
     }
-    let n = strnlen(reply, maxAnswerLength + 1)
-    // An overlong reply becomes the empty answer, which never matches.
+    // An overlong reply becomes the empty answer, which never matches; all of it is wiped.
     let answer = bytes(UnsafePointer(reply), max: maxAnswerLength) ?? []
-    clibc_wipe(reply, n)
+    clibc_wipe(reply, strlen(reply))
     free(reply)
     return answer
 }
