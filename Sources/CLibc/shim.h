@@ -32,7 +32,7 @@
 // (measured with callgrind, docs/benchmarks.md); one import instead of twenty-one saves that
 // on every path. The clock (time, clock_gettime) and NSS (getpwnam_r) stay libc calls: faketime
 // and NSS modules work by interposing them. Elsewhere the plain libc calls are used.
-#if defined(__x86_64__) || defined(__aarch64__)
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__LP64__)  // not x32: 32-bit longs
 #define CLIBC_SYSCALL(name, libc_call, ...) return (long)syscall(SYS_##name, __VA_ARGS__)
 #else
 #define CLIBC_SYSCALL(name, libc_call, ...) return (long)(libc_call)
@@ -103,6 +103,20 @@ static inline int clibc_connect_unix(int fd, const char *path) {
     memcpy(a.sun_path, path, n);
     CLIBC_SYSCALL(connect, connect(fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1)),
                   fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
+}
+// The uid of the process that created the listening socket a connected Unix socket reached
+// (SO_PEERCRED; struct ucred spelled out, it is declared only with _GNU_SOURCE); -1 if unknown.
+static inline long long clibc_peer_uid(int fd) {
+    struct { int pid; unsigned int uid; unsigned int gid; } cred = { 0, 0, 0 };
+    socklen_t n = sizeof cred;
+    long rc;
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__LP64__)
+    rc = syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_PEERCRED, &cred, &n);
+#else
+    rc = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &n);
+#endif
+    if (rc != 0 || n < sizeof cred) return -1;
+    return (long long)cred.uid;
 }
 // send(2) with MSG_NOSIGNAL: a daemon that went away must not raise SIGPIPE in the PAM host.
 static inline long clibc_send(int fd, const void *buf, size_t n) {

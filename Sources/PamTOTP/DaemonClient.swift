@@ -17,6 +17,13 @@ func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
         guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + decimalMessage(clibc_errno()) + ")") }
         defer { _ = clibc_close(fd) }
         try connect(fd, path, deadline: deadline)
+        // Only root's pam-totpd may hear the answer: a socket= in a directory others can write
+        // could otherwise be anyone's listener, collecting codes and answering "success".
+        let owner = clibc_peer_uid(fd)
+        guard owner == 0 else {
+            throw .daemon("refusing " + printable(path) + ": its listener runs as uid "
+                          + (owner < 0 ? "unknown" : decimal(owner)) + ", not root")
+        }
         try sendAll(fd, frame, deadline: deadline)
         var header = try receive(fd, count: DaemonProtocol.headerSize, deadline: deadline)
         guard let total = DaemonProtocol.frameLength(header: header, reply: true) else { throw .malformed("reply header") }

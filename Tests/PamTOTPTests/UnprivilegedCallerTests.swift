@@ -111,4 +111,50 @@ final class UnprivilegedCallerTests: XCTestCase {
         XCTAssertNotEqual(wrong.status, 0, "enrolled, wrong code, under nullok: " + wrong.stdout + wrong.stderr)
         XCTAssertEqual(try daemon.state(caller.name).failures, 1)
     }
+
+    /// Review: the module sent the answer to whatever listened on socket=PATH. With the socket
+    /// in a directory another user can write, that user's listener heard every code (and, with
+    /// forward_pass, could answer "success"). The module now asks the socket who made it
+    /// (SO_PEERCRED) and sends nothing unless it is root's.
+    func testAListenerThatIsNotRootHearsNothing() throws {
+        let dir = try makeTemporaryDirectory("pam_totp_impostor")
+        defer { removeTemporaryDirectory(dir) }
+        XCTAssertEqual(chmod(dir.path, 0o755), 0)
+        let own = dir.appendingPathComponent("impostor")
+        XCTAssertEqual(mkdir(own.path, 0o755), 0)
+        XCTAssertEqual(chown(own.path, other.uid, other.gid), 0)
+        let socketPath = own.appendingPathComponent("socket").path
+        let heard = own.appendingPathComponent("heard").path
+        // The other user's listener: accepts one connection, counts the bytes it is sent.
+        let script = """
+            import os, socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.bind(sys.argv[1]); s.listen(4)
+            os.chmod(sys.argv[1], 0o777)
+            s.settimeout(10); n = 0
+            try:
+                c, _ = s.accept(); c.settimeout(2)
+                while True:
+                    b = c.recv(4096)
+                    if not b: break
+                    n += len(b)
+            except OSError: pass
+            open(sys.argv[2], "w").write(str(n))
+            """
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        listener.arguments = other.setpriv + ["/usr/bin/python3", "-c", script, socketPath, heard]
+        try listener.run()
+        defer { if listener.isRunning { listener.terminate() } }
+        XCTAssertTrue(waitUntil(timeout: 5) {
+            var st = stat()
+            return stat(socketPath, &st) == 0 && st.st_mode & 0o777 == 0o777
+        }, "the listener did not start")
+
+        try writeService(["auth required MODULE socket=" + socketPath])
+        let r = try pamtester(as: caller, user: caller.name, answer: "123456")
+        XCTAssertNotEqual(r.status, 0, "a login answered by a listener that is not root must fail: \(r.stdout) \(r.stderr)")
+        XCTAssertTrue(waitUntil(timeout: 15) { !listener.isRunning }, "the listener did not finish")
+        XCTAssertEqual(try String(contentsOfFile: heard, encoding: .utf8), "0",
+                       "the module sent the answer to a listener run by uid \(other.uid)")
+    }
 }
