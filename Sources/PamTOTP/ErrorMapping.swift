@@ -49,3 +49,6 @@ func decimal<T: BinaryInteger>(_ value: T) -> Message {
     if value < 0 { digits.append(0x2D) }
     return Message(digits.reversed())
 }
+
+/// "+3", "-2", "0".
+func signed(_ value: Int64) -> Message { Message(signedDecimal(value)) }

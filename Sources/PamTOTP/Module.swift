@@ -101,7 +101,7 @@ let maxCodeDigits = 8
 /// forward_pass: the digits the code took off the end of the answer. An accepted code says
 /// how many; otherwise six (the common length), so the next module still does its usual work.
 func codeLength(_ outcome: AuthOutcome) -> Int {
-    if case .success(_, _, let digits) = outcome { return digits }
+    if case .success(_, _, let digits, _) = outcome { return digits }
     return 6
 }
 
@@ -133,8 +133,12 @@ public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32
 func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug: Bool) -> Int32 {
     let who = "user " + printable(user)
     switch outcome {
-    case .success(let factor, _, _):
+    case .success(let factor, _, _, let jump):
         log(pamh, LOG_INFO, "accepted code for " + who + " (factor " + printable(factor) + ")")
+        if let jump {
+            log(pamh, LOG_WARNING, "clock drift of " + who + ", factor " + printable(factor) + ", jumped from "
+                + signed(jump.from) + " to " + signed(jump.to) + " steps (check the device's clock)")
+        }
     case .recoveryCode(let remaining):
         log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")
     case .wrongCode(let replayed, let failures, let lockedUntil):
