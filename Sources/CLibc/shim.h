@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <pwd.h>
+#include <grp.h>
+#include <dirent.h>
 #include <syslog.h>
 #include <poll.h>
 #include <stddef.h>
@@ -73,6 +75,18 @@ static inline long long clibc_monotonic_ms(void) {
     if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
     return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
+
+// Listing the store: a DIR stream over a duplicate of the checked directory descriptor (so
+// closedir never closes the store's own), and d_name, which Swift imports as a tuple.
+static inline DIR *clibc_opendir_at(int dirfd) {
+    int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return NULL;
+    DIR *d = fdopendir(fd);
+    if (!d) { int e = errno; close(fd); errno = e; return NULL; }
+    rewinddir(d);
+    return d;
+}
+static inline const char *clibc_dirent_name(const struct dirent *e) { return e->d_name; }
 
 // setresuid/setresgid are declared only with _GNU_SOURCE; totp-enroll needs them to drop
 // privileges for good (real, effective and saved ids at once).

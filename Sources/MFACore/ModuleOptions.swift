@@ -30,6 +30,13 @@ public struct ModuleOptions: Equatable, Sendable {
     public var forwardPass = false
     /// pam-totpd's socket: where a caller without root asks.
     public var socket: [UInt8] = ModuleOptions.defaultSocket
+    /// Set only by a matching `[group NAME]` or `[service NAME]` section (`exempt`): the user is
+    /// not asked for a code and the module returns PAM_IGNORE (never PAM_SUCCESS).
+    public var exempt = false
+    /// Which section made the user exempt ("[group NAME] at FILE:LINE"), for the log line.
+    public var exemptBy: [UInt8] = []
+    /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
+    public static let maxSectionNameLength = 256
 
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
@@ -44,8 +51,12 @@ public struct ModuleOptions: Equatable, Sendable {
     }
 
     /// Settings as the module uses them: the configuration file (`config=FILE` among the
-    /// arguments, else the default file if it exists), then the arguments.
-    public static func load(_ arguments: [[UInt8]]) throws(MFAError) -> ModuleOptions {
+    /// arguments, else the default file if it exists) — its global part, then each section
+    /// that matches, in file order — then the arguments. `service` is the PAM service;
+    /// `isMember(group)` says whether the user belongs to a group (primary or supplementary)
+    /// and is asked only for the file's `[group NAME]` sections.
+    public static func load(_ arguments: [[UInt8]], service: [UInt8] = [],
+                            isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) -> ModuleOptions {
         var path = defaultConfigFile
         var explicit = false
         for arg in arguments where isConfigArgument(arg) {
@@ -55,7 +66,7 @@ public struct ModuleOptions: Equatable, Sendable {
         }
         var o = ModuleOptions()
         if let text = try readConfigFile(path, required: explicit) {
-            try o.applyConfig(text, file: printable(path))
+            try o.applyConfig(text, file: printable(path), service: service, isMember: isMember)
         }
         for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
         return o
@@ -65,27 +76,90 @@ public struct ModuleOptions: Equatable, Sendable {
         arg.count >= 7 && equals(arg.prefix(7), "config=")
     }
 
+    /// What a section header names.
+    enum SectionKind { case group, service }
+
     /// Applies a configuration file: one setting per line as `name`, `name=value` or
-    /// `name = value`; `#` starts a comment; blank lines are ignored.
-    mutating func applyConfig(_ text: [UInt8], file: Message) throws(MFAError) {
+    /// `name = value`; `#` starts a comment; blank lines are ignored. The global settings come
+    /// first; a line `[group NAME]` or `[service NAME]` starts a section, which holds the same
+    /// per-login settings and applies to members of group NAME (primary or supplementary) or to
+    /// PAM service NAME; sections apply in file order, so a later one overrides an earlier one.
+    /// Every line is checked, whether or not its section applies: a bad line anywhere is an
+    /// error naming FILE:LINE. `store` and `socket` (one per process) are refused in sections;
+    /// `exempt` is allowed only in sections.
+    mutating func applyConfig(_ text: [UInt8], file: Message, service: [UInt8] = [],
+                              isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) {
         var lineNumber: UInt64 = 0
+        // nil: the global part; else whether the current section applies to this login.
+        var section: (kind: SectionKind, matches: Bool, header: [UInt8])? = nil
+        var scratch = ModuleOptions()  // where a section that does not apply is checked
         for rawLine in text.split(separator: ASCII.newline, omittingEmptySubsequences: false) {
             lineNumber += 1
+            let at = file + ":" + Message(decimalBytes(lineNumber))
             var line = Array(rawLine)
             if let hash = line.firstIndex(of: 0x23) { line = Array(line[..<hash]) }
             line = trimmed(line)
             if line.isEmpty { continue }
+            if line.first == 0x5B {  // '['
+                let (kind, name) = try Self.sectionHeader(line, at: at)
+                let matches: Bool
+                switch kind {
+                case .service: matches = name == service
+                case .group: matches = try isMember(name)
+                }
+                section = (kind, matches, line + Array(" at ".utf8) + at.bytes)
+                continue
+            }
             if let eq = line.firstIndex(of: ASCII.equals) {
                 line = trimmed(Array(line[..<eq])) + [ASCII.equals] + trimmed(Array(line[(eq + 1)...]))
             }
             if Self.isConfigArgument(line) {
-                throw .invalidOption(file + ":" + Message(decimalBytes(lineNumber)) + ": config= is not allowed in the file")
+                throw .invalidOption(at + ": config= is not allowed in the file")
             }
-            try apply(line, origin: file + ":" + Message(decimalBytes(lineNumber)) + ": ")
+            let name = line.firstIndex(of: ASCII.equals).map { Array(line[..<$0]) } ?? line
+            if let current = section {
+                if equals(name, "store") || equals(name, "socket") {
+                    throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
+                                         + printable(line))
+                }
+                if current.matches {
+                    try apply(line, origin: at + ": ", inSection: true)
+                    if equals(name, "exempt") { exemptBy = exempt ? current.header : [] }
+                } else {
+                    try scratch.apply(line, origin: at + ": ", inSection: true)
+                }
+            } else {
+                if equals(name, "exempt") {
+                    throw .invalidOption(at + ": exempt is allowed only in a [group NAME] or [service NAME] section: " + printable(line))
+                }
+                try apply(line, origin: at + ": ")
+            }
         }
     }
 
-    mutating func apply(_ arg: [UInt8], origin: Message) throws(MFAError) {
+    /// `[group NAME]` or `[service NAME]` (spaces allowed inside the brackets): the kind and
+    /// the name (1–256 printable ASCII bytes, no brackets).
+    static func sectionHeader(_ line: [UInt8], at: Message) throws(MFAError) -> (SectionKind, [UInt8]) {
+        func bad(_ why: Message) -> MFAError { .invalidOption(at + ": " + why + ": " + printable(line)) }
+        guard line.count >= 2, line.last == 0x5D else { throw bad("a section header is [group NAME] or [service NAME]") }
+        let inner = trimmed(Array(line[1..<(line.count - 1)]))
+        guard let space = inner.firstIndex(where: { $0 == ASCII.space || $0 == ASCII.tab }) else {
+            throw bad("a section header is [group NAME] or [service NAME]")
+        }
+        let kindBytes = Array(inner[..<space])
+        let name = trimmed(Array(inner[space...]))
+        let kind: SectionKind
+        if equals(kindBytes, "group") { kind = .group } else if equals(kindBytes, "service") { kind = .service } else {
+            throw bad("unknown section kind (group or service)")
+        }
+        guard !name.isEmpty, name.count <= maxSectionNameLength,
+              !name.contains(where: { $0 <= 0x20 || $0 >= 0x7F || $0 == 0x5B || $0 == 0x5D }) else {
+            throw bad("a section name is 1 to 256 printable characters without spaces or brackets")
+        }
+        return (kind, name)
+    }
+
+    mutating func apply(_ arg: [UInt8], origin: Message, inSection: Bool = false) throws(MFAError) {
         let eq = arg.firstIndex(of: ASCII.equals)
         let name = eq.map { Array(arg[..<$0]) } ?? arg
         let value = eq.map { Array(arg[($0 + 1)...]) }
@@ -124,6 +198,10 @@ public struct ModuleOptions: Equatable, Sendable {
         } else if equals(name, "forward_pass") {
             guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
             forwardPass = v
+        } else if equals(name, "exempt") {
+            guard inSection else { throw bad("exempt is allowed only in a [group NAME] or [service NAME] section of the configuration file") }
+            guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
+            exempt = v
         } else if equals(name, "socket") {
             guard let v = value, v.first == 0x2F, v.count <= Self.maxSocketPathLength, !v.contains(0) else {
                 throw bad("socket must be an absolute path of at most 107 bytes")
