@@ -30,10 +30,11 @@ public struct ModuleOptions: Equatable, Sendable {
     public var forwardPass = false
     /// pam-totpd's socket: where a caller without root asks.
     public var socket: [UInt8] = ModuleOptions.defaultSocket
-    /// Set only by a matching `[group NAME]` or `[service NAME]` section (`exempt`): the user is
-    /// not asked for a code and the module returns PAM_IGNORE (never PAM_SUCCESS).
+    /// `exempt`: the user is not asked for a code and the module returns PAM_IGNORE (never
+    /// PAM_SUCCESS). Usually set by a `[group NAME]` section (a break-glass account).
     public var exempt = false
-    /// Which section made the user exempt ("[group NAME] at FILE:LINE"), for the log line.
+    /// Where `exempt` was set ("[group NAME] at FILE:LINE", "FILE:LINE", "the pam.d line"),
+    /// for the log line.
     public var exemptBy: [UInt8] = []
     /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
     public static let maxSectionNameLength = 256
@@ -85,8 +86,7 @@ public struct ModuleOptions: Equatable, Sendable {
     /// per-login settings and applies to members of group NAME (primary or supplementary) or to
     /// PAM service NAME; sections apply in file order, so a later one overrides an earlier one.
     /// Every line is checked, whether or not its section applies: a bad line anywhere is an
-    /// error naming FILE:LINE. `store` and `socket` (one per process) are refused in sections;
-    /// `exempt` is allowed only in sections.
+    /// error naming FILE:LINE. `store` and `socket` (one per process) are refused in sections.
     mutating func applyConfig(_ text: [UInt8], file: Message, service: [UInt8] = [],
                               isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) {
         var lineNumber: UInt64 = 0
@@ -123,16 +123,14 @@ public struct ModuleOptions: Equatable, Sendable {
                                          + printable(line))
                 }
                 if current.matches {
-                    try apply(line, origin: at + ": ", inSection: true)
+                    try apply(line, origin: at + ": ")
                     if equals(name, "exempt") { exemptBy = exempt ? current.header : [] }
                 } else {
-                    try scratch.apply(line, origin: at + ": ", inSection: true)
+                    try scratch.apply(line, origin: at + ": ")
                 }
             } else {
-                if equals(name, "exempt") {
-                    throw .invalidOption(at + ": exempt is allowed only in a [group NAME] or [service NAME] section: " + printable(line))
-                }
                 try apply(line, origin: at + ": ")
+                if equals(name, "exempt") { exemptBy = exempt ? at.bytes : [] }
             }
         }
     }
@@ -159,7 +157,7 @@ public struct ModuleOptions: Equatable, Sendable {
         return (kind, name)
     }
 
-    mutating func apply(_ arg: [UInt8], origin: Message, inSection: Bool = false) throws(MFAError) {
+    mutating func apply(_ arg: [UInt8], origin: Message) throws(MFAError) {
         let eq = arg.firstIndex(of: ASCII.equals)
         let name = eq.map { Array(arg[..<$0]) } ?? arg
         let value = eq.map { Array(arg[($0 + 1)...]) }
@@ -199,9 +197,9 @@ public struct ModuleOptions: Equatable, Sendable {
             guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
             forwardPass = v
         } else if equals(name, "exempt") {
-            guard inSection else { throw bad("exempt is allowed only in a [group NAME] or [service NAME] section of the configuration file") }
             guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
             exempt = v
+            exemptBy = v ? (origin.bytes.isEmpty ? Array("the pam.d line".utf8) : origin.bytes) : []
         } else if equals(name, "socket") {
             guard let v = value, v.first == 0x2F, v.count <= Self.maxSocketPathLength, !v.contains(0) else {
                 throw bad("socket must be an absolute path of at most 107 bytes")

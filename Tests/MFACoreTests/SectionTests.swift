@@ -124,7 +124,6 @@ final class SectionTests: XCTestCase {
             ("[group " + String(repeating: "g", count: 257) + "]\n", 1, "section name"),
             ("\n[group admins]\nstore = /tmp/x\n", 3, "whole process"),
             ("[service sudo]\nsocket = /run/x\n", 2, "whole process"),
-            ("exempt\n", 1, "only in a [group NAME] or [service NAME] section"),
             ("[service sudo]\nexempt = maybe\n", 2, "exempt takes"),
             // Lines of sections that do not apply to this login are checked all the same.
             ("[group nobody-is-in-it]\nbogus = 1\n", 2, "unknown"),
@@ -140,9 +139,18 @@ final class SectionTests: XCTestCase {
         }
     }
 
-    func testExemptIsRefusedOnThePamLine() throws {
-        XCTAssertThrowsError(try ModuleOptions.parse([Array("exempt".utf8)]))
-        XCTAssertThrowsError(try ModuleOptions.load([try config("nullok\n"), Array("exempt".utf8)]))
+    func testOneGroupOnlyAndThePamLine() throws {
+        // "One group only": everyone is exempt but the members of one group.
+        let text = "exempt\n[group mfa]\nexempt = no\n"
+        let outsider = try options(text)
+        XCTAssertTrue(outsider.exempt)
+        XCTAssertTrue(String(decoding: outsider.exemptBy, as: UTF8.self).hasSuffix("pam_totp.conf:1"))
+        XCTAssertFalse(try options(text, groups: ["mfa"]).exempt)
+        // The pam.d line overrides everything, both ways.
+        XCTAssertFalse(try options(text, args: ["exempt=no"]).exempt)
+        let line = try options("", groups: ["mfa"], args: ["exempt"])
+        XCTAssertTrue(line.exempt)
+        XCTAssertEqual(String(decoding: line.exemptBy, as: UTF8.self), "the pam.d line")
     }
 
     func testSpacesInsideHeadersAndCommentsAfterThem() throws {

@@ -128,15 +128,29 @@ final class SectionIntegrationTests: XCTestCase {
 
     func testBadSectionsDenyWithServiceErrWithoutPrompting() throws {
         try service("bad")
-        for text in ["[group]\n", "[host x]\nnullok\n", "[group nogroup]\nstore = /tmp\n", "exempt\n",
+        for text in ["[group]\n", "[host x]\nnullok\n", "[group nogroup]\nstore = /tmp\n", "[service bad]\nexempt = maybe\n",
                      "[service nothing-matches]\nadjacent_intervals = 99\n"] {
             try writeConfig(text)
             let (r, prompts) = auth("bad", "nobody", try currentCode(secret))
             XCTAssertEqual(r, PAM_SERVICE_ERR, text)
             XCTAssertEqual(prompts, [], text)
         }
-        try fixture.service("exempt-line", ["auth required MODULE STORE exempt"])
-        XCTAssertEqual(auth("exempt-line", "nobody", try currentCode(secret)).0, PAM_SERVICE_ERR, "exempt on the pam.d line")
+    }
+
+    func testOneGroupOnly() throws {
+        // Only members of one group are asked: everyone is exempt, the group takes it back.
+        try writeConfig("exempt\n[group nogroup]\nexempt = no\n")
+        try service("one-group", ["auth required pam_permit.so"])
+        try fixture.enroll("daemon", secret: secret)
+        let (outsider, outsiderPrompts) = auth("one-group", "daemon", nil)
+        XCTAssertEqual(outsider, PAM_SUCCESS, "PAM_IGNORE, then pam_permit")
+        XCTAssertEqual(outsiderPrompts, [])
+        let (member, memberPrompts) = auth("one-group", "nobody", Array("000000".utf8))
+        XCTAssertEqual(member, PAM_AUTH_ERR)
+        XCTAssertEqual(memberPrompts, ["Verification code: "])
+        // exempt=no on the pam.d line overrides the file: nobody is exempt on this service.
+        try service("never-exempt", args: "exempt=no", ["auth required pam_permit.so"])
+        XCTAssertEqual(auth("never-exempt", "daemon", Array("000000".utf8)).0, PAM_AUTH_ERR)
     }
 
     func testSupplementaryGroupsCount() throws {
