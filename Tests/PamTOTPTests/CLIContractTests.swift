@@ -12,6 +12,7 @@ final class CLIContractTests: XCTestCase {
                     "--qr", "--qr-svg", "--qr-png"]),
         ("code", ["--secret", "--time", "--algorithm", "--digits", "--period"]),
         ("list", ["--user"]),
+        ("status", ["--all", "--user", "--json"]),
         ("remove", ["<label>", "--user", "--code"]),
         ("recovery-codes", ["--user"]),
         ("import-google-authenticator", ["<FILE>", "--user"]),
