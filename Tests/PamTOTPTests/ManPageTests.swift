@@ -14,7 +14,7 @@ final class ManPageTests: XCTestCase {
     /// docs/ARCHITECTURE.md §5: the options of totp-enroll's subcommands (and --store, root only).
     static let enrollOptions = [
         "--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
-        "--qr", "--qr-svg", "--qr-png", "--time", "--store", "--all", "--json",
+        "--qr", "--qr-svg", "--qr-png", "--time", "--store", "--all", "--json", "--quiet",
     ]
 
     let modulePage = packageRoot.appendingPathComponent("man/pam_totp.8")
