@@ -36,6 +36,9 @@ public struct ModuleOptions: Equatable, Sendable {
     /// Where `exempt` was set ("[group NAME] at FILE:LINE", "FILE:LINE", "the pam.d line"),
     /// for the log line.
     public var exemptBy: [UInt8] = []
+    /// `enroll_at_login=YYYY-MM-DD`: until the end of that day (UTC), a user with no factor is
+    /// offered enrolment through the PAM conversation; the Unix time the offer ends (exclusive).
+    public var enrollAtLoginUntil: Int64? = nil
     /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
     public static let maxSectionNameLength = 256
 
@@ -196,6 +199,15 @@ public struct ModuleOptions: Equatable, Sendable {
         } else if equals(name, "forward_pass") {
             guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
             forwardPass = v
+        } else if equals(name, "enroll_at_login") {
+            if let v = value, equals(v, "no") {
+                enrollAtLoginUntil = nil
+            } else {
+                guard let v = value, let end = Self.endOfDay(v) else {
+                    throw bad("enroll_at_login takes a last day, YYYY-MM-DD (UTC, 2000 to 2999), or no")
+                }
+                enrollAtLoginUntil = end
+            }
         } else if equals(name, "exempt") {
             guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
             exempt = v
@@ -208,6 +220,26 @@ public struct ModuleOptions: Equatable, Sendable {
         } else {
             throw bad("unknown or malformed setting")
         }
+    }
+
+    /// The Unix time at which the UTC day `YYYY-MM-DD` ends, for years 2000–2999; nil if malformed.
+    static func endOfDay(_ text: [UInt8]) -> Int64? {
+        guard text.count == 10, text[4] == 0x2D, text[7] == 0x2D,
+              let y = parseDecimal(text[0..<4], limit: 2999), y >= 2000,
+              let m = parseDecimal(text[5..<7], limit: 12), m >= 1,
+              let d = parseDecimal(text[8..<10], limit: 31), d >= 1 else { return nil }
+        let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+        let lengths: [UInt64] = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard d <= lengths[Int(m) - 1] else { return nil }
+        // Days from 1970-01-01 to the given day (Howard Hinnant's days_from_civil).
+        let yy = Int64(y) - (m <= 2 ? 1 : 0)
+        let era = yy / 400
+        let yoe = yy - era * 400
+        let mp = (Int64(m) + 9) % 12
+        let doy = (153 * mp + 2) / 5 + Int64(d) - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        return (days + 1) * 86_400
     }
 
     /// A flag: bare name, `=yes` or `=no`.

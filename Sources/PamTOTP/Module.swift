@@ -58,6 +58,11 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     var unenrolled = false
     if case .unenrolled = login.enrollment { unenrolled = true }
+    // Enrolment at first login, where policy offers it (the deadline; sections bound it to groups).
+    if unenrolled, let until = options.enrollAtLoginUntil, !options.forwardPass,
+       let code = enrolAtLogin(pamh, user: user, options: options, until: until) {
+        return code
+    }
     if unenrolled && options.nullok && !options.forwardPass { return ignored(pamh, user: user, options: options) }
     guard var answer = prompt(pamh, Message(options.prompt)) else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
