@@ -105,13 +105,13 @@ final class EnrolAtLoginTests: XCTestCase {
         let script = fixture.root.appendingPathComponent("driver.py")
         try pamtesterDriver.write(to: script, atomically: true, encoding: .utf8)
 
-        let wrong = try runCommand(["python3", script.path, service, "nobody", "wrong"])
+        let wrong = try runCommand(["python3", script.path, "wrong", "pamtester", service, "nobody", "authenticate"])
         XCTAssertTrue(wrong.stdout.contains("\nEXIT 1\n") || !wrong.stdout.contains("EXIT 0"), wrong.stdout + wrong.stderr)
         XCTAssertTrue(wrong.stdout.contains("URI otpauth://totp/"), "the QR code printed by pamtester scans: " + wrong.stdout)
         XCTAssertNil(try store.read(user: Array("nobody".utf8)), "a wrong code saves nothing")
 
         awayFromStepBoundary(margin: 8)
-        let r = try runCommand(["env", "LD_DEBUG=libs", "python3", script.path, service, "nobody"])
+        let r = try runCommand(["env", "LD_DEBUG=libs", "python3", script.path, "right", "pamtester", service, "nobody", "authenticate"])
         XCTAssertTrue(r.stdout.contains("\nEXIT 0\n"), r.stdout + r.stderr)
         XCTAssertTrue(r.stdout.contains("successfully authenticated"), r.stdout)
         XCTAssertTrue(r.stdout.contains("libqrencode.so.4"), "the enrolment path loads libqrencode")
@@ -125,6 +125,45 @@ final class EnrolAtLoginTests: XCTestCase {
         XCTAssertEqual(login.status, 0, login.stdout + login.stderr)
         XCTAssertTrue(login.stderr.contains("pam_totp.so"), "LD_DEBUG shows the module being loaded")
         XCTAssertFalse((login.stdout + login.stderr).contains("libqrencode"), "an ordinary login loads libqrencode")
+    }
+
+    /// Through a real sshd (the shipped password-then-code stack with enroll_at_login added),
+    /// over keyboard-interactive, as a user with no factor: the ssh client prints the QR code
+    /// drawn in the conversation, which is scanned; the right code logs in and saves the factor,
+    /// a wrong one saves nothing.
+    func testThroughARealSSHD() throws {
+        try XCTSkipUnless(isRoot, "a real sshd needs root (users, /etc/pam.d, /run/sshd)")
+        let world = try SSHDWorld()
+        defer { world.cleanup() }
+        let server = try world.server("sshd", moduleArguments: "enroll_at_login=2999-12-31", tag: "enrol")
+        let user = try XCTUnwrap(world.users[.unenrolled])
+        let script = fixture.root.appendingPathComponent("driver.py")
+        try pamtesterDriver.write(to: script, atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        environment["PAMTOTP_PASSWORD"] = user.password
+        environment["LC_ALL"] = "C.UTF-8"  // the client prints UTF-8 (the half blocks) only in a UTF-8 locale
+        func ssh(_ mode: String) throws -> CommandResult {
+            try runCommand(["python3", script.path, mode, "ssh", "-F", "/dev/null", "-p", String(server.port),
+                            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                            "-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=keyboard-interactive",
+                            "-o", "NumberOfPasswordPrompts=1", "-o", "ConnectTimeout=5",
+                            user.name + "@127.0.0.1", SSHDServer.remoteCommand], environment: environment)
+        }
+        let userStore = try Store(path: Array(server.store.path.utf8))
+        let wrong = try ssh("wrong")
+        XCTAssertTrue(wrong.stdout.contains("URI otpauth://totp/"), "the QR code shown by ssh scans:\n" + wrong.stdout + "\n" + server.log())
+        XCTAssertFalse(wrong.stdout.contains(SSHDServer.remoteOutput), wrong.stdout)
+        XCTAssertNil(try userStore.read(user: Array(user.name.utf8)), "a wrong code saves nothing")
+
+        awayFromStepBoundary(margin: 8)
+        let right = try ssh("right")
+        XCTAssertTrue(right.stdout.contains(SSHDServer.remoteOutput), "logged in after enrolling:\n" + right.stdout + "\n" + server.log())
+        XCTAssertTrue(right.stdout.contains("\nEXIT 0\n"), right.stdout)
+        XCTAssertTrue(server.log().contains("Accepted keyboard-interactive/pam for \(user.name) from 127.0.0.1"), server.log())
+        let scanned = try XCTUnwrap(right.stdout.split(separator: "\n").first { $0.hasPrefix("URI ") }).dropFirst(4)
+        let record = try XCTUnwrap(try userStore.read(user: Array(user.name.utf8)))
+        XCTAssertEqual(record.factors.first?.secret, try OTPAuthURI(parsing: Array(scanned.utf8)).secret)
+        XCTAssertEqual(record.uid, getpwnam(user.name).map { $0.pointee.pw_uid })
     }
 
     func testBoundedByTheLastDayAndByGroupSections() throws {
@@ -165,14 +204,15 @@ final class EnrolAtLoginTests: XCTestCase {
 /// Prints the transcript, then "URI <scanned>" and "EXIT <status>".
 let pamtesterDriver = #"""
 import os, pty, select, subprocess, sys, tempfile, time
-svc, user = sys.argv[1], sys.argv[2]
+wrong = sys.argv[1] == "wrong"
+command = sys.argv[2:]
 pid, fd = pty.fork()
 if pid == 0:
-    os.execvp("pamtester", ["pamtester", svc, user, "authenticate"])
-def read_until(marker, seconds):
+    os.execvp(command[0], command)
+def read_until(markers, seconds):
     buf = b""
     end = time.time() + seconds
-    while marker not in buf and time.time() < end:
+    while not any(m in buf for m in markers) and time.time() < end:
         r, _, _ = select.select([fd], [], [], 0.5)
         if r:
             try:
@@ -183,41 +223,50 @@ def read_until(marker, seconds):
                 break
             buf += data
     return buf
-shown = read_until(b"Verification code from your app:", 30)
-text = shown.decode("utf-8", "replace")
-rows = []
-for line in text.splitlines():
-    if not any(c in line for c in "\u2588\u2580\u2584"):
-        continue
-    top, bottom = [], []
-    for c in line.rstrip("\r"):
-        top.append(255 if c in "\u2588\u2580" else 0)
-        bottom.append(255 if c in "\u2588\u2584" else 0)
-    rows += [top, bottom]
-uri = ""
-if rows:
+def scan(text):
+    rows = []
+    for line in text.splitlines():
+        if not any(c in line for c in "\u2588\u2580\u2584"):
+            continue
+        top, bottom = [], []
+        for c in line.rstrip("\r"):
+            top.append(255 if c in "\u2588\u2580" else 0)
+            bottom.append(255 if c in "\u2588\u2584" else 0)
+        rows += [top, bottom]
+    if not rows:
+        return ""
     scale = 4
     width = max(len(r) for r in rows) * scale
     with tempfile.NamedTemporaryFile(suffix=".pgm", delete=False) as f:
         f.write(b"P5\n%d %d\n255\n" % (width, len(rows) * scale))
         for r in rows:
             r = r + [0] * (width // scale - len(r))
-            line = bytes(v for v in r for _ in range(scale))
-            f.write(line * scale)
+            f.write(bytes(v for v in r for _ in range(scale)) * scale)
         image = f.name
     uri = subprocess.run(["zbarimg", "--raw", "-q", image], capture_output=True, text=True).stdout.strip()
     os.unlink(image)
-secret = ""
-for part in uri.split("?", 1)[-1].split("&"):
-    if part.startswith("secret="):
-        secret = part[7:]
-code = subprocess.run(["oathtool", "--totp", "-b", secret], capture_output=True, text=True).stdout.strip() if secret else "000000"
-if len(sys.argv) > 3 and sys.argv[3] == "wrong":
-    code = "99999"
-os.write(fd, (code + "\n").encode())
-rest = read_until(b"\x00never", 15)
+    return uri
+transcript = b""
+uri = ""
+for _ in range(6):
+    got = read_until([b"Password:", b"Verification code from your app:"], 30)
+    transcript += got
+    if b"Verification code from your app:" in got:
+        uri = scan(transcript.decode("utf-8", "replace"))
+        secret = ""
+        for part in uri.split("?", 1)[-1].split("&"):
+            if part.startswith("secret="):
+                secret = part[7:]
+        code = subprocess.run(["oathtool", "--totp", "-b", secret], capture_output=True, text=True).stdout.strip() if secret else "000000"
+        os.write(fd, ((("99999" if wrong else code)) + "\n").encode())
+        break
+    elif b"Password:" in got:
+        os.write(fd, (os.environ.get("PAMTOTP_PASSWORD", "") + "\n").encode())
+    else:
+        break
+transcript += read_until([b"\x00never"], 20)
 _, status = os.waitpid(pid, 0)
-sys.stdout.write(text + rest.decode("utf-8", "replace"))
+sys.stdout.write(transcript.decode("utf-8", "replace"))
 sys.stdout.write("\nURI %s\nEXIT %d\n" % (uri, os.waitstatus_to_exitcode(status)))
 """#
 
