@@ -184,6 +184,34 @@ final class StatusTests: XCTestCase {
         XCTAssertTrue((users[0]["error"] as? String)?.contains("unsupported record version") == true, "\(users[0])")
     }
 
+    /// An unprivileged user runs the set-uid tool: their own status, read from the root-only
+    /// default store, without a password (nothing changes); never anyone else's.
+    func testAUserSeesTheirOwnStatus() throws {
+        let suid = try SetUIDFixture(prefix: "totpst", service: SetUIDFixture.passwordAndModuleService)
+        defer { suid.cleanup() }
+        awayFromStepBoundary()
+        let code = String(decoding: try currentCode(try Base32.decode(Array(secretB32.utf8))), as: UTF8.self)
+        let enrolled = try runCommand([enrollURL.path, "--user", suid.user, "--name", "phone", "--secret", "-", "--code", code, "--quiet"],
+                                      input: secretB32 + "\n")
+        XCTAssertEqual(enrolled.status, 0, enrolled.stderr)
+        let asUser = ["setpriv", "--reuid=\(suid.uid)", "--regid=\(suid.gid)", "--init-groups", suid.binary]
+        let own = try runCommand(asUser + ["status", "--json"])
+        XCTAssertEqual(own.status, 0, own.stderr)
+        try assertNoSecret(own.stdout + own.stderr)
+        let users = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(own.stdout.utf8)) as? [String: Any])?["users"] as? [[String: Any]])
+        XCTAssertEqual(users.map { $0["user"] as? String }, [suid.user])
+        XCTAssertEqual(users.first?["uid"] as? Int, Int(suid.uid))
+        XCTAssertEqual((users.first?["factors"] as? [[String: Any]])?.first?["label"] as? String, "phone")
+        XCTAssertFalse(own.stderr.contains("Password"), "status asks no password")
+        let text = try runCommand(asUser + ["status"])
+        XCTAssertTrue(text.stdout.hasPrefix("\(suid.user) (uid \(suid.uid)): 1 factor\n"), text.stdout + text.stderr)
+        for args in [["status", "--all"], ["status", "--user", "root"], ["status", "--store", "/tmp"]] {
+            let r = try runCommand(asUser + args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.contains("root only"), r.stderr)
+        }
+    }
+
     func testOnlyRootSeesOthers() throws {
         for args in [["status", "--all"], ["status", "--user", "root"]] {
             let r = try runCommand(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", enrollURL.path] + args)
