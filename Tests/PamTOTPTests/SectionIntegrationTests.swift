@@ -126,6 +126,19 @@ final class SectionIntegrationTests: XCTestCase {
         XCTAssertEqual(auth("exempt-permit", "nobody", Array("000000".utf8)).0, PAM_AUTH_ERR)
     }
 
+    func testExemptWithForwardPassStillAsksTheOneQuestionAndIgnores() throws {
+        // A one-prompt client (a screen locker): the exempt user is asked the one question, the
+        // whole answer is the password for the next module, and the module answers PAM_IGNORE.
+        try writeConfig("[group nogroup]\nexempt\n")
+        try service("exempt-fp", args: "forward_pass", ["auth required pam_permit.so"])
+        try service("exempt-fp-alone", args: "forward_pass")
+        let (r, prompts) = auth("exempt-fp", "nobody", Array("hunter2".utf8))
+        XCTAssertEqual(r, PAM_SUCCESS)
+        XCTAssertEqual(prompts, ["Password and verification code: "])
+        XCTAssertNotEqual(auth("exempt-fp-alone", "nobody", Array("hunter2".utf8)).0, PAM_SUCCESS, "PAM_IGNORE is no success")
+        XCTAssertEqual(try fixture.state("nobody").failures, 0, "nothing was checked or counted")
+    }
+
     func testBadSectionsDenyWithServiceErrWithoutPrompting() throws {
         try service("bad")
         for text in ["[group]\n", "[host x]\nnullok\n", "[group nogroup]\nstore = /tmp\n", "[service bad]\nexempt = maybe\n",
