@@ -49,11 +49,16 @@ func fuzzState(_ data: [UInt8]) {
 
 // MARK: - The policy
 
-/// `/etc/security/pam_totp.conf`, then the same options checked against their ranges.
+/// `/etc/security/pam_totp.conf`, then the same options checked against their ranges. Sections
+/// are resolved for the service "sudo" and a user in every group whose name starts with 'a'
+/// (so some group sections apply and some do not); an exempt user always has its origin.
 func fuzzConfig(_ data: [UInt8]) {
     var options = ModuleOptions()
     do throws(MFAError) {
-        try options.applyConfig(data, file: "fuzz.conf")
+        try options.applyConfig(data, file: "fuzz.conf", service: Array("sudo".utf8)) { (group) throws(MFAError) -> Bool in
+            group.first == 0x61
+        }
+        if options.exempt && options.exemptBy.isEmpty { violated("config", "exempt without the section that set it") }
     } catch {
         guard case .invalidOption = error else { violated("config", "an error other than invalidOption") }
         return

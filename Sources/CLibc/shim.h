@@ -17,6 +17,9 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <pwd.h>
+#include <grp.h>
+#include <dirent.h>
+#include <dlfcn.h>
 #include <syslog.h>
 #include <poll.h>
 #include <stddef.h>
@@ -127,6 +130,44 @@ static inline long long clibc_monotonic_ms(void) {
     struct timespec t;
     if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
     return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+// Listing the store: a DIR stream over a duplicate of the checked directory descriptor (so
+// closedir never closes the store's own), and d_name, which Swift imports as a tuple.
+static inline DIR *clibc_opendir_at(int dirfd) {
+    int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return NULL;
+    DIR *d = fdopendir(fd);
+    if (!d) { int e = errno; close(fd); errno = e; return NULL; }
+    rewinddir(d);
+    return d;
+}
+static inline const char *clibc_dirent_name(const struct dirent *e) { return e->d_name; }
+
+// Enrolment at first login: libqrencode is loaded only on that path, at that moment (every
+// other login keeps its cost), and unloaded again. The struct is QRcode's public layout
+// (qrencode.h); 1 is QR_ECLEVEL_M, 2 is QR_MODE_8. Copies width*width module bytes (bit 0:
+// dark) into `out` and returns the width, or -1 (library missing, encoding failed, too big).
+typedef struct { int version; int width; unsigned char *data; } clibc_qrcode;
+static inline int clibc_qr_encode(const char *text, unsigned char *out, int capacity) {
+    void *lib = dlopen("libqrencode.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return -1;
+    clibc_qrcode *(*encode)(const char *, int, int, int, int) =
+        (clibc_qrcode *(*)(const char *, int, int, int, int))dlsym(lib, "QRcode_encodeString");
+    void (*release)(clibc_qrcode *) = (void (*)(clibc_qrcode *))dlsym(lib, "QRcode_free");
+    int width = -1;
+    if (encode && release) {
+        clibc_qrcode *q = encode(text, 0, 1, 2, 1);
+        if (q) {
+            if (q->data && q->width > 0 && q->width <= 177 && q->width * q->width <= capacity) {
+                memcpy(out, q->data, (size_t)q->width * (size_t)q->width);
+                width = q->width;
+            }
+            release(q);
+        }
+    }
+    dlclose(lib);
+    return width;
 }
 
 // setresuid/setresgid are declared only with _GNU_SOURCE; totp-enroll needs them to drop

@@ -34,8 +34,9 @@ public struct EnrolledUser<Sys: SystemCalls> {
 
 public enum AuthOutcome: Equatable, Sendable {
     /// The answer matched `factor` (a code of `digits` digits) at time step `step`, and the
-    /// step was recorded.
-    case success(factor: [UInt8], step: UInt64, digits: Int)
+    /// step was recorded. `driftJump`: the factor's learned clock drift changed by
+    /// `TOTPVerifier.driftJumpSteps` or more (worth a log line).
+    case success(factor: [UInt8], step: UInt64, digits: Int, driftJump: DriftJump? = nil)
     /// The answer was an unused recovery code; it is now used up.
     case recoveryCode(remaining: Int)
     /// Enrolled, but the answer matched nothing usable. `replayed`: it matched a time step that
@@ -51,6 +52,16 @@ public enum AuthOutcome: Equatable, Sendable {
     /// No record for the user (or one that belongs to another account).
     case unenrolled
     case failed(MFAError)
+}
+
+/// A large change of a factor's learned clock drift, in steps (`TOTPVerifier`, "Clock drift").
+public struct DriftJump: Equatable, Sendable {
+    public var from: Int64
+    public var to: Int64
+    public init(from: Int64, to: Int64) {
+        self.from = from
+        self.to = to
+    }
 }
 
 /// The outcome of the policy and the state to record for it (nil: nothing changes).
@@ -90,7 +101,7 @@ public enum Authenticator {
                               process: UInt32 = 0) throws(MFAError) -> Decision {
         // Every factor is checked (no early exit); the first factor in record order that
         // matched at an unused step wins.
-        var matched: (label: [UInt8], step: UInt64, digits: Int)? = nil
+        var matched: (label: [UInt8], step: UInt64, digits: Int, drift: Int64, before: Int64)? = nil
         var replayed = false
         for factor in record.factors {
             let key = HMACKey(algorithm: factor.parameters.algorithm, key: factor.secret)
@@ -98,9 +109,14 @@ public enum Authenticator {
             // answer's last `digits` bytes (docs/ARCHITECTURE.md §5.3).
             let digits = factor.parameters.digits
             let code = options.forwardPass ? Array(answer.suffix(digits)) : answer
+            // The window is centred on the factor's learned drift (never wider: TOTPVerifier).
+            let learned = verifier.bounded(state.drift(forLabel: factor.label))
             let m = try verifier.match(answer: code, key: key, parameters: factor.parameters, at: unixTime,
-                                       usedUpTo: state.lastUsedStep(of: factor))
-            if let step = m.step, matched == nil { matched = (factor.label, step, digits) }
+                                       usedUpTo: state.lastUsedStep(of: factor), drift: learned)
+            if let step = m.step, matched == nil {
+                matched = (factor.label, step, digits,
+                           verifier.drift(ofStep: step, at: unixTime, period: factor.parameters.period), learned)
+            }
             if m.replayed { replayed = true }
         }
         // A recovery-code-shaped answer that matched no factor costs one PBKDF2, whether or not
@@ -125,12 +141,14 @@ public enum Authenticator {
         var next = state.adopted(by: record)
         next.recordID = record.id
         next.prune(to: record)
-        if let (label, step, digits) = matched {
+        if let (label, step, digits, drift, before) = matched {
             next.failures = 0
             next.lockedUntil = 0
             next.successProcess = process
-            next.setLastStep(step, forLabel: label)
-            return Decision(outcome: .success(factor: label, step: step, digits: digits), state: next)
+            next.setLastStep(step, forLabel: label, drift: drift)
+            let change = drift > before ? drift - before : before - drift  // both within ±10
+            let jump = change >= TOTPVerifier.driftJumpSteps ? DriftJump(from: before, to: drift) : nil
+            return Decision(outcome: .success(factor: label, step: step, digits: digits, driftJump: jump), state: next)
         }
         if let recovery = record.recovery, let index = recoveryIndex {
             next.failures = 0

@@ -175,3 +175,8 @@ enum Percent {
         return out
     }
 }
+
+/// Decimal text of a signed value with its sign: "+3", "-2", "0" (a drift in steps).
+public func signedDecimal(_ value: Int64) -> [UInt8] {
+    value > 0 ? [0x2B] + decimalBytes(UInt64(value)) : decimalBytes(value)
+}

@@ -139,7 +139,7 @@ public enum DaemonReply: Equatable, Sendable {
         switch self {
         case .outcome(let outcome):
             switch outcome {
-            case .success(let factor, let step, let digits):
+            case .success(let factor, let step, let digits, _):
                 b.append(0); Writer.u64(step, &b); b.append(UInt8(truncatingIfNeeded: min(max(digits, 0), 255)))
                 Writer.short(Array(factor.prefix(255)), &b)
             case .recoveryCode(let remaining):

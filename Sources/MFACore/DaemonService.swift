@@ -99,7 +99,10 @@ public struct DaemonService<S: TOTPStore> {
 
     static func describe(_ outcome: AuthOutcome) -> Message {
         switch outcome {
-        case .success(let factor, _, _): return "accepted code (factor " + printable(factor) + ")"
+        case .success(let factor, _, _, let jump):
+            guard let jump else { return "accepted code (factor " + printable(factor) + ")" }
+            return "accepted code (factor " + printable(factor) + "); its clock drift jumped from "
+                + Message(signedDecimal(jump.from)) + " to " + Message(signedDecimal(jump.to)) + " steps"
         case .recoveryCode(let remaining): return "accepted a recovery code (" + Message(decimalBytes(UInt64(max(remaining, 0)))) + " left)"
         case .wrongCode(let replayed, let failures, let lockedUntil):
             return (replayed ? "replayed code (" : "wrong code (") + Message(decimalBytes(UInt64(failures)))

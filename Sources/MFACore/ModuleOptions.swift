@@ -30,6 +30,17 @@ public struct ModuleOptions: Equatable, Sendable {
     public var forwardPass = false
     /// pam-totpd's socket: where a caller without root asks.
     public var socket: [UInt8] = ModuleOptions.defaultSocket
+    /// `exempt`: the user is not asked for a code and the module returns PAM_IGNORE (never
+    /// PAM_SUCCESS). Usually set by a `[group NAME]` section (a break-glass account).
+    public var exempt = false
+    /// Where `exempt` was set ("[group NAME] at FILE:LINE", "FILE:LINE", "the pam.d line"),
+    /// for the log line.
+    public var exemptBy: [UInt8] = []
+    /// `enroll_at_login=YYYY-MM-DD`: until the end of that day (UTC), a user with no factor is
+    /// offered enrolment through the PAM conversation; the Unix time the offer ends (exclusive).
+    public var enrollAtLoginUntil: Int64? = nil
+    /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
+    public static let maxSectionNameLength = 256
 
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
@@ -44,8 +55,12 @@ public struct ModuleOptions: Equatable, Sendable {
     }
 
     /// Settings as the module uses them: the configuration file (`config=FILE` among the
-    /// arguments, else the default file if it exists), then the arguments.
-    public static func load(_ arguments: [[UInt8]]) throws(MFAError) -> ModuleOptions {
+    /// arguments, else the default file if it exists) — its global part, then each section
+    /// that matches, in file order — then the arguments. `service` is the PAM service;
+    /// `isMember(group)` says whether the user belongs to a group (primary or supplementary)
+    /// and is asked only for the file's `[group NAME]` sections.
+    public static func load(_ arguments: [[UInt8]], service: [UInt8] = [],
+                            isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) -> ModuleOptions {
         var path = defaultConfigFile
         var explicit = false
         for arg in arguments where isConfigArgument(arg) {
@@ -55,7 +70,7 @@ public struct ModuleOptions: Equatable, Sendable {
         }
         var o = ModuleOptions()
         if let text = try readConfigFile(path, required: explicit) {
-            try o.applyConfig(text, file: printable(path))
+            try o.applyConfig(text, file: printable(path), service: service, isMember: isMember)
         }
         for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
         return o
@@ -65,24 +80,84 @@ public struct ModuleOptions: Equatable, Sendable {
         arg.count >= 7 && equals(arg.prefix(7), "config=")
     }
 
+    /// What a section header names.
+    enum SectionKind { case group, service }
+
     /// Applies a configuration file: one setting per line as `name`, `name=value` or
-    /// `name = value`; `#` starts a comment; blank lines are ignored.
-    mutating func applyConfig(_ text: [UInt8], file: Message) throws(MFAError) {
+    /// `name = value`; `#` starts a comment; blank lines are ignored. The global settings come
+    /// first; a line `[group NAME]` or `[service NAME]` starts a section, which holds the same
+    /// per-login settings and applies to members of group NAME (primary or supplementary) or to
+    /// PAM service NAME; sections apply in file order, so a later one overrides an earlier one.
+    /// Every line is checked, whether or not its section applies: a bad line anywhere is an
+    /// error naming FILE:LINE. `store` and `socket` (one per process) are refused in sections.
+    mutating func applyConfig(_ text: [UInt8], file: Message, service: [UInt8] = [],
+                              isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) {
         var lineNumber: UInt64 = 0
+        // nil: the global part; else whether the current section applies to this login.
+        var section: (kind: SectionKind, matches: Bool, header: [UInt8])? = nil
+        var scratch = ModuleOptions()  // where a section that does not apply is checked
         for rawLine in text.split(separator: ASCII.newline, omittingEmptySubsequences: false) {
             lineNumber += 1
+            let at = file + ":" + Message(decimalBytes(lineNumber))
             var line = Array(rawLine)
             if let hash = line.firstIndex(of: 0x23) { line = Array(line[..<hash]) }
             line = trimmed(line)
             if line.isEmpty { continue }
+            if line.first == 0x5B {  // '['
+                let (kind, name) = try Self.sectionHeader(line, at: at)
+                let matches: Bool
+                switch kind {
+                case .service: matches = name == service
+                case .group: matches = try isMember(name)
+                }
+                section = (kind, matches, line + Array(" at ".utf8) + at.bytes)
+                continue
+            }
             if let eq = line.firstIndex(of: ASCII.equals) {
                 line = trimmed(Array(line[..<eq])) + [ASCII.equals] + trimmed(Array(line[(eq + 1)...]))
             }
             if Self.isConfigArgument(line) {
-                throw .invalidOption(file + ":" + Message(decimalBytes(lineNumber)) + ": config= is not allowed in the file")
+                throw .invalidOption(at + ": config= is not allowed in the file")
             }
-            try apply(line, origin: file + ":" + Message(decimalBytes(lineNumber)) + ": ")
+            let name = line.firstIndex(of: ASCII.equals).map { Array(line[..<$0]) } ?? line
+            if let current = section {
+                if equals(name, "store") || equals(name, "socket") {
+                    throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
+                                         + printable(line))
+                }
+                if current.matches {
+                    try apply(line, origin: at + ": ")
+                    if equals(name, "exempt") { exemptBy = exempt ? current.header : [] }
+                } else {
+                    try scratch.apply(line, origin: at + ": ")
+                }
+            } else {
+                try apply(line, origin: at + ": ")
+                if equals(name, "exempt") { exemptBy = exempt ? at.bytes : [] }
+            }
         }
+    }
+
+    /// `[group NAME]` or `[service NAME]` (spaces allowed inside the brackets): the kind and
+    /// the name (1–256 printable ASCII bytes, no brackets).
+    static func sectionHeader(_ line: [UInt8], at: Message) throws(MFAError) -> (SectionKind, [UInt8]) {
+        func bad(_ why: Message) -> MFAError { .invalidOption(at + ": " + why + ": " + printable(line)) }
+        guard line.count >= 2, line.last == 0x5D else { throw bad("a section header is [group NAME] or [service NAME]") }
+        let inner = trimmed(Array(line[1..<(line.count - 1)]))
+        guard let space = inner.firstIndex(where: { $0 == ASCII.space || $0 == ASCII.tab }) else {
+            throw bad("a section header is [group NAME] or [service NAME]")
+        }
+        let kindBytes = Array(inner[..<space])
+        let name = trimmed(Array(inner[space...]))
+        let kind: SectionKind
+        if equals(kindBytes, "group") { kind = .group } else if equals(kindBytes, "service") { kind = .service } else {
+            throw bad("unknown section kind (group or service)")
+        }
+        guard !name.isEmpty, name.count <= maxSectionNameLength,
+              !name.contains(where: { $0 <= 0x20 || $0 >= 0x7F || $0 == 0x5B || $0 == 0x5D }) else {
+            throw bad("a section name is 1 to 256 printable characters without spaces or brackets")
+        }
+        return (kind, name)
     }
 
     mutating func apply(_ arg: [UInt8], origin: Message) throws(MFAError) {
@@ -124,6 +199,19 @@ public struct ModuleOptions: Equatable, Sendable {
         } else if equals(name, "forward_pass") {
             guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
             forwardPass = v
+        } else if equals(name, "enroll_at_login") {
+            if let v = value, equals(v, "no") {
+                enrollAtLoginUntil = nil
+            } else {
+                guard let v = value, let end = Self.endOfDay(v) else {
+                    throw bad("enroll_at_login takes a last day, YYYY-MM-DD (UTC, 2000 to 2999), or no")
+                }
+                enrollAtLoginUntil = end
+            }
+        } else if equals(name, "exempt") {
+            guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
+            exempt = v
+            exemptBy = v ? (origin.bytes.isEmpty ? Array("the pam.d line".utf8) : origin.bytes) : []
         } else if equals(name, "socket") {
             guard let v = value, v.first == 0x2F, v.count <= Self.maxSocketPathLength, !v.contains(0) else {
                 throw bad("socket must be an absolute path of at most 107 bytes")
@@ -132,6 +220,26 @@ public struct ModuleOptions: Equatable, Sendable {
         } else {
             throw bad("unknown or malformed setting")
         }
+    }
+
+    /// The Unix time at which the UTC day `YYYY-MM-DD` ends, for years 2000–2999; nil if malformed.
+    static func endOfDay(_ text: [UInt8]) -> Int64? {
+        guard text.count == 10, text[4] == 0x2D, text[7] == 0x2D,
+              let y = parseDecimal(text[0..<4], limit: 2999), y >= 2000,
+              let m = parseDecimal(text[5..<7], limit: 12), m >= 1,
+              let d = parseDecimal(text[8..<10], limit: 31), d >= 1 else { return nil }
+        let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+        let lengths: [UInt64] = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard d <= lengths[Int(m) - 1] else { return nil }
+        // Days from 1970-01-01 to the given day (Howard Hinnant's days_from_civil).
+        let yy = Int64(y) - (m <= 2 ? 1 : 0)
+        let era = yy / 400
+        let yoe = yy - era * 400
+        let mp = (Int64(m) + 9) % 12
+        let doy = (153 * mp + 2) / 5 + Int64(d) - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        return (days + 1) * 86_400
     }
 
     /// A flag: bare name, `=yes` or `=no`.

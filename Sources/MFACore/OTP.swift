@@ -155,15 +155,19 @@ public struct TOTPVerifier: Sendable {
         public var replayed: Bool
     }
 
+    /// `drift` is the factor's learned clock drift in steps (see "Clock drift" below): the
+    /// window is centred on `now + drift`, with `drift` first bounded to ±`adjacentIntervals`.
+    /// The window keeps its 2N+1 steps whatever the drift.
     public func match(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
-                      at unixTime: Int64, usedUpTo notAfter: UInt64?) throws(MFAError) -> Match {
+                      at unixTime: Int64, usedUpTo notAfter: UInt64?, drift: Int64 = 0) throws(MFAError) -> Match {
         let now = try TOTP.step(at: unixTime, period: parameters.period)
         // A malformed answer still costs the same HMACs, so its timing says nothing.
         let submitted = Self.parseCode(answer, digits: parameters.digits)
         let wanted = submitted ?? UInt32.max  // never a valid code value (codes are < 10^8)
         let n = UInt64(adjacentIntervals)
-        let first = now >= n ? now - n : 0
-        let (last, overflow) = now.addingReportingOverflow(n)
+        let centre = Self.centre(now: now, drift: bounded(drift))
+        let first = centre >= n ? centre - n : 0
+        let (last, overflow) = centre.addingReportingOverflow(n)
         guard !overflow else { throw .clockOutOfRange }
 
         var found: UInt64 = 0
@@ -184,4 +188,42 @@ public struct TOTPVerifier: Sendable {
         }
         return Match(step: foundMask != 0 ? found : nil, replayed: usedMatch != 0)
     }
+
+    // MARK: - Clock drift
+    //
+    // A factor learns where its device's clock is: at every accepted code, the offset of the
+    // matched step from this host's step (bounded to ±adjacent_intervals) is stored with the
+    // used step, and the next check is centred on it. The window never grows: it is always the
+    // 2N+1 steps of adjacent_intervals=N, centred on the learned offset, so a device whose
+    // clock wanders slowly keeps working, and no code is ever accepted more than 2N steps from
+    // this host's clock (N from where the device last was). With adjacent_intervals=0 nothing
+    // is learned. Every step of the window is still computed and compared (constant time).
+
+    /// `drift` bounded to ±`adjacentIntervals`.
+    public func bounded(_ drift: Int64) -> Int64 {
+        let n = Int64(adjacentIntervals)
+        return drift > n ? n : (drift < -n ? -n : drift)
+    }
+
+    /// The drift a match at `step` teaches, at `unixTime`: its offset from this host's step,
+    /// bounded to ±`adjacentIntervals`.
+    public func drift(ofStep step: UInt64, at unixTime: Int64, period: UInt64) -> Int64 {
+        guard let now = try? TOTP.step(at: unixTime, period: period) else { return 0 }
+        let limit = UInt64(adjacentIntervals)
+        if step >= now { return bounded(Int64(min(step - now, limit))) }
+        return bounded(-Int64(min(now - step, limit)))
+    }
+
+    /// `now + drift`, saturating at 0 and at UInt64.max.
+    static func centre(now: UInt64, drift: Int64) -> UInt64 {
+        if drift >= 0 {
+            let (c, overflow) = now.addingReportingOverflow(UInt64(drift))
+            return overflow ? UInt64.max : c
+        }
+        let back = drift.magnitude
+        return now >= back ? now - back : 0
+    }
+
+    /// A change of learned drift this large (in steps) is logged.
+    public static let driftJumpSteps: Int64 = 3
 }

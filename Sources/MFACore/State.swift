@@ -21,8 +21,10 @@ public struct UserState: Equatable, Sendable {
     /// that its own PAM stack accepted a code while it ran (so it does not ask for a second
     /// one): a live process's id names no other process in its pid namespace.
     public var successProcess: UInt32 = 0
-    /// (factor key, last accepted step), one entry per factor of the record that was used.
-    public var lastSteps: [(key: UInt64, step: UInt64)] = []
+    /// (factor key, last accepted step, learned clock drift in steps), one entry per factor of
+    /// the record that was used. `drift` is where the factor's device was, relative to this
+    /// host's clock, at its last accepted code (`TOTPVerifier`, "Clock drift"); 0 when unknown.
+    public var lastSteps: [(key: UInt64, step: UInt64, drift: Int64)] = []
 
     public init() {}
 
@@ -30,7 +32,7 @@ public struct UserState: Equatable, Sendable {
         a.sequence == b.sequence && a.recordID == b.recordID && a.failures == b.failures
             && a.lockedUntil == b.lockedUntil && a.recoverySet == b.recoverySet && a.recoveryUsed == b.recoveryUsed
             && a.successProcess == b.successProcess && a.lastSteps.count == b.lastSteps.count
-            && !zip(a.lastSteps, b.lastSteps).contains { $0.key != $1.key || $0.step != $1.step }
+            && !zip(a.lastSteps, b.lastSteps).contains { $0.key != $1.key || $0.step != $1.step || $0.drift != $1.drift }
     }
 
     /// The factor's key in the state: FNV-1a of its label (labels are unique within a record,
@@ -54,19 +56,29 @@ public struct UserState: Equatable, Sendable {
         return max(accepted ?? 0, factor.enrolledStep)
     }
 
-    public mutating func setLastStep(_ step: UInt64, forLabel label: [UInt8]) {
+    /// The learned clock drift of the factor labelled `label`, in steps (0 when none was learned).
+    public func drift(forLabel label: [UInt8]) -> Int64 {
+        let k = Self.key(forLabel: label)
+        for e in lastSteps where e.key == k { return e.drift }
+        return 0
+    }
+
+    /// Records `step` as the factor's last accepted step; `drift`, when given, as its learned
+    /// clock drift (otherwise the drift it had is kept).
+    public mutating func setLastStep(_ step: UInt64, forLabel label: [UInt8], drift: Int64? = nil) {
         let k = Self.key(forLabel: label)
         for i in lastSteps.indices where lastSteps[i].key == k {
             lastSteps[i].step = step
+            if let drift { lastSteps[i].drift = drift }
             return
         }
-        lastSteps.append((k, step))
+        lastSteps.append((k, step, drift ?? 0))
     }
 
     /// Drops the entries of factors the record no longer has, so the state never holds more
     /// entries than the record has factors (at most `UserRecord.maxFactors`).
     public mutating func prune(to record: UserRecord) {
-        var kept: [(key: UInt64, step: UInt64)] = []
+        var kept: [(key: UInt64, step: UInt64, drift: Int64)] = []
         for e in lastSteps where kept.count < Self.maxEntries {
             for f in record.factors where Self.key(forLabel: f.label) == e.key {
                 kept.append(e)
@@ -110,11 +122,13 @@ public struct UserState: Equatable, Sendable {
     ///  0  "PTS" 0x02          4  entry count (u16)   6  zero (u16)
     ///  8  sequence (u64)     16  record id (u64)    24  failures (u32)   28  success pid (u32)
     /// 32  locked until (i64) 40  recovery set (u64) 48  recovery used (u32) 52 zero (u32)
-    /// 56  entries: key (u64), step (u64), zero (u64) — 24 bytes each; then zeros
+    /// 56  entries: key (u64), step (u64), drift (i64) — 24 bytes each; then zeros
     /// slot end − 8: FNV-1a-64 of the header and entries (u64)
     /// ```
     /// The checksum only detects torn and foreign slots (the file is root-only); it covers the
-    /// meaningful bytes alone, so a login hashes about 100 bytes. It is the slot's LAST bytes,
+    /// meaningful bytes alone, so a login hashes about 100 bytes. An entry's third word was
+    /// written as zero before drift was learned, so an older state reads as "no drift learned",
+    /// and an older reader ignores the word. It is the slot's LAST bytes,
     /// so a write cut short (a file-size limit, a full quota) can never complete a slot: the
     /// previous state stays the valid one, and a refused attempt has changed nothing.
     static let headerSize = 56
@@ -143,6 +157,7 @@ public struct UserState: Equatable, Sendable {
         for e in lastSteps.prefix(count) {
             storeLE(&out, at, e.key, 8)
             storeLE(&out, at + 8, e.step, 8)
+            storeLE(&out, at + 16, UInt64(bitPattern: e.drift), 8)
             at += Self.entrySize
         }
         storeLE(&out, base + Self.slotSize - 8, fnv1a64(out[base..<at]), 8)
@@ -171,7 +186,10 @@ public struct UserState: Equatable, Sendable {
         state.recoveryUsed = UInt32(truncatingIfNeeded: loadLE(slot, s + 48, 4))
         var at = s + headerSize
         for _ in 0..<count {
-            state.lastSteps.append((loadLE(slot, at, 8), loadLE(slot, at + 8, 8)))
+            // A drift beyond any window (a foreign or hand-made slot) reads as none.
+            var drift = Int64(bitPattern: loadLE(slot, at + 16, 8))
+            if drift > Int64(TOTPVerifier.maxAdjacentIntervals) || drift < -Int64(TOTPVerifier.maxAdjacentIntervals) { drift = 0 }
+            state.lastSteps.append((loadLE(slot, at, 8), loadLE(slot, at + 8, 8), drift))
             at += entrySize
         }
         return state
@@ -222,7 +240,7 @@ public struct UserState: Equatable, Sendable {
                 guard f.count == 3, f[1].count == 16, let k = Hex.decode(f[1]),
                       let step = parseDecimal(f[2], limit: UInt64.max),
                       state.lastSteps.count < maxEntries else { return nil }
-                state.lastSteps.append((uint64(k), step))
+                state.lastSteps.append((uint64(k), step, 0))
             } else {
                 return nil
             }

@@ -23,6 +23,9 @@ public protocol TOTPStore: AnyObject {
     /// A user's record and state (never shown with its secrets by callers), nil if none.
     func status(user: [UInt8]) throws(MFAError) -> UserStatus?
 
+    /// Every user the store holds a record for (`totp-enroll status --all`), in byte order.
+    func users() throws(MFAError) -> [[UInt8]]
+
     /// The checks `enroll` will make, before anything is shown or a code is asked for.
     func checkEnrollable(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError)
 

@@ -26,6 +26,34 @@ extension FileStore {
         return UserStatus(record: record, state: try readState(user: user).adopted(by: record))
     }
 
+    /// The names of every user the store holds a record for, in byte order. Lock, state and
+    /// temp files (their names start with '.', which no user name may) are not records and are
+    /// left out; so is any name that cannot be a user's (FileStore.validate). Reads the
+    /// directory through a duplicate of its checked descriptor; takes no lock.
+    public func users() throws(MFAError) -> [[UInt8]] {
+        guard let dir = clibc_opendir_at(directory.raw) else {
+            throw .system(operation: "opendir store", errno: clibc_errno())
+        }
+        defer { closedir(dir) }
+        var names: [[UInt8]] = []
+        while true {
+            clibc_set_errno(0)
+            guard let entry = readdir(dir) else {
+                let e = clibc_errno()
+                if e != 0 { throw .system(operation: "readdir store", errno: e) }
+                break
+            }
+            guard let cName = clibc_dirent_name(entry) else { continue }
+            let n = strnlen(cName, Self.maxUserNameLength + 1)
+            guard n > 0, n <= Self.maxUserNameLength else { continue }
+            let name = cName.withMemoryRebound(to: UInt8.self, capacity: n) { Array(UnsafeBufferPointer(start: $0, count: n)) }
+            if (try? Self.validate(user: name)) == nil { continue }
+            names.append(name)
+        }
+        names.sort { $0.lexicographicallyPrecedes($1) }
+        return names
+    }
+
     /// The checks an enrolment will make, done before anything is shown or a code is asked
     /// for, so nobody spends a code on an enrolment that cannot be saved. `enroll` checks again
     /// under the lock.

@@ -2,8 +2,9 @@ import CPAM
 import MFACore
 
 /// The one table from an outcome to a PAM return code (README, "Error mapping"). Every error
-/// denies: only `nullok` for an unenrolled user gives PAM_IGNORE, and that is decided before
-/// the prompt in pam_sm_authenticate.
+/// denies: only `nullok` for an unenrolled user and `exempt` give PAM_IGNORE, decided before
+/// the prompt in pam_sm_authenticate (`ignored`, `exempted`); a first-login enrolment returns
+/// its own code (EnrolAtLogin.swift: PAM_SUCCESS only for a verified, saved factor).
 func pamCode(_ outcome: AuthOutcome) -> Int32 {
     switch outcome {
     case .success, .recoveryCode: return PAM_SUCCESS
@@ -49,3 +50,6 @@ func decimal<T: BinaryInteger>(_ value: T) -> Message {
     if value < 0 { digits.append(0x2D) }
     return Message(digits.reversed())
 }
+
+/// "+3", "-2", "0".
+func signed(_ value: Int64) -> Message { Message(signedDecimal(value)) }

@@ -14,15 +14,31 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     guard let pamh else { return PAM_SERVICE_ERR }
     _ = pam_fail_delay(pamh, failDelayMicroseconds)
     let options: ModuleOptions
+    // The user's groups are looked up only if the configuration has [group NAME] sections,
+    // once per login (Groups.swift).
+    var groups: UserGroups? = nil
     do throws(MFAError) {
-        options = try ModuleOptions.load(arguments(argc, argv))
+        options = try ModuleOptions.load(arguments(argc, argv), service: serviceName(pamh)) { (group) throws(MFAError) -> Bool in
+            if groups == nil {
+                guard let user = userName(pamh) else { throw .invalidUserName }
+                groups = try UserGroups(user: user)
+            }
+            return try groups?.contains(group) ?? false
+        }
     } catch {
+        if case .invalidUserName = error {
+            log(pamh, LOG_ERR, "cannot determine the user name")
+            return PAM_USER_UNKNOWN
+        }
         return finish(pamh, .failed(error), user: [], debug: true)
     }
     guard let user = userName(pamh) else {
         log(pamh, LOG_ERR, "cannot determine the user name")
         return PAM_USER_UNKNOWN
     }
+    // Exempt by a section of the configuration file: PAM_IGNORE, never PAM_SUCCESS (the line
+    // does not count; the rest of the stack decides). Logged every time.
+    if options.exempt { return exempted(pamh, user: user, options: options) }
     // Only root can read the store: everyone else (screen lockers) asks pam-totpd.
     if clibc_geteuid() != 0 { return throughDaemon(pamh, user: user, options: options) }
     // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
@@ -42,6 +58,11 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     }
     var unenrolled = false
     if case .unenrolled = login.enrollment { unenrolled = true }
+    // Enrolment at first login, where policy offers it (the deadline; sections bound it to groups).
+    if unenrolled, let until = options.enrollAtLoginUntil, !options.forwardPass,
+       let code = enrolAtLogin(pamh, user: user, options: options, until: until) {
+        return code
+    }
     if unenrolled && options.nullok && !options.forwardPass { return ignored(pamh, user: user, options: options) }
     guard var answer = prompt(pamh, Message(options.prompt)) else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
@@ -101,7 +122,7 @@ let maxCodeDigits = 8
 /// forward_pass: the digits the code took off the end of the answer. An accepted code says
 /// how many; otherwise six (the common length), so the next module still does its usual work.
 func codeLength(_ outcome: AuthOutcome) -> Int {
-    if case .success(_, _, let digits) = outcome { return digits }
+    if case .success(_, _, let digits, _) = outcome { return digits }
     return 6
 }
 
@@ -115,6 +136,21 @@ func forwardPassword(_ pamh: OpaquePointer, _ answer: [UInt8], codeLength: Int) 
 
 func ignored(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
     if options.debug { log(pamh, LOG_DEBUG, "user " + printable(user) + " has no factor; nullok") }
+    return PAM_IGNORE
+}
+
+/// A user exempt by policy: not asked for a code. With forward_pass the one question is still
+/// asked and the whole answer is the password for the next module.
+func exempted(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
+    log(pamh, LOG_NOTICE, "user " + printable(user) + " is exempt (" + printable(options.exemptBy) + "): not asked for a code")
+    if options.forwardPass {
+        guard var answer = prompt(pamh, Message(options.prompt)) else {
+            log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
+            return PAM_CONV_ERR
+        }
+        defer { wipe(&answer) }
+        forwardPassword(pamh, answer, codeLength: 0)
+    }
     return PAM_IGNORE
 }
 
@@ -133,8 +169,12 @@ public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32
 func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug: Bool) -> Int32 {
     let who = "user " + printable(user)
     switch outcome {
-    case .success(let factor, _, _):
+    case .success(let factor, _, _, let jump):
         log(pamh, LOG_INFO, "accepted code for " + who + " (factor " + printable(factor) + ")")
+        if let jump {
+            log(pamh, LOG_WARNING, "clock drift of " + who + ", factor " + printable(factor) + ", jumped from "
+                + signed(jump.from) + " to " + signed(jump.to) + " steps (check the device's clock)")
+        }
     case .recoveryCode(let remaining):
         log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")
     case .wrongCode(let replayed, let failures, let lockedUntil):

@@ -57,7 +57,9 @@ struct CallerContext {
     }
 
     /// Opens the store, creating the directory (0700) if it does not exist yet.
-    func openStore() throws -> Store {
+    func openStore() throws -> Store { try Self.openStore(at: storePath) }
+
+    static func openStore(at storePath: String) throws -> Store {
         if mkdir(storePath, 0o700) == 0 {
             // New directory: make sure umask did not matter and the owner is us.
             chmod(storePath, 0o700)

@@ -29,8 +29,11 @@ struct Enroll: ParsableCommand {
     @Option(help: ArgumentHelp("Finish with this code instead of asking for one.", valueName: "CODE"))
     var code: String?
 
-    @Option(help: "How to show the QR code in the terminal; ansi uses colours, readable on any background.")
+    @Option(help: "How to show the QR code in the terminal: utf8 (half blocks) or ansi (two cells a module), both in explicit black on white, readable on light and dark terminals; none.")
     var qr: QRStyle = .utf8
+
+    @Flag(help: "Print no secret (no QR code, key or URI) and offer no recovery codes: for scripts that give --secret and --code.")
+    var quiet = false
 
     @Option(name: .customLong("qr-svg"), help: ArgumentHelp("Also write the QR code to this new SVG file (never overwritten).", valueName: "FILE"))
     var qrSVG: String?
@@ -41,6 +44,10 @@ struct Enroll: ParsableCommand {
     @OptionGroup var otp: OTPOptions
 
     mutating func validate() throws {
+        if quiet {
+            guard secret != nil else { throw ValidationError("--quiet needs --secret: a generated key would never be shown") }
+            guard qrSVG == nil && qrPNG == nil else { throw ValidationError("--quiet writes no secret: leave out --qr-svg and --qr-png") }
+        }
         if let name {
             do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) }
         }
@@ -71,9 +78,12 @@ struct Enroll: ParsableCommand {
         if parameters != .default {
             warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
         }
-        let uri = OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(context.userName.utf8),
+        // The account shown by the app names the factor too (`alice (phone)`), so two factors of
+        // one user are told apart; the default label (USER@HOST) is shown as it is.
+        let account = name.map { context.userName + " (" + $0 + ")" } ?? label
+        let uri = OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(account.utf8),
                              secret: key, parameters: parameters)
-        if qr != .none || qrSVG != nil || qrPNG != nil {
+        if !quiet && (qr != .none || qrSVG != nil || qrPNG != nil) {
             let matrix = try QRMatrix(uri.string)
             // Files first (as the caller, docs/ARCHITECTURE.md §4.3): if one cannot be written, stop
             // before the key is shown.
@@ -85,9 +95,11 @@ struct Enroll: ParsableCommand {
             if qr == .utf8 { print(renderUTF8(matrix)) }
             if qr == .ansi { print(renderANSI(matrix)) }
         }
-        print("Key:  \(groupedKey(key))")
-        print("URI:  \(uri.string)")
-        print("")
+        if !quiet {
+            print("Key:  \(groupedKey(key))")
+            print("URI:  \(uri.string)")
+            print("")
+        }
         fflush(nil)
 
         let verifier: TOTPVerifier
@@ -119,12 +131,26 @@ struct Enroll: ParsableCommand {
                 }
                 Audit.log("enrolled factor \"\(Audit.safe(label))\"", context: context)
                 print("Enrolled factor \"\(shown(label))\" for \(context.userName).")
+                if !quiet && code == nil { try offerRecoveryCodes(store: store, context: context) }
                 return
             }
             if code != nil || attempt == Self.maxTries { break }
             warn("that code is not valid; check the time on your phone and try again (\(Self.maxTries - attempt) left)")
         }
         throw CLIError("the code did not verify; nothing was saved")
+    }
+
+    /// After an interactive enrolment: a user without recovery codes is offered a set (the
+    /// same proof covers it: the password, and a code if they had a factor, plus the new code).
+    func offerRecoveryCodes(store: Store, context: CallerContext) throws {
+        guard let status = try? store.status(user: context.user), status.record.recovery == nil else { return }
+        fflush(nil)
+        guard let answer = promptLine("You have no recovery codes (each logs you in once if you lose your phone). Make 10 now? [Y/n] "),
+              !answer.lowercased().hasPrefix("n") else {
+            print("No recovery codes made; run totp-enroll recovery-codes any time.")
+            return
+        }
+        try issueRecoveryCodes(store: store, context: context, replacing: false)
     }
 
     func groupedKey(_ key: [UInt8]) -> String {

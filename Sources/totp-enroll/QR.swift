@@ -31,23 +31,25 @@ enum QRStyle: String, CaseIterable {
 extension QRStyle: ExpressibleByArgument {}
 
 /// Renders with Unicode half blocks, two module rows per text line, with a 4-module quiet
-/// zone. Like `qrencode -t UTF8`, light modules are drawn (for the usual light-on-dark
-/// terminal), so the code reads as dark modules on a light field.
+/// zone, in explicit colours: dark modules are drawn in black on a white background
+/// (`ESC[30;47m`), so the code reads the same on light and dark terminals (a plain half-block
+/// drawing is inverted on one of them, and most scanners do not read an inverted code). Each
+/// line ends with a reset, so no colour bleeds into what follows.
 func renderUTF8(_ qr: QRMatrix) -> String {
-    let quiet = 4
+    let quiet = 4, colours = "\u{1B}[30;47m", reset = "\u{1B}[0m"
     var out = ""
     var y = -quiet
     while y < qr.width + quiet {
+        out += colours
         for x in -quiet..<(qr.width + quiet) {
-            let top = !qr.isDark(x, y), bottom = !qr.isDark(x, y + 1)
-            switch (top, bottom) {
+            switch (qr.isDark(x, y), qr.isDark(x, y + 1)) {
             case (true, true): out += "\u{2588}"
             case (true, false): out += "\u{2580}"
             case (false, true): out += "\u{2584}"
             case (false, false): out += " "
             }
         }
-        out += "\n"
+        out += reset + "\n"
         y += 2
     }
     return out

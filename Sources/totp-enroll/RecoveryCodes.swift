@@ -20,28 +20,33 @@ struct RecoveryCodes: ParsableCommand {
             throw CLIError("\(context.userName) has no factor yet: enrol one first (totp-enroll), then make recovery codes")
         }
         try Proof.require(context, store: store, code: nil)
-        var rng = SystemRandomNumberGenerator()
-        var (codes, set) = RecoverySet.generate(count: 10, using: &rng)
-        defer { for i in codes.indices { wipe(&codes[i]) } }
-        let replacing = record.recovery != nil
-        var text = "Recovery codes for \(context.userName) — each works once at the \"Verification code:\" prompt.\n"
-        text += "Store them somewhere safe now: they are not shown again\(replacing ? "; the previous codes no longer work" : "").\n\n"
-        for code in codes {
-            let s = String(decoding: code, as: UTF8.self)
-            text += "    \(s.prefix(4))-\(s.dropFirst(4).prefix(4))-\(s.dropFirst(8))\n"
-        }
-        // Only codes that reached the output replace the old ones (a full disk, a closed pipe).
-        fflush(nil)
-        if let e = writeOut(text) {
-            throw CLIError("could not write the new codes (\(String(cString: strerror(e)))): nothing was changed, the previous codes still work")
-        }
-        do {
-            _ = try storeCall { () throws(MFAError) in try store.replaceRecovery(user: context.user, accountUID: context.uid, set: set) }
-        } catch {
-            throw CLIError("\(error): the codes above were NOT saved and do not work; the previous codes still work")
-        }
-        Audit.log("made \(set.hashes.count) new recovery codes", context: context)
+        try issueRecoveryCodes(store: store, context: context, replacing: record.recovery != nil)
     }
+}
+
+/// Makes 10 new recovery codes, prints them once and only then stores their hashes (replacing
+/// any previous set). The caller has proved who it is.
+func issueRecoveryCodes(store: Store, context: CallerContext, replacing: Bool) throws {
+    var rng = SystemRandomNumberGenerator()
+    var (codes, set) = RecoverySet.generate(count: 10, using: &rng)
+    defer { for i in codes.indices { wipe(&codes[i]) } }
+    var text = "Recovery codes for \(context.userName) — each works once at the \"Verification code:\" prompt.\n"
+    text += "Store them somewhere safe now: they are not shown again\(replacing ? "; the previous codes no longer work" : "").\n\n"
+    for code in codes {
+        let s = String(decoding: code, as: UTF8.self)
+        text += "    \(s.prefix(4))-\(s.dropFirst(4).prefix(4))-\(s.dropFirst(8))\n"
+    }
+    // Only codes that reached the output replace the old ones (a full disk, a closed pipe).
+    fflush(nil)
+    if let e = writeOut(text) {
+        throw CLIError("could not write the new codes (\(String(cString: strerror(e)))): nothing was changed, the previous codes still work")
+    }
+    do {
+        _ = try storeCall { () throws(MFAError) in try store.replaceRecovery(user: context.user, accountUID: context.uid, set: set) }
+    } catch {
+        throw CLIError("\(error): the codes above were NOT saved and do not work; the previous codes still work")
+    }
+    Audit.log("made \(set.hashes.count) new recovery codes", context: context)
 }
 
 /// Writes `text` to standard output unbuffered; the errno of a failed write, or nil.
@@ -49,10 +54,10 @@ func writeOut(_ text: String) -> Int32? {
     let bytes = Array(text.utf8)
     var offset = 0
     while offset < bytes.count {
-        let n = bytes[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-        if n < 0 && errno == EINTR { continue }
-        if n <= 0 { return n < 0 ? errno : EIO }
-        offset += n
+    let n = bytes[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+    if n < 0 && errno == EINTR { continue }
+    if n <= 0 { return n < 0 ? errno : EIO }
+    offset += n
     }
     return nil
 }

@@ -212,3 +212,28 @@ final class StoreTests: XCTestCase {
         }
     }
 }
+
+/// FileStore.users: the records of the store, never its lock, state or temp files.
+final class StoreListingTests: XCTestCase {
+    func testUsersListsRecordsOnlyInByteOrder() throws {
+        let root = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(root) }
+        XCTAssertEqual(chmod(root.path, 0o700), 0)
+        let store = try Store(path: Array(root.path.utf8))
+        XCTAssertEqual(try store.users(), [])
+        let record = UserRecord(factors: [try Factor(label: Array("phone".utf8), parameters: .default, created: 1,
+                                                     secret: Array("12345678901234567890".utf8))])
+        for name in ["zoe", "Bob", "alice", "al.ice"] { try store.write(user: Array(name.utf8), record: record) }
+        var s = UserState()
+        s.failures = 1
+        let alice = Array("alice".utf8)
+        try store.withLock(user: alice) { () throws(MFAError) in try store.writeStateLocked(user: alice, state: s) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: root.appendingPathComponent(".tmp.zoe").path, contents: Data()))
+        XCTAssertEqual(try store.users().map { String(decoding: $0, as: UTF8.self) }, ["Bob", "al.ice", "alice", "zoe"])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root.appendingPathComponent(".lock.alice").path))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: root.appendingPathComponent(".state.alice").path))
+        // Listing twice gives the same (the stream is rewound, the store's descriptor untouched).
+        XCTAssertEqual(try store.users().count, 4)
+        XCTAssertNotNil(try store.read(user: alice))
+    }
+}

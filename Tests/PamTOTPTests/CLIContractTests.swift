@@ -9,9 +9,10 @@ final class CLIContractTests: XCTestCase {
     /// Subcommand → the options its --help must list (docs/ARCHITECTURE.md §5).
     let contract: [(String, [String])] = [
         ("enroll", ["--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
-                    "--qr", "--qr-svg", "--qr-png"]),
+                    "--qr", "--qr-svg", "--qr-png", "--quiet"]),
         ("code", ["--secret", "--time", "--algorithm", "--digits", "--period"]),
         ("list", ["--user"]),
+        ("status", ["--all", "--user", "--json"]),
         ("remove", ["<label>", "--user", "--code"]),
         ("recovery-codes", ["--user"]),
         ("import-google-authenticator", ["<FILE>", "--user"]),

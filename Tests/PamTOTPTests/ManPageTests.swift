@@ -9,12 +9,12 @@ import XCTest
 final class ManPageTests: XCTestCase {
     /// docs/ARCHITECTURE.md §5: the subcommands of totp-enroll. Fixed by design.
     static let subcommands = [
-        "enroll", "code", "list", "remove", "recovery-codes", "import-google-authenticator", "unlock",
+        "enroll", "code", "list", "status", "remove", "recovery-codes", "import-google-authenticator", "unlock",
     ]
     /// docs/ARCHITECTURE.md §5: the options of totp-enroll's subcommands (and --store, root only).
     static let enrollOptions = [
         "--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
-        "--qr", "--qr-svg", "--qr-png", "--time", "--store",
+        "--qr", "--qr-svg", "--qr-png", "--time", "--store", "--all", "--json", "--quiet",
     ]
 
     let modulePage = packageRoot.appendingPathComponent("man/pam_totp.8")

@@ -28,6 +28,8 @@ final class Conversation {
     var answer: [UInt8]?
     var fail = false
     var prompts: [String] = []
+    /// When set, answers each question from everything shown so far (info messages included).
+    var respond: (([String]) -> [UInt8]?)?
     init(answer: [UInt8]?) { self.answer = answer }
 }
 
@@ -44,7 +46,7 @@ private let converse: @convention(c) (Int32, UnsafeMutablePointer<UnsafePointer<
         guard let message = messages[i]?.pointee else { continue }
         conversation.prompts.append(message.msg.map { String(cString: $0) } ?? "")
         if message.msg_style == PAM_PROMPT_ECHO_OFF || message.msg_style == PAM_PROMPT_ECHO_ON,
-           let answer = conversation.answer {
+           let answer = conversation.respond.map({ $0(conversation.prompts) }) ?? conversation.answer {
             // The raw bytes, NULs included, as a C string: libpam sees up to the first NUL.
             let buffer = malloc(answer.count + 1)!.assumingMemoryBound(to: UInt8.self)
             answer.withUnsafeBufferPointer { buffer.initialize(from: $0.baseAddress!, count: answer.count) }

@@ -115,9 +115,13 @@ final class PamtesterTests: XCTestCase {
             $0.split(separator: " ").last.map { String($0.split(separator: "@").first ?? "") }
         })
         for forbidden in ["getenv", "secure_getenv", "signal", "sigaction", "pthread_create", "umask", "chdir", "fchdir",
-                          "setenv", "putenv", "fork", "system", "popen", "dlopen"] {
+                          "setenv", "putenv", "fork", "system", "popen", "dlmopen"] {
             XCTAssertFalse(importedNames.contains(forbidden), "pam_totp.so imports \(forbidden)")
         }
+        // dlopen is imported for one path only: libqrencode at a first-login enrolment
+        // (docs/ARCHITECTURE.md §5.5); EnrolAtLoginTests shows with LD_DEBUG=libs that no
+        // ordinary login loads anything.
+        XCTAssertEqual(importedNames.filter { $0.hasPrefix("dl") }.sorted(), ["dlclose", "dlopen", "dlsym"])
         XCTAssertTrue(importedNames.contains("pam_get_user"), "the check reads real import names")
         // libpam loads modules with RTLD_NOW: each import is looked up on every login (~930
         // instructions). Kernel calls go through syscall(2) alone (Sources/CLibc/shim.h); the

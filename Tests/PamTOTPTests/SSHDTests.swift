@@ -288,6 +288,16 @@ final class SSHDWorld {
         return s
     }
 
+    /// A shipped stack whose module line gets `moduleArguments` too (another sshd, store and
+    /// PAM service; `tag` names them).
+    func server(_ stack: String, moduleArguments: String, tag: String) throws -> SSHDServer {
+        let key = stack + "+" + tag
+        if let s = servers[key] { return s }
+        let s = try SSHDServer(stack: stack, world: self, moduleArguments: moduleArguments, tag: tag)
+        servers[key] = s
+        return s
+    }
+
     /// Idempotent, and safe after a partial set-up.
     func cleanup() {
         for s in servers.values { s.stop() }
@@ -357,14 +367,16 @@ final class SSHDServer {
     static let remoteCommand = "echo pam-totp-ok-$((6*7))"
     static let remoteOutput = "pam-totp-ok-42"
 
-    init(stack: String, world: SSHDWorld) throws {
+    init(stack: String, world: SSHDWorld, moduleArguments: String = "", tag: String = "") throws {
         self.stack = stack
         self.world = world
-        dir = world.root.appendingPathComponent(stack)
+        let name = tag.isEmpty ? stack : stack + "-" + tag
+        dir = world.root.appendingPathComponent(name)
         store = dir.appendingPathComponent("store")
         logURL = dir.appendingPathComponent("sshd.log")
-        service = "sshd_pamtotp_\(getpid())_" + stack.replacingOccurrences(of: "-", with: "_")
-        let shipped = try ShippedStack(stack, module: moduleURL.path, store: store.path)
+        service = "sshd_pamtotp_\(getpid())_" + name.replacingOccurrences(of: "-", with: "_")
+        let shipped = try ShippedStack(stack, module: moduleURL.path,
+                                       store: store.path + (moduleArguments.isEmpty ? "" : " " + moduleArguments))
         usesKey = shipped.sshdConfig.contains { $0.hasPrefix("AuthenticationMethods ") && $0.contains("publickey") }
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: false)
         do { try start(shipped) } catch { stop(); removeTemporaryDirectory(dir); throw error }

@@ -1,0 +1,119 @@
+import CLibc
+import CPAM
+import MFACore
+
+// Enrolment at first login (`enroll_at_login=YYYY-MM-DD`, docs/ARCHITECTURE.md §5.5): a user
+// with no factor, logging in as root-run services do (sshd, login, su, sudo), is shown a QR
+// code, the key and the URI through the conversation and asked for a code; a valid one saves
+// the factor (its step used) and the module succeeds; anything else saves nothing and fails.
+// libqrencode is dlopen'ed only here (clibc_qr_encode), so every other login keeps its cost.
+
+/// The PAM code of a first-login enrolment, or nil when none is offered (past the last day, no
+/// such account, or the record cannot take a factor): the login then goes on as for any
+/// unenrolled user.
+func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, until: Int64) -> Int32? {
+    let now = Int64(time(nil))
+    let who = "user " + printable(user)
+    guard now < until else {
+        if options.debug { log(pamh, LOG_DEBUG, "enroll_at_login ended: not offered to " + who) }
+        return nil
+    }
+    guard let account = try? lookupAccount(user) else { return nil }
+    var rng = SystemRandomNumberGenerator()
+    var enrolment = LoginEnrolment(user: account.name, host: hostName(), using: &rng)
+    let store: Store
+    do throws(MFAError) {
+        store = try Store(path: options.store)
+        try store.checkEnrollable(user: account.name, accountUID: account.uid, label: enrolment.label, secret: enrolment.secret)
+    } catch {
+        log(pamh, LOG_WARNING, "enroll_at_login not offered to " + who + ": " + describe(error))
+        return nil
+    }
+    log(pamh, LOG_NOTICE, "offering enrolment at login to " + who + " (enroll_at_login, until " + decimal(until) + ")")
+
+    var text = Message("You have no verification-code factor yet. Until ") + Message(dayText(until - 1))
+        + " (UTC) you can add one now: scan this QR code with an authenticator app"
+        + " (or type the key), then type the code it shows."
+    var lines: [[UInt8]] = [text.bytes]
+    var uri = enrolment.uri.bytes
+    var modules = [UInt8](repeating: 0, count: 177 * 177)
+    let width = withCString(Message(uri)) { clibc_qr_encode($0, &modules, Int32(modules.count)) }
+    if width > 0 {
+        lines += LoginEnrolment.halfBlockLines(modules: modules, width: Int(width))
+    } else {
+        log(pamh, LOG_WARNING, "libqrencode.so.4 could not be loaded or failed: no QR code shown to " + who)
+    }
+    var key = enrolment.groupedKey
+    lines.append(Array("Key: ".utf8) + key)
+    lines.append(Array("URI: ".utf8) + uri)
+    let shown = showInfo(pamh, lines)
+    for i in lines.indices { wipe(&lines[i]) }
+    wipe(&uri)
+    wipe(&key)
+    wipe(&modules)
+    text = ""
+    guard shown, var answer = prompt(pamh, "Verification code from your app: ") else {
+        wipe(&enrolment.secret)
+        log(pamh, LOG_ERR, "conversation failed during enrolment at login for " + who)
+        return PAM_CONV_ERR
+    }
+    defer { wipe(&answer) }
+    let code = answer.filter { $0 != 0x20 }
+    do throws(MFAError) {
+        let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
+        guard var factor = try enrolment.factor(answer: code, at: Int64(time(nil)), verifier: verifier) else {
+            wipe(&enrolment.secret)
+            log(pamh, LOG_NOTICE, "enrolment at login for " + who + " failed: the code did not verify; nothing saved")
+            return PAM_AUTH_ERR
+        }
+        defer { wipe(&factor.secret) }
+        wipe(&enrolment.secret)
+        try store.enroll(user: account.name, accountUID: account.uid, factor: factor, importedCodes: nil, using: &rng)
+        log(pamh, LOG_NOTICE, who + " enrolled factor " + printable(factor.label) + " at login (enroll_at_login)")
+        _ = showInfo(pamh, [Array("Enrolled. From now on log in with a code from your app; run totp-enroll recovery-codes for recovery codes.".utf8)])
+        return PAM_SUCCESS
+    } catch {
+        wipe(&enrolment.secret)
+        log(pamh, LOG_ERR, "enrolment at login for " + who + " failed, nothing saved: " + describe(error))
+        return PAM_AUTH_ERR
+    }
+}
+
+/// Shows `lines` as PAM_TEXT_INFO messages, several lines a message but each under libpam's
+/// 512-byte limit (PAM_MAX_MSG_SIZE). False if the conversation failed.
+func showInfo(_ pamh: OpaquePointer, _ lines: [[UInt8]]) -> Bool {
+    var chunk: [UInt8] = []
+    func flush() -> Bool {
+        defer { wipe(&chunk) }
+        if chunk.isEmpty { return true }
+        return withCString(Message(chunk)) { cpam_info(pamh, $0) } == PAM_SUCCESS
+    }
+    for line in lines {
+        let part = Array(line.prefix(500))
+        if !chunk.isEmpty && chunk.count + 1 + part.count > 500 {
+            guard flush() else { return false }
+        }
+        if !chunk.isEmpty { chunk.append(0x0A) }
+        chunk += part
+    }
+    return flush()
+}
+
+/// This host's name (the issuer shown by the app), "localhost" if it has none.
+func hostName() -> [UInt8] {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buffer, 255) == 0 else { return Array("localhost".utf8) }
+    let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+    return name.isEmpty ? Array("localhost".utf8) : Array(name.prefix(64))
+}
+
+/// "YYYY-MM-DD" of a Unix time (UTC).
+func dayText(_ t: Int64) -> [UInt8] {
+    var time = time_t(t)
+    var parts = tm()
+    guard gmtime_r(&time, &parts) != nil else { return Array("?".utf8) }
+    func two(_ v: Int32) -> [UInt8] { [0x30 &+ UInt8(truncatingIfNeeded: (v / 10) % 10), 0x30 &+ UInt8(truncatingIfNeeded: v % 10)] }
+    let year = Int(parts.tm_year) + 1900
+    let y = decimal(year).bytes
+    return y + [0x2D] + two(parts.tm_mon + 1) + [0x2D] + two(parts.tm_mday)
+}

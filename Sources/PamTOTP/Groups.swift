@@ -1,0 +1,88 @@
+import CLibc
+import MFACore
+
+// Group membership for [group NAME] sections (docs/ARCHITECTURE.md §5.4): the user's primary
+// group and supplementary groups from NSS, looked up once per login and only when the
+// configuration has a group section.
+
+/// Upper bound on a user's groups (NGROUPS_MAX on Linux is 65536).
+let maxGroups: Int32 = 65_536
+
+struct UserGroups {
+    /// The gids the user belongs to (primary first); empty for a name NSS does not know.
+    let gids: [UInt32]
+
+    init(user: [UInt8]) throws(MFAError) {
+        guard let primary = try primaryGroup(user) else {
+            gids = []
+            return
+        }
+        var name = user
+        name.append(0)
+        var count: Int32 = 32
+        while true {
+            var list = [gid_t](repeating: 0, count: Int(count))
+            var n = count
+            let rc = name.withUnsafeBufferPointer { p -> Int32 in
+                guard let base = p.baseAddress else { return -1 }
+                return base.withMemoryRebound(to: CChar.self, capacity: p.count) { getgrouplist($0, primary, &list, &n) }
+            }
+            if rc >= 0 {
+                gids = list.prefix(Int(max(0, min(n, count)))).map { UInt32($0) }
+                return
+            }
+            // Too small: n says how many are needed.
+            guard n > count, n <= maxGroups else { throw .system(operation: "getgrouplist", errno: ERANGE) }
+            count = n
+        }
+    }
+
+    /// True if the user belongs to the group named `group` (false for a group NSS does not know).
+    func contains(_ group: [UInt8]) throws(MFAError) -> Bool {
+        guard !gids.isEmpty, let gid = try groupID(group) else { return false }
+        return gids.contains(gid)
+    }
+}
+
+/// The primary gid of the account `user`, nil if there is no such account. A failed look-up
+/// throws (it must deny).
+func primaryGroup(_ user: [UInt8]) throws(MFAError) -> gid_t? {
+    var name = user
+    name.append(0)
+    var size = 4096
+    while size <= 1 << 20 {
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+        defer { buffer.deallocate() }
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>? = nil
+        let rc = name.withUnsafeBufferPointer { n -> Int32 in
+            guard let base = n.baseAddress else { return EINVAL }
+            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { getpwnam_r($0, &entry, buffer, size, &result) }
+        }
+        if rc == ERANGE { size *= 4; continue }
+        guard rc == 0 else { throw .system(operation: "getpwnam_r", errno: rc) }
+        return result == nil ? nil : entry.pw_gid
+    }
+    throw .system(operation: "getpwnam_r", errno: ERANGE)
+}
+
+/// The gid of the group named `group`, nil if NSS knows no such group.
+func groupID(_ group: [UInt8]) throws(MFAError) -> UInt32? {
+    var name = group
+    name.append(0)
+    var size = 4096
+    while size <= 1 << 20 {
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+        defer { buffer.deallocate() }
+        var entry = CLibc.group()
+        var result: UnsafeMutablePointer<CLibc.group>? = nil
+        let rc = name.withUnsafeBufferPointer { n -> Int32 in
+            guard let base = n.baseAddress else { return EINVAL }
+            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { getgrnam_r($0, &entry, buffer, size, &result) }
+        }
+        if rc == ERANGE { size *= 4; continue }
+        guard rc == 0 else { throw .system(operation: "getgrnam_r", errno: rc) }
+        return result == nil ? nil : UInt32(entry.gr_gid)
+    }
+    throw .system(operation: "getgrnam_r", errno: ERANGE)
+}

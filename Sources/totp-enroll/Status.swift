@@ -1,0 +1,243 @@
+import ArgumentParser
+import Glibc
+import MFACore
+
+/// `totp-enroll status [--all] [--user NAME] [--json]`: what the store holds for a user, or
+/// (root, `--all`) for every enrolled user — factors (label, algorithm/digits/period, created,
+/// last used, learned clock drift), recovery codes left, consecutive failures and lockout.
+/// Never a secret, in any output form. Everything goes through the store interface.
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show enrolment status: factors, drift, recovery codes, failures, lockout (never a secret).",
+        discussion: "Root sees any user (--user) or every enrolled user (--all); anyone else sees their own.")
+
+    @OptionGroup var target: TargetOptions
+
+    @Flag(help: "Every enrolled user in the store (root only).")
+    var all = false
+
+    @Flag(help: "One JSON document on standard output, for scripts and monitoring.")
+    var json = false
+
+    mutating func validate() throws {
+        if all && target.user != nil { throw ValidationError("--all and --user exclude each other") }
+    }
+
+    func run() throws {
+        if all && getuid() != 0 { throw CLIError("--all is for root only") }
+        let now = Int64(time(nil))
+        var reports: [UserReport] = []
+        var failed = false
+        if all {
+            // The store of --store, else the configured one; no account is needed to list.
+            let storePath = try target.store ?? String(decoding: siteOptions().store, as: UTF8.self)
+            let store = try CallerContext.openStore(at: storePath)
+            let names = try storeCall { () throws(MFAError) in try store.users() }
+            for name in names {
+                let report = UserReport.read(store, user: name, now: now)
+                if report.error != nil { failed = true }
+                // A record with no factor and no recovery code is not an enrolment.
+                if report.error == nil && report.status.map({ !$0.record.isEnrolled }) ?? true { continue }
+                reports.append(report)
+            }
+        } else {
+            let context = try target.context()
+            let store = try context.openStore()
+            let report = UserReport.read(store, user: context.user, now: now)
+            if report.error != nil { failed = true }
+            reports.append(report)
+        }
+        print(json ? Self.json(reports, now: now) : Self.text(reports, now: now, all: all), terminator: "")
+        if failed { throw ExitCode(1) }
+    }
+
+    // MARK: - Text
+
+    static func text(_ reports: [UserReport], now: Int64, all: Bool) -> String {
+        if reports.isEmpty { return "No enrolled users.\n" }
+        var out = ""
+        for (i, r) in reports.enumerated() {
+            if i > 0 { out += "\n" }
+            let name = shown(r.user)
+            if let error = r.error {
+                out += "\(name): cannot be read: \(error)\n"
+                continue
+            }
+            guard let status = r.status, status.record.isEnrolled else {
+                out += "\(name): no factors.\n"
+                continue
+            }
+            let record = status.record
+            let uid = record.uid.map { "uid \($0)" } ?? "uid not bound yet"
+            out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
+            var rows = [["  LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
+            for f in r.factors {
+                rows.append(["  " + shown(f.label), f.algorithm.uppercased(), "\(f.digits)", "\(f.period)s",
+                             formatTime(f.created), f.lastUsed.map(formatTime) ?? "never", driftText(f.drift, period: f.period)])
+            }
+            out += table(rows)
+            if let left = r.recoveryLeft, let total = r.recoveryTotal {
+                out += "  Recovery codes: \(left) of \(total) left.\n"
+            } else {
+                out += "  Recovery codes: none.\n"
+            }
+            out += "  Consecutive failures: \(r.failures).\n"
+            if r.lockedPermanently {
+                out += "  Locked: at the \(UserState.hardFailureCap)-failure cap, until root runs totp-enroll unlock.\n"
+            } else if let until = r.lockedUntil {
+                out += "  Locked: until \(formatTime(until)) (\(until - now) s).\n"
+            } else {
+                out += "  Locked: no.\n"
+            }
+        }
+        return out
+    }
+
+    /// "0", "+2 steps (+60 s)", "-1 step (-30 s)".
+    static func driftText(_ drift: Int64, period: UInt64) -> String {
+        if drift == 0 { return "0" }
+        let sign = drift > 0 ? "+" : "-"
+        let steps = drift.magnitude
+        return "\(sign)\(steps) step\(steps == 1 ? "" : "s") (\(sign)\(steps &* period) s)"
+    }
+
+    // MARK: - JSON
+
+    /// One JSON object, keys in a fixed order, strings escaped (JSON.string).
+    static func json(_ reports: [UserReport], now: Int64) -> String {
+        var users: [String] = []
+        for r in reports {
+            var fields: [(String, String)] = [("user", JSON.string(r.user))]
+            if let error = r.error {
+                fields.append(("error", JSON.string(Array(error.utf8))))
+                users.append(JSON.object(fields))
+                continue
+            }
+            let enrolled = r.status?.record.isEnrolled ?? false
+            fields.append(("enrolled", enrolled ? "true" : "false"))
+            fields.append(("uid", r.status?.record.uid.map { "\($0)" } ?? "null"))
+            let factors = r.factors.map { f in
+                JSON.object([
+                    ("label", JSON.string(f.label)),
+                    ("algorithm", JSON.string(Array(f.algorithm.utf8))),
+                    ("digits", "\(f.digits)"),
+                    ("period", "\(f.period)"),
+                    ("created", "\(f.created)"),
+                    ("last_used", f.lastUsed.map { "\($0)" } ?? "null"),
+                    ("last_used_step", f.lastUsedStep.map { "\($0)" } ?? "null"),
+                    ("drift_steps", "\(f.drift)"),
+                    ("drift_seconds", "\(f.drift &* Int64(f.period))"),
+                ])
+            }
+            fields.append(("factors", "[" + factors.joined(separator: ",") + "]"))
+            fields.append(("recovery_codes_left", r.recoveryLeft.map { "\($0)" } ?? "null"))
+            fields.append(("recovery_codes_total", r.recoveryTotal.map { "\($0)" } ?? "null"))
+            fields.append(("failures", "\(r.failures)"))
+            fields.append(("locked", r.lockedPermanently || r.lockedUntil != nil ? "true" : "false"))
+            fields.append(("locked_until", r.lockedUntil.map { "\($0)" } ?? "null"))
+            fields.append(("locked_at_cap", r.lockedPermanently ? "true" : "false"))
+            users.append(JSON.object(fields))
+        }
+        return JSON.object([("time", "\(now)"), ("users", "[" + users.joined(separator: ",") + "]")]) + "\n"
+    }
+}
+
+/// What `status` reports of one user, read through the store interface.
+struct UserReport {
+    struct FactorReport {
+        var label: [UInt8]
+        var algorithm: String
+        var digits: Int
+        var period: UInt64
+        var created: Int64
+        var lastUsedStep: UInt64?
+        var lastUsed: Int64?
+        var drift: Int64
+    }
+
+    var user: [UInt8]
+    var status: UserStatus?
+    var error: String?
+    var factors: [FactorReport] = []
+    var recoveryLeft: Int?
+    var recoveryTotal: Int?
+    var failures: UInt32 = 0
+    var lockedUntil: Int64?
+    var lockedPermanently = false
+
+    static func read<S: TOTPStore>(_ store: S, user: [UInt8], now: Int64) -> UserReport {
+        var r = UserReport(user: user)
+        do {
+            r.status = try storeCall { () throws(MFAError) in try store.status(user: user) }
+        } catch {
+            r.error = "\(error)"
+            return r
+        }
+        guard let status = r.status else { return r }
+        let (record, state) = (status.record, status.state)
+        for f in record.factors {
+            let step = state.lastUsedStep(of: f)
+            let time = step.flatMap { s -> Int64? in
+                let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
+                return overflow ? nil : t
+            }
+            r.factors.append(FactorReport(label: f.label, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
+                                          period: f.parameters.period, created: f.created, lastUsedStep: step,
+                                          lastUsed: time, drift: state.drift(forLabel: f.label)))
+        }
+        if let set = record.recovery {
+            let used = state.usedRecovery(set: set.id)
+            r.recoveryTotal = set.hashes.count
+            r.recoveryLeft = (0..<set.hashes.count).filter { $0 >= 32 || (used >> UInt32($0)) & 1 == 0 }.count
+        }
+        r.failures = state.failures
+        if state.failures >= UserState.hardFailureCap {
+            r.lockedPermanently = true
+        } else if state.lockedUntil > now {
+            r.lockedUntil = state.lockedUntil
+        }
+        return r
+    }
+}
+
+/// A small JSON writer: deterministic (keys in the order given), every string escaped as RFC
+/// 8259 requires, and invalid UTF-8 replaced (U+FFFD) so the document is always valid.
+enum JSON {
+    static func object(_ fields: [(String, String)]) -> String {
+        "{" + fields.map { string(Array($0.0.utf8)) + ":" + $0.1 }.joined(separator: ",") + "}"
+    }
+
+    static func string(_ bytes: [UInt8]) -> String {
+        var out = "\""
+        for scalar in String(decoding: bytes, as: UTF8.self).unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                // Control characters (C0, DEL, C1) and the line/paragraph separators, which
+                // some JavaScript parsers reject, as \u escapes.
+                let v = scalar.value
+                if v < 0x20 || (v >= 0x7F && v <= 0x9F) || v == 0x2028 || v == 0x2029 || isBidiControl(v) {
+                    out += "\\u" + hex4(v)
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+
+    /// Bidi embeddings, overrides, isolates and marks: escaped, so a label printed from the
+    /// JSON cannot reorder what a terminal shows (docs/ARCHITECTURE.md §4.11).
+    static func isBidiControl(_ v: UInt32) -> Bool {
+        v == 0x061C || v == 0x200E || v == 0x200F || (v >= 0x202A && v <= 0x202E) || (v >= 0x2066 && v <= 0x2069)
+    }
+
+    static func hex4(_ v: UInt32) -> String {
+        let digits = Array("0123456789abcdef")
+        return String([digits[Int((v >> 12) & 0xF)], digits[Int((v >> 8) & 0xF)], digits[Int((v >> 4) & 0xF)], digits[Int(v & 0xF)]])
+    }
+}
