@@ -81,7 +81,7 @@ $(VERIFY_BENCH): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Source
 	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product verify-bench
 
 $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources/*/*.map Sources/*/module.modulemap)
-	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam_totp
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam_totp --disable-local-rpath
 	strip --strip-all -o $@ $(EMBEDDED_SO)
 
 enroll:

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 
 #include <sys/syscall.h>
 
@@ -106,6 +107,20 @@ static inline int clibc_connect_unix(int fd, const char *path) {
     memcpy(a.sun_path, path, n);
     CLIBC_SYSCALL(connect, connect(fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1)),
                   fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
+}
+// This host's name (uname(2)'s nodename, what gethostname returns), NUL-terminated in `buf`.
+static inline int clibc_hostname(char *buf, size_t n) {
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__LP64__)
+    struct utsname u;
+    if (syscall(SYS_uname, &u) != 0 || n == 0) return -1;
+    size_t len = strnlen(u.nodename, sizeof u.nodename);
+    if (len >= n) len = n - 1;
+    memcpy(buf, u.nodename, len);
+    buf[len] = 0;
+    return 0;
+#else
+    return gethostname(buf, n);
+#endif
 }
 // The uid of the process that created the listening socket a connected Unix socket reached
 // (SO_PEERCRED; struct ucred spelled out, it is declared only with _GNU_SOURCE); -1 if unknown.

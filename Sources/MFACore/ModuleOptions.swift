@@ -242,6 +242,23 @@ public struct ModuleOptions: Equatable, Sendable {
         return (days + 1) * 86_400
     }
 
+    /// The UTC calendar day of a Unix time (Howard Hinnant's civil_from_days): no libc call, so
+    /// the module imports no gmtime_r for it.
+    public static func civilDay(_ unixTime: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        var days = unixTime / 86_400
+        if unixTime % 86_400 < 0 { days -= 1 }
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let day = doy - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
+        return (year, month, day)
+    }
+
     /// A flag: bare name, `=yes` or `=no`.
     static func flag(_ value: [UInt8]?) -> Bool? {
         guard let value else { return true }

@@ -102,18 +102,14 @@ func showInfo(_ pamh: OpaquePointer, _ lines: [[UInt8]]) -> Bool {
 /// This host's name (the issuer shown by the app), "localhost" if it has none.
 func hostName() -> [UInt8] {
     var buffer = [CChar](repeating: 0, count: 256)
-    guard gethostname(&buffer, 255) == 0 else { return Array("localhost".utf8) }
+    guard clibc_hostname(&buffer, 255) == 0 else { return Array("localhost".utf8) }
     let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
     return name.isEmpty ? Array("localhost".utf8) : Array(name.prefix(64))
 }
 
 /// "YYYY-MM-DD" of a Unix time (UTC).
 func dayText(_ t: Int64) -> [UInt8] {
-    var time = time_t(t)
-    var parts = tm()
-    guard gmtime_r(&time, &parts) != nil else { return Array("?".utf8) }
-    func two(_ v: Int32) -> [UInt8] { [0x30 &+ UInt8(truncatingIfNeeded: (v / 10) % 10), 0x30 &+ UInt8(truncatingIfNeeded: v % 10)] }
-    let year = Int(parts.tm_year) + 1900
-    let y = decimal(year).bytes
-    return y + [0x2D] + two(parts.tm_mon + 1) + [0x2D] + two(parts.tm_mday)
+    let (year, month, day) = ModuleOptions.civilDay(t)
+    func two(_ v: Int64) -> [UInt8] { [0x30 &+ UInt8(truncatingIfNeeded: (v / 10) % 10), 0x30 &+ UInt8(truncatingIfNeeded: v % 10)] }
+    return decimal(year).bytes + [0x2D] + two(month) + [0x2D] + two(day)
 }

@@ -272,3 +272,24 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertThrowsError(try load(["config=" + root.path]), "a directory")
     }
 }
+
+/// ModuleOptions.civilDay (the module's "YYYY-MM-DD" without gmtime_r) against Foundation's
+/// Gregorian calendar in UTC.
+final class CivilDayTests: XCTestCase {
+    func testCivilDayMatchesFoundationsCalendar() {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        var rng = SystemRandomNumberGenerator()
+        let fixed: [Int64] = [0, -1, 86_399, 86_400, -86_400, -86_401, 951_782_400 /* 2000-02-29 */, 4_107_542_399,
+                              253_402_300_799 /* 9999-12-31T23:59:59 */, -11_676_096_000 /* 1600-01-01 */]
+        // From 1600 on: Foundation's calendar is Julian before October 1582, civilDay proleptic Gregorian.
+        for t in fixed + (0..<2_000).map({ _ in Int64.random(in: -11_676_096_000...253_402_300_799, using: &rng) }) {
+            let c = calendar.dateComponents([.year, .month, .day], from: Date(timeIntervalSince1970: TimeInterval(t)))
+            let mine = ModuleOptions.civilDay(t)
+            XCTAssertEqual([mine.year, mine.month, mine.day], [Int64(c.year!), Int64(c.month!), Int64(c.day!)], "t = \(t)")
+        }
+        // The extremes do not trap.
+        _ = ModuleOptions.civilDay(Int64.max)
+        _ = ModuleOptions.civilDay(Int64.min)
+    }
+}

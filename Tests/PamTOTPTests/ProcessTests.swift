@@ -99,6 +99,10 @@ final class PamtesterTests: XCTestCase {
             XCTAssertEqual(segments.status, 0, segments.stderr)
             XCTAssertTrue(segments.stdout.contains("GNU_RELRO"), "\(binary.lastPathComponent) has no RELRO segment")
         }
+        // No RUNPATH on the module: its one dlopen (libqrencode, first-login enrolment) searches
+        // only the system's library directories, never the directory the module was loaded from.
+        let dynamic = try runCommand(["readelf", "--dynamic", "--wide", moduleURL.path])
+        XCTAssertFalse(dynamic.stdout.contains("RUNPATH") || dynamic.stdout.contains("RPATH"), dynamic.stdout)
     }
 
     /// The shipped .so exports only pam_sm_* and loads with libc and libpam alone.
@@ -129,7 +133,7 @@ final class PamtesterTests: XCTestCase {
         XCTAssertTrue(importedNames.contains("syscall"), "kernel calls go through syscall(2)")
         for wrapper in ["open", "openat", "read", "write", "pwrite", "pwrite64", "fsync", "fdatasync", "renameat",
                         "unlinkat", "flock", "close", "fstat", "fstatat", "fchmod", "geteuid", "getpid", "socket",
-                        "connect", "send", "poll", "nanosleep", "explicit_bzero"] {
+                        "connect", "send", "poll", "nanosleep", "explicit_bzero", "gethostname", "gmtime_r"] {
             XCTAssertFalse(importedNames.contains(wrapper), "pam_totp.so imports \(wrapper): use the CLibc shim")
         }
         for kept in ["time", "getpwnam_r"] {
