@@ -1,6 +1,7 @@
 import XCTest
 import TestSupport
 @testable import MFACore
+import FleetStore
 
 /// The store interface's test suite (docs/ARCHITECTURE.md §7): every rule a caller relies on,
 /// through `TOTPStore` alone, with an injected clock (explicit times) — run against each
@@ -170,5 +171,28 @@ final class FileStoreContractTests: XCTestCase {
         let path = root.appendingPathComponent("store").path
         XCTAssertEqual(mkdir(path, 0o700), 0)
         try StoreContract<Store> { try Store(path: Array(path.utf8)) }.run()
+    }
+}
+
+/// The same suite on PostgreSQL (fleet mode, docs/ARCHITECTURE.md §8): a throwaway cluster,
+/// the schema from `init-database`, the store on the owner's connection with the caller's
+/// clock (verify_at) so the suite's explicit times apply.
+final class PostgresStoreContractTests: XCTestCase {
+    func testPostgresStore() throws {
+        guard PostgresCluster.available else {
+            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
+            return
+        }
+        let cluster = try PostgresCluster()
+        defer { cluster.stop() }
+        try cluster.psql("CREATE DATABASE contract")
+        let conninfo = cluster.conninfo(database: "contract")
+        _ = try Migrator.migrate(conninfo: conninfo)
+        // The suite's own limits (a 60 s lockout) are below the database's default floor (300 s).
+        try cluster.psql("UPDATE pam_totp.settings SET min_lockout = 0", database: "contract")
+        let pool = ConnectionPool(conninfo: conninfo)
+        try StoreContract<PostgresStore> { PostgresStore(pool: pool, callerClock: true) }.run()
+        // Nothing is left behind by the suite (each part purges what it made).
+        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pam_totp.users", database: "contract"), "0")
     }
 }
