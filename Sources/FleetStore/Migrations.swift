@@ -392,8 +392,9 @@ AS $$
     FROM pam_totp.users u ORDER BY u.name
 $$;
 
--- Admin: imports one factor with its used step as it stands (import-files), and a user's
--- failure count and lockout.
+-- import-files: a user's failure count, lockout and used recovery codes, and a factor's last
+-- used step, as the file store had them. They only ever make things stricter (greatest, or),
+-- which a host could do anyway with wrong answers: granted to hosts.
 CREATE FUNCTION pam_totp.import_state(p_user text, p_failures integer, p_locked_until bigint, p_recovery_used bigint) RETURNS void
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pam_totp
@@ -422,14 +423,14 @@ GRANT EXECUTE ON FUNCTION
   pam_totp.check_enrollable(text, bigint, text, bytea),
   pam_totp.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
   pam_totp.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
-  pam_totp.remove_factor(text, bigint, text, boolean)
+  pam_totp.remove_factor(text, bigint, text, boolean),
+  pam_totp.import_state(text, integer, bigint, bigint),
+  pam_totp.import_last_step(text, text, bigint)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp.unlock(text),
   pam_totp.purge(text),
-  pam_totp.all_status(),
-  pam_totp.import_state(text, integer, bigint, bigint),
-  pam_totp.import_last_step(text, text, bigint)
+  pam_totp.all_status()
 TO pam_totp_admin;
 """####),
     ]

@@ -16,6 +16,8 @@ public struct PQError: Error, CustomStringConvertible {
     public let connectionLost: Bool
     /// The statement may have reached the server (its effect is unknown).
     public let sent: Bool
+    /// A deadline passed (as opposed to a connection refused or reset at once).
+    public var timedOut: Bool { message.hasPrefix("timed out") }
     public var description: String { message }
 }
 

@@ -107,7 +107,10 @@ public struct DaemonService<S: TOTPStore> {
         case .notRecorded: return "denied: the attempt could not be recorded"
         case .lockedOut(_, let permanent): return permanent ? "denied: locked until an admin unlocks" : "denied: temporarily locked out"
         case .unenrolled: return "denied: not enrolled"
-        case .failed: return "denied: store error"
+        case .failed(let e):
+            // A database outage says why (libpq's reason: host and port, never a password).
+            if case .daemon(let why) = e { return "denied: " + why }
+            return "denied: store error"
         }
     }
 }

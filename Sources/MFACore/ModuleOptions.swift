@@ -30,6 +30,18 @@ public struct ModuleOptions: Equatable, Sendable {
     public var forwardPass = false
     /// pam-totpd's socket: where a caller without root asks.
     public var socket: [UInt8] = ModuleOptions.defaultSocket
+    /// Where enrolments live: this host's files, or PostgreSQL through pam-totpd (fleet mode,
+    /// docs/ARCHITECTURE.md §8), which the module then asks even as root.
+    public var backend: Backend = .files
+    /// pam-totpd's libpq CONNINFO (fleet mode). Only pam-totpd uses it; only the
+    /// configuration file may set it (pam.d arguments are world-readable).
+    public var postgresql: [UInt8]? = nil
+    public static let maxConninfoLength = 4096
+
+    public enum Backend: Equatable, Sendable {
+        case files
+        case postgresql
+    }
 
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
@@ -39,7 +51,7 @@ public struct ModuleOptions: Equatable, Sendable {
     /// Settings from the pam.d arguments alone (no configuration file).
     public static func parse(_ arguments: [[UInt8]]) throws(MFAError) -> ModuleOptions {
         var o = ModuleOptions()
-        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
+        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([]), fromFile: false) }
         return o
     }
 
@@ -57,7 +69,7 @@ public struct ModuleOptions: Equatable, Sendable {
         if let text = try readConfigFile(path, required: explicit) {
             try o.applyConfig(text, file: printable(path))
         }
-        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
+        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([]), fromFile: false) }
         return o
     }
 
@@ -81,11 +93,11 @@ public struct ModuleOptions: Equatable, Sendable {
             if Self.isConfigArgument(line) {
                 throw .invalidOption(file + ":" + Message(decimalBytes(lineNumber)) + ": config= is not allowed in the file")
             }
-            try apply(line, origin: file + ":" + Message(decimalBytes(lineNumber)) + ": ")
+            try apply(line, origin: file + ":" + Message(decimalBytes(lineNumber)) + ": ", fromFile: true)
         }
     }
 
-    mutating func apply(_ arg: [UInt8], origin: Message) throws(MFAError) {
+    mutating func apply(_ arg: [UInt8], origin: Message, fromFile: Bool) throws(MFAError) {
         let eq = arg.firstIndex(of: ASCII.equals)
         let name = eq.map { Array(arg[..<$0]) } ?? arg
         let value = eq.map { Array(arg[($0 + 1)...]) }
@@ -129,6 +141,17 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad("socket must be an absolute path of at most 107 bytes")
             }
             socket = v
+        } else if equals(name, "backend") {
+            if let v = value, equals(v, "files") { backend = .files } else if let v = value, equals(v, "postgresql") {
+                backend = .postgresql
+            } else { throw bad("backend must be files or postgresql") }
+        } else if equals(name, "postgresql") {
+            // The value is never echoed: it may hold a password.
+            guard fromFile else { throw .invalidOption(origin + "postgresql= is only allowed in the configuration file") }
+            guard let v = value, !v.isEmpty, v.count <= Self.maxConninfoLength, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw .invalidOption(origin + "postgresql must be a libpq CONNINFO of 1 to 4096 printable bytes")
+            }
+            postgresql = v
         } else {
             throw bad("unknown or malformed setting")
         }

@@ -155,7 +155,8 @@ final class FleetSQLTests: XCTestCase {
              WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('host_a', p.oid, 'EXECUTE') ORDER BY p.proname
             """).split(separator: "\n").map(String.init)
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) },
-                       ["check_enrollable", "enroll", "enrolled_uid", "list_factors", "remove_factor", "replace_recovery", "user_status", "verify"])
+                       ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "remove_factor",
+                        "replace_recovery", "user_status", "verify"])
         for f in executable {
             XCTAssertFalse(f.contains("bytea"), "returns bytes: \(f)")
             XCTAssertTrue(f.contains(":true:"), "not SECURITY DEFINER: \(f)")
