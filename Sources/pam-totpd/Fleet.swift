@@ -43,14 +43,16 @@ struct ImportFiles: ParsableCommand {
         commandName: "import-files",
         abstract: "Move a file store (factors, used steps, recovery codes, failure counts) into the database.")
 
-    @Option(name: .long, help: ArgumentHelp("The configuration file naming the database (backend = postgresql).", valueName: "FILE"))
-    var config: String
+    // `--config FILE` is pam-totpd's own option (`pam-totpd import-files --config FILE DIR`
+    // parses it there): the configuration naming the database (backend = postgresql).
+    @ParentCommand var daemon: PamTOTPD
 
     @Argument(help: ArgumentHelp("The file store's directory (e.g. /var/lib/pam-totp).", valueName: "DIR"))
     var directory: String
 
     func run() throws {
         guard geteuid() == 0 else { printError("must run as root (it reads the root-only store)"); throw ExitCode.failure }
+        guard let config = daemon.config else { printError("import-files needs --config FILE (backend = postgresql)"); throw ExitCode.failure }
         guard let site = PamTOTPD.siteOptions(config) else { printError("configuration error: " + PamTOTPD.configError); throw ExitCode.failure }
         guard site.backend == .postgresql else { printError("\(config) does not say backend = postgresql"); throw ExitCode.failure }
         let store: PostgresStore
