@@ -29,12 +29,14 @@ psql -d fleet -c "UPDATE pam_totp.settings SET max_failures = 100, min_lockout =
   CREATE ROLE bench_host LOGIN; GRANT pam_totp_host TO bench_host;
   SELECT count(pam_totp.enroll('benchuser' || lpad(i::text, 4, '0'), 60000 + i, 'phone', 'sha1', 6, 30, 0, 0, '\\x$secret'))
     FROM generate_series(0, 999) i" >/dev/null
-# The 1,000 accounts exist only for the daemon: a copy of /etc/passwd with them, bind-mounted
-# over /etc/passwd in a private mount namespace (nothing on the system changes).
-cp /etc/passwd "$dir/passwd"
-for i in $(seq 0 999); do printf "benchuser%04d:x:%d:%d::/nonexistent:/usr/sbin/nologin\n" "$i" $((60000 + i)) $((60000 + i)); done >> "$dir/passwd"
+# The 1,000 accounts exist only for the daemon: a copy of /etc with them in its passwd,
+# bind-mounted over /etc in a private mount namespace (nothing on the system changes; the
+# whole directory, because a useradd elsewhere renames /etc/passwd, which would drop a mount
+# on that one file).
+cp -a /etc "$dir/etc"
+for i in $(seq 0 999); do printf "benchuser%04d:x:%d:%d::/nonexistent:/usr/sbin/nologin\n" "$i" $((60000 + i)) $((60000 + i)); done >> "$dir/etc/passwd"
 printf "backend = postgresql\npostgresql = host=%s user=bench_host dbname=fleet\nsocket = %s/socket\nmax_failures = 100\nlockout = 0\n" "$dir" "$dir" > "$dir/pam_totp.conf"
-unshare -m sh -c 'mount --bind "$1/passwd" /etc/passwd && exec "$2" --config "$1/pam_totp.conf"' sh "$dir" "$daemon" >"$dir/daemon.log" 2>&1 &
+unshare -m sh -c 'mount --bind "$1/etc" /etc && exec "$2" --config "$1/pam_totp.conf"' sh "$dir" "$daemon" >"$dir/daemon.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/socket" ] && break; sleep 0.1; done
 [ -S "$dir/socket" ] || { echo "pam-totpd did not start: $(cat "$dir/daemon.log")" >&2; exit 1; }
