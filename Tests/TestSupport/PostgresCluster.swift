@@ -92,7 +92,7 @@ public struct ClusterError: Error, CustomStringConvertible {
 }
 
 extension String {
-    func appendLine(to path: String) throws {
+    public func appendLine(to path: String) throws {
         guard let h = FileHandle(forWritingAtPath: path) else { throw ClusterError("cannot open \(path)") }
         defer { try? h.close() }
         h.seekToEndOfFile()
