@@ -10,6 +10,8 @@ public final class PostgresCluster {
     public var socketDirectory: String { directory.path }
     public var dataDirectory: String { directory.appendingPathComponent("data").path }
     public let port: Int
+    /// Runs the server under this command (`/usr/sbin/ip netns exec NS`): its network namespace.
+    public let launcher: [String]
     private var running = false
 
     /// The superuser's CONNINFO for `database`.
@@ -23,8 +25,10 @@ public final class PostgresCluster {
 
     /// Starts a new cluster. `port` only names the socket file unless `listen` is given (then
     /// it also listens there, e.g. "127.0.0.1").
-    public init(port: Int = 5432, listen: String = "", extraConfig: [String] = []) throws {
+    public init(port: Int = 5432, listen: String = "", extraConfig: [String] = [], launcher: [String] = [],
+                beforeStart: (PostgresCluster) throws -> Void = { _ in }) throws {
         self.port = port
+        self.launcher = launcher
         directory = try makeTemporaryDirectory("pamtotp-fleet-pg")
         chmod(directory.path, 0o755)
         guard let pw = getpwnam("postgres") else { throw ClusterError("no postgres system user: install postgresql-15") }
@@ -37,13 +41,14 @@ public final class PostgresCluster {
                     "log_min_messages = warning"]
         conf += extraConfig
         try (conf.joined(separator: "\n") + "\n").appendLine(to: dataDirectory + "/postgresql.conf")
+        do { try beforeStart(self) } catch { removeTemporaryDirectory(directory); throw error }
         try start()
     }
 
     public func start() throws {
         // Not through Process: the server it leaves running would inherit Foundation's
         // descriptors and waitUntilExit would never return. Every descriptor above 2 is closed.
-        let status = spawnAndWait(["/usr/sbin/runuser", "-u", "postgres", "--", Self.bin + "/pg_ctl", "-D", dataDirectory,
+        let status = spawnAndWait(launcher + ["/usr/sbin/runuser", "-u", "postgres", "--", Self.bin + "/pg_ctl", "-D", dataDirectory,
                                    "-l", directory.appendingPathComponent("log").path, "-w", "-t", "30", "start"])
         guard status == 0 else {
             let log = (try? String(contentsOfFile: directory.appendingPathComponent("log").path, encoding: .utf8)) ?? ""
