@@ -60,7 +60,7 @@ pg_statements=$(psql -d fleet -c "SELECT sum(xact_commit) FROM pg_stat_database 
   echo "(pam_totp_host), against a local PostgreSQL 15 on a Unix socket, 1,000 enrolled users (SHA-1, 6 digits, window 1)."
   echo "Each request is the module's frame on a new connection (scripts/bench-fleet-client.py), as root, 1,000 per run,"
   echo "users in turn. Accepted: every user's code of a fresh step. Wrong: 000000 (counted, no lockout)."
-  echo "The daemon makes two database calls per request (enrolled_uid, then verify)."
+  echo "The daemon makes one database call per request (pam_totp.login: the account check and the verdict in one transaction)."
   echo
   echo "| answer | concurrent clients | requests | logins/s | p50 (ms) | p99 (ms) | replies (kind:count; 0 success, 2 wrong code) |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"

@@ -35,7 +35,12 @@ public final class ConnectionPool: @unchecked Sendable {
     /// Runs `body` on a pooled connection. A lost connection is not returned to the pool, and
     /// the idle ones are dropped too.
     public func with<R>(_ body: (PQConnection) throws(PQError) -> R) throws(PQError) -> R {
-        let pooled: PQConnection? = locked { idle.popLast() }
+        var pooled: PQConnection? = locked { idle.popLast() }
+        if let p = pooled, p.looksDead {
+            // One dead means the server went away: the other idle ones are dead too.
+            pooled = nil
+            locked { idle.removeAll() }
+        }
         let c: PQConnection
         if let pooled { c = pooled } else {
             c = try PQConnection(conninfo: conninfo, timeoutMilliseconds: connectTimeoutMilliseconds,
@@ -160,17 +165,35 @@ public final class PostgresStore: TOTPStore {
         return .enrolled(FleetEnrolled(name: name))
     }
 
+    /// One login in one statement (pam_totp.login): enrolled for this account's uid, and the
+    /// verdict, in one transaction.
+    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
+                      options: ModuleOptions, process: UInt32) -> AuthOutcome {
+        guard let name = try? Self.text(user) else { return .unenrolled }
+        let uid: UInt32?
+        do throws(MFAError) { uid = try account()?.uid } catch { return .failed(error) }
+        return verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
+    }
+
     public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrolled: FleetEnrolled) -> AuthOutcome {
+        verdict(name: enrolled.name, uid: nil, answer: answer, at: unixTime, options: options)
+    }
+
+    /// verify (uid nil: `lookup` already checked the account) or login, on the database's clock
+    /// or, for tests, the caller's.
+    func verdict(name: String, uid: PQValue?, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
         // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
         let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
-        var params: [PQValue] = [.text(enrolled.name), .text(clean ? String(decoding: answer, as: UTF8.self) : "x")]
+        var params: [PQValue] = [.text(name)]
+        if let uid { params.append(uid) }
+        params.append(.text(clean ? String(decoding: answer, as: UTF8.self) : "x"))
         if callerClock { params.append(.text(String(unixTime))) }
         params += [.text(String(options.adjacentIntervals)), .text(String(options.maxFailures)),
                    .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
-        let sql = callerClock
-            ? "SELECT * FROM pam_totp.verify_at($1, $2, $3, $4, $5, $6, $7)"
-            : "SELECT * FROM pam_totp.verify($1, $2, $3, $4, $5, $6)"
+        let function = (uid == nil ? "verify" : "login") + (callerClock ? "_at" : "")
+        let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
+        let sql = "SELECT * FROM pam_totp.\(function)(\(placeholders))"
         let rows: [[String?]]
         do throws(PQError) {
             rows = try pool.write(sql, params)

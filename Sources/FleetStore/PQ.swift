@@ -118,6 +118,17 @@ public final class PQConnection: @unchecked Sendable {
 
     public var isBroken: Bool { conn == nil || PQstatus(conn) != CONNECTION_OK }
 
+    /// An idle connection with anything to read is dead or dying: the server's "terminating
+    /// connection" notice, or end of file after it was stopped or killed (an async
+    /// ParameterStatus would also count: then a healthy one is replaced, which is harmless).
+    /// Checked before a pooled connection is used, so a statement is only ever sent on a
+    /// connection that was alive, and an outage shows as a failed connect (nothing sent).
+    public var looksDead: Bool {
+        guard let c = conn, PQstatus(c) == CONNECTION_OK else { return true }
+        var p = pollfd(fd: PQsocket(c), events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, 0) != 0
+    }
+
     private func finish() {
         if let c = conn { PQfinish(c) }
         conn = nil

@@ -69,6 +69,20 @@ public struct DaemonService<S: TOTPStore> {
             }
         }
         let options = effectiveOptions(request, peer: peer)
+        if request.operation == .authenticate {
+            // One step (for a database: one statement), with the same outcomes as lookup + authenticate.
+            let outcome: AuthOutcome
+            do throws(MFAError) {
+                try FileStore<LiveSystemCalls>.validate(user: request.user)
+                let store = try openStore(options.store)
+                outcome = store.login(user: request.user, account: lookupAccount, answer: request.answer, at: now,
+                                      options: options, process: peer.pid)
+            } catch {
+                outcome = Login<S>(store: nil, enrollment: error == .invalidUserName ? .unenrolled : .failed(error))
+                    .authenticate(answer: request.answer, at: now, options: options, process: peer.pid)
+            }
+            return (.outcome(outcome), who + Self.describe(outcome))
+        }
         let login: Login<S>
         do throws(MFAError) {
             try FileStore<LiveSystemCalls>.validate(user: request.user)

@@ -45,6 +45,27 @@ class StoreContract<S: TOTPStore> {
         try recoveryCodes()
         try accountBindingAndPurge()
         try forwardPass()
+        try oneStepLogin()
+    }
+
+    /// `login` (what pam-totpd calls): lookup and verdict in one step, same outcomes.
+    func oneStepLogin() throws {
+        let s = try makeStore()
+        func account(_ uid: UInt32?) -> () throws(MFAError) -> Account? {
+            { () throws(MFAError) -> Account? in uid.map { Account(name: self.user, uid: $0) } }
+        }
+        XCTAssertEqual(s.login(user: user, account: account(uid), answer: try code(at: t0), at: t0, options: options, process: 1), .unenrolled)
+        try s.enroll(user: user, accountUID: uid, factor: try factor("phone"), importedCodes: nil, using: &rng)
+        let t1 = t0 + 30
+        XCTAssertEqual(s.login(user: user, account: account(uid), answer: try code(at: t1), at: t1, options: options, process: 1),
+                       .success(factor: Array("phone".utf8), step: UInt64(t1 / 30), digits: 6))
+        guard case .wrongCode(replayed: true, 1, nil) = s.login(user: user, account: account(uid), answer: try code(at: t1), at: t1,
+                                                                 options: options, process: 1) else { return XCTFail("replay") }
+        // Another account's uid, or no such account: not enrolled, and nothing counted.
+        XCTAssertEqual(s.login(user: user, account: account(uid + 1), answer: Array("000000".utf8), at: t1, options: options, process: 1), .unenrolled)
+        XCTAssertEqual(s.login(user: user, account: account(nil), answer: Array("000000".utf8), at: t1, options: options, process: 1), .unenrolled)
+        XCTAssertEqual(try s.status(user: user)?.state.failures, 1)
+        XCTAssertTrue(try s.purge(user: user))
     }
 
     /// Enrol, log in, replay, the enrolment's own step is used.

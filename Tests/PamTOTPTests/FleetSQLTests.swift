@@ -155,7 +155,7 @@ final class FleetSQLTests: XCTestCase {
              WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('host_a', p.oid, 'EXECUTE') ORDER BY p.proname
             """).split(separator: "\n").map(String.init)
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) },
-                       ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "remove_factor",
+                       ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "login", "remove_factor",
                         "replace_recovery", "user_status", "verify"])
         for f in executable {
             XCTAssertFalse(f.contains("bytea"), "returns bytes: \(f)")
@@ -170,6 +170,7 @@ final class FleetSQLTests: XCTestCase {
         // And as the host itself: the tables, the clock-taking verifier, hmac, unlock and purge are refused.
         for forbidden in ["SELECT secret FROM pam_totp.factors", "SELECT * FROM pam_totp.users", "SELECT * FROM pam_totp.recovery",
                           "SELECT * FROM pam_totp.verify_at('u', '123456', 0, 1, 10, 300, false)",
+                          "SELECT * FROM pam_totp.login_at('u', 0, '123456', 0, 1, 10, 300, false)",
                           "SELECT pam_totp.hotp('\\x3132333435363738393031323334353637383930'::bytea, 1, 'sha1', 6)",
                           "SELECT pam_totp_crypto.hmac('a'::bytea, 'b'::bytea, 'sha1')",
                           "SELECT * FROM pam_totp.unlock('u')", "SELECT pam_totp.purge('u')", "SELECT * FROM pam_totp.all_status()",
