@@ -86,7 +86,8 @@ public final class ConnectionPool: @unchecked Sendable {
 /// tracked in pam_totp.schema_version; a second run changes nothing.
 public enum Migrator {
     /// Applies every migration above the database's version; returns (from, to).
-    public static func migrate(conninfo: String) throws(PQError) -> (from: Int, to: Int) {
+    /// `upTo`: stop after that version (tests of an upgrade from an older schema).
+    public static func migrate(conninfo: String, upTo: Int = Int.max) throws(PQError) -> (from: Int, to: Int) {
         let c = try PQConnection(conninfo: conninfo, timeoutMilliseconds: 10_000, statementTimeoutMilliseconds: 120_000)
         _ = try c.execute("BEGIN")
         do throws(PQError) {
@@ -102,7 +103,7 @@ public enum Migrator {
             let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
             let from = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
             var to = from
-            for m in Migrations.all where m.version > from {
+            for m in Migrations.all where m.version > from && m.version <= upTo {
                 do throws(PQError) {
                     _ = try c.execute(m.sql, timeoutMilliseconds: 120_000)
                 } catch {

@@ -58,6 +58,23 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(other.from, 0)
     }
 
+    /// A database at version 1 with an enrolment and a used step is upgraded in place: the
+    /// data stays, the new function works on it.
+    func testUpgradeFromVersionOneKeepsTheData() throws {
+        try cluster.psql("CREATE DATABASE fleet_up")
+        let conninfo = cluster.conninfo(database: "fleet_up")
+        XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 1).to, 1)
+        let secret = "\\x3132333435363738393031323334353637383930"
+        try cluster.psql("SELECT pam_totp.enroll('gina', 1004, 'phone', 'sha1', 6, 30, 0, 0, '\(secret)')", database: "fleet_up")
+        XCTAssertEqual(try cluster.psql("SELECT outcome FROM pam_totp.verify_at('gina', '287082', 59, 1, 10, 300, false)", database: "fleet_up"), "success")
+        XCTAssertThrowsError(try cluster.psql("SELECT * FROM pam_totp.login_at('gina', 1004, '287082', 59, 1, 10, 300, false)", database: "fleet_up"))
+        let up = try Migrator.migrate(conninfo: conninfo)
+        XCTAssertEqual(up.from, 1)
+        XCTAssertEqual(up.to, Migrations.all.last?.version)
+        XCTAssertEqual(try cluster.psql("SELECT outcome || ' ' || replayed FROM pam_totp.login_at('gina', 1004, '287082', 59, 1, 10, 300, false)",
+                                        database: "fleet_up"), "wrong true", "the step used before the upgrade stays used")
+    }
+
     // MARK: - The SQL verifier against RFC 6238 and oathtool
 
     /// RFC 6238 Appendix B: every time, every algorithm, 8 digits; 6 digits are the last six.
