@@ -9,10 +9,18 @@ RETURNS TABLE (outcome text, label text, step bigint, digits integer, failures i
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pam_totp
 AS $$
+DECLARE
+  win integer;
+  decoy integer;
 BEGIN
-  -- Not enrolled, or enrolled for another account (a reused name): not this account's.
+  -- Not enrolled, or enrolled for another account (a reused name): not this account's. The
+  -- same HMACs as one SHA-1 factor's window are computed first, so the answer takes about as
+  -- long as an enrolled user's (docs/ARCHITECTURE.md §4.2).
   IF p_uid IS NULL OR NOT EXISTS (SELECT 1 FROM pam_totp.users u WHERE u.name = p_user AND u.uid = p_uid
                                     AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)) THEN
+    SELECT least(greatest(coalesce(p_window, 0), 0), s.max_window) INTO win FROM pam_totp.settings s;
+    SELECT sum(pam_totp.hotp('\x0000000000000000000000000000000000000000'::bytea, i, 'sha1', 6)) INTO decoy
+      FROM generate_series(0, 2 * win) i;
     RETURN QUERY SELECT 'unenrolled'::text, NULL::text, NULL::bigint, NULL::integer, 0, 0::bigint, false, NULL::integer;
     RETURN;
   END IF;
