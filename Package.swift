@@ -54,6 +54,10 @@ if !embedded {
     dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
+        // Fleet mode (docs/ARCHITECTURE.md §8): libpq (Debian: libpq-dev) and the PostgreSQL
+        // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
+        .target(name: "FleetStore", dependencies: ["MFACore", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "totp-enroll",
             dependencies: [
@@ -66,7 +70,7 @@ if !embedded {
         .executableTarget(
             name: "pam-totpd",
             dependencies: [
-                "MFACore", "CLibc",
+                "MFACore", "CLibc", "FleetStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -78,8 +82,8 @@ if !embedded {
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),
-        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "TestSupport"]),
-        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "TestSupport"]),
+        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "TestSupport", "FleetStore"]),
+        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
     products.append(.executable(name: "pam-totpd", targets: ["pam-totpd"]))

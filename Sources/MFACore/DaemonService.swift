@@ -69,6 +69,20 @@ public struct DaemonService<S: TOTPStore> {
             }
         }
         let options = effectiveOptions(request, peer: peer)
+        if request.operation == .authenticate {
+            // One step (for a database: one statement), with the same outcomes as lookup + authenticate.
+            let outcome: AuthOutcome
+            do throws(MFAError) {
+                try FileStore<LiveSystemCalls>.validate(user: request.user)
+                let store = try openStore(options.store)
+                outcome = store.login(user: request.user, account: lookupAccount, answer: request.answer, at: now,
+                                      options: options, process: peer.pid)
+            } catch {
+                outcome = Login<S>(store: nil, enrollment: error == .invalidUserName ? .unenrolled : .failed(error))
+                    .authenticate(answer: request.answer, at: now, options: options, process: peer.pid)
+            }
+            return (.outcome(outcome), who + Self.describe(outcome))
+        }
         let login: Login<S>
         do throws(MFAError) {
             try FileStore<LiveSystemCalls>.validate(user: request.user)
@@ -110,7 +124,10 @@ public struct DaemonService<S: TOTPStore> {
         case .notRecorded: return "denied: the attempt could not be recorded"
         case .lockedOut(_, let permanent): return permanent ? "denied: locked until an admin unlocks" : "denied: temporarily locked out"
         case .unenrolled: return "denied: not enrolled"
-        case .failed: return "denied: store error"
+        case .failed(let e):
+            // A database outage says why (libpq's reason: host and port, never a password).
+            if case .daemon(let why) = e { return "denied: " + why }
+            return "denied: store error"
         }
     }
 }

@@ -42,6 +42,19 @@ public struct ModuleOptions: Equatable, Sendable {
     /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
     public static let maxSectionNameLength = 256
 
+    /// Where enrolments live: this host's files, or PostgreSQL through pam-totpd (fleet mode,
+    /// docs/ARCHITECTURE.md §8), which the module then asks even as root.
+    public var backend: Backend = .files
+    /// pam-totpd's libpq CONNINFO (fleet mode). Only pam-totpd uses it; only the
+    /// configuration file may set it (pam.d arguments are world-readable).
+    public var postgresql: [UInt8]? = nil
+    public static let maxConninfoLength = 4096
+
+    public enum Backend: Equatable, Sendable {
+        case files
+        case postgresql
+    }
+
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
 
@@ -50,7 +63,7 @@ public struct ModuleOptions: Equatable, Sendable {
     /// Settings from the pam.d arguments alone (no configuration file).
     public static func parse(_ arguments: [[UInt8]]) throws(MFAError) -> ModuleOptions {
         var o = ModuleOptions()
-        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
+        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([]), fromFile: false) }
         return o
     }
 
@@ -72,7 +85,7 @@ public struct ModuleOptions: Equatable, Sendable {
         if let text = try readConfigFile(path, required: explicit) {
             try o.applyConfig(text, file: printable(path), service: service, isMember: isMember)
         }
-        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([])) }
+        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([]), fromFile: false) }
         return o
     }
 
@@ -89,7 +102,8 @@ public struct ModuleOptions: Equatable, Sendable {
     /// per-login settings and applies to members of group NAME (primary or supplementary) or to
     /// PAM service NAME; sections apply in file order, so a later one overrides an earlier one.
     /// Every line is checked, whether or not its section applies: a bad line anywhere is an
-    /// error naming FILE:LINE. `store` and `socket` (one per process) are refused in sections.
+    /// error naming FILE:LINE. `store`, `socket`, `backend` and `postgresql` (one per process) are
+    /// refused in sections.
     mutating func applyConfig(_ text: [UInt8], file: Message, service: [UInt8] = [],
                               isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) {
         var lineNumber: UInt64 = 0
@@ -121,18 +135,18 @@ public struct ModuleOptions: Equatable, Sendable {
             }
             let name = line.firstIndex(of: ASCII.equals).map { Array(line[..<$0]) } ?? line
             if let current = section {
-                if equals(name, "store") || equals(name, "socket") {
+                if equals(name, "store") || equals(name, "socket") || equals(name, "backend") || equals(name, "postgresql") {
                     throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
                                          + printable(line))
                 }
                 if current.matches {
-                    try apply(line, origin: at + ": ")
+                    try apply(line, origin: at + ": ", fromFile: true)
                     if equals(name, "exempt") { exemptBy = exempt ? current.header : [] }
                 } else {
-                    try scratch.apply(line, origin: at + ": ")
+                    try scratch.apply(line, origin: at + ": ", fromFile: true)
                 }
             } else {
-                try apply(line, origin: at + ": ")
+                try apply(line, origin: at + ": ", fromFile: true)
                 if equals(name, "exempt") { exemptBy = exempt ? at.bytes : [] }
             }
         }
@@ -160,7 +174,7 @@ public struct ModuleOptions: Equatable, Sendable {
         return (kind, name)
     }
 
-    mutating func apply(_ arg: [UInt8], origin: Message) throws(MFAError) {
+    mutating func apply(_ arg: [UInt8], origin: Message, fromFile: Bool) throws(MFAError) {
         let eq = arg.firstIndex(of: ASCII.equals)
         let name = eq.map { Array(arg[..<$0]) } ?? arg
         let value = eq.map { Array(arg[($0 + 1)...]) }
@@ -217,6 +231,17 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad("socket must be an absolute path of at most 107 bytes")
             }
             socket = v
+        } else if equals(name, "backend") {
+            if let v = value, equals(v, "files") { backend = .files } else if let v = value, equals(v, "postgresql") {
+                backend = .postgresql
+            } else { throw bad("backend must be files or postgresql") }
+        } else if equals(name, "postgresql") {
+            // The value is never echoed: it may hold a password.
+            guard fromFile else { throw .invalidOption(origin + "postgresql= is only allowed in the configuration file") }
+            guard let v = value, !v.isEmpty, v.count <= Self.maxConninfoLength, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw .invalidOption(origin + "postgresql must be a libpq CONNINFO of 1 to 4096 printable bytes")
+            }
+            postgresql = v
         } else {
             throw bad("unknown or malformed setting")
         }

@@ -45,9 +45,25 @@ public protocol TOTPStore: AnyObject {
 
     /// Removes everything held for `user`; false if there was nothing.
     func purge(user: [UInt8]) throws(MFAError) -> Bool
+
+    /// `lookup` then `authenticate` as one step (see the extension's default).
+    func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
+               options: ModuleOptions, process: UInt32) -> AuthOutcome
 }
 
 extension TOTPStore {
+    /// One login after the prompt, from the name alone (pam-totpd): `lookup`, then
+    /// `authenticate` (the decoy work for anyone not enrolled); a name enrolled for another
+    /// account is not enrolled. A store that can do both in one step (one database statement)
+    /// provides its own.
+    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
+                      options: ModuleOptions, process: UInt32) -> AuthOutcome {
+        var enrollment: Enrollment<Self>
+        do throws(MFAError) { enrollment = try lookup(user: user, account: account) } catch { enrollment = .failed(error) }
+        if case .otherAccount = enrollment { enrollment = .unenrolled }
+        return authenticate(answer: answer, at: unixTime, options: options, process: process, enrollment: enrollment)
+    }
+
     /// `lookup` with the account already known (totp-enroll, pam-totpd, tests).
     public func lookup(user: [UInt8], accountUID: UInt32?) throws(MFAError) -> Enrollment<Self> {
         try lookup(user: user) { () throws(MFAError) -> Account? in accountUID.map { Account(name: user, uid: $0) } }

@@ -8,6 +8,10 @@ import CLibc
 public struct UserStatus: Equatable {
     public var record: UserRecord
     public var state: UserState
+    public init(record: UserRecord, state: UserState) {
+        self.record = record
+        self.state = state
+    }
 }
 
 /// What `unlock` found and cleared.
@@ -16,6 +20,11 @@ public struct UnlockResult: Equatable {
     public var lockedUntil: Int64
     /// The state was unreadable and was rebuilt (every factor's steps up to now count as used).
     public var rebuilt: Bool
+    public init(failures: UInt32, lockedUntil: Int64, rebuilt: Bool) {
+        self.failures = failures
+        self.lockedUntil = lockedUntil
+        self.rebuilt = rebuilt
+    }
 }
 
 extension FileStore {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CLibc
+import FleetStore
 import Glibc
 import Logging
 import MFACore
@@ -15,8 +16,11 @@ struct PamTOTPD: ParsableCommand {
         abstract: "Answer pam_totp.so for callers without root (screen lockers) over a Unix socket.",
         discussion: """
             Runs in the foreground as root. Under systemd socket activation (LISTEN_FDS) it serves \
-            the socket it is given and exits after a minute without connections. See pam-totpd(8).
-            """)
+            the socket it is given and exits after a minute without connections. With \
+            backend = postgresql it serves the fleet's database instead of this host's files. \
+            See pam-totpd(8).
+            """,
+        subcommands: [InitDatabase.self, ImportFiles.self])
 
     @Option(name: .long, help: ArgumentHelp("The configuration file (default /etc/security/pam_totp.conf).", valueName: "FILE"))
     var config: String?
@@ -53,11 +57,25 @@ struct PamTOTPD: ParsableCommand {
         let activated = Self.activatedSocket()
         if activated != nil { limits.idleExit = .seconds(60) }
 
+        let handle: RequestHandlerFunction
+        var backendName = "store " + String(decoding: site.store, as: UTF8.self)
+        switch site.backend {
+        case .files:
+            let service = DaemonService<Store>(site: site, openStore: Self.openStore)
+            handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: lookupAccount) }
+        case .postgresql:
+            let store: PostgresStore
+            do { store = try Self.fleetStore(site: site, configPath: config, workers: limits.workers) } catch let e as SocketError {
+                throw fail(e.text)
+            }
+            let service = DaemonService<PostgresStore>(site: site, openStore: { (_: [UInt8]) throws(MFAError) -> PostgresStore in store })
+            handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: lookupAccount) }
+            backendName = "backend postgresql"
+        }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let pool = NIOThreadPool(numberOfThreads: limits.workers)
         pool.start()
-        let service = DaemonService<Store>(site: site, openStore: Self.openStore)
-        let state = ServerState(limits: limits, service: service, pool: pool, logger: logger)
+        let state = ServerState(limits: limits, handle: handle, pool: pool, logger: logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 512)
             .childChannelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
@@ -79,7 +97,7 @@ struct PamTOTPD: ParsableCommand {
         } catch {
             throw fail("cannot listen on \(socketPath): \(error)")
         }
-        logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (store \(String(decoding: site.store, as: UTF8.self)))")
+        logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (\(backendName))")
         if let idle = limits.idleExit {
             group.next().scheduleRepeatedTask(initialDelay: .seconds(10), delay: .seconds(10)) { _ in
                 if state.isIdle(for: idle) {
@@ -109,6 +127,32 @@ struct PamTOTPD: ParsableCommand {
     }
 
     static func openStore(_ path: [UInt8]) throws(MFAError) -> Store { try Store(path: path) }
+
+    /// Fleet mode: the CONNINFO checked (libpq parses it; a password in it needs a root-only
+    /// 0600 file), one connection made to prove the server is there, then the pool.
+    static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws -> PostgresStore {
+        guard let raw = site.postgresql else {
+            throw SocketError("backend = postgresql needs postgresql = CONNINFO in the configuration file")
+        }
+        let conninfo = String(decoding: raw, as: UTF8.self)
+        let checked = checkConninfo(conninfo)
+        if let error = checked.error { throw SocketError("postgresql = CONNINFO is not valid: \(error)") }
+        if checked.hasPassword {
+            let path = configPath ?? String(decoding: ModuleOptions.defaultConfigFile, as: UTF8.self)
+            var st = stat()
+            guard stat(path, &st) == 0, st.st_uid == 0, st.st_mode & 0o077 == 0 else {
+                throw SocketError("\(path) holds a database password: it must be owned by root with mode 0600 (or use passfile= or a client certificate)")
+            }
+        }
+        let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers)
+        var failure: PQError? = nil
+        do throws(PQError) { _ = try pool.read("SELECT pam_totp.enrolled_uid('')") } catch { failure = error }
+        if let e = failure {
+            throw SocketError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
+                              : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")
+        }
+        return PostgresStore(pool: pool)
+    }
 
     /// The listening socket systemd passed (LISTEN_FDS=1 for this pid: fd 3), checked to be a
     /// listening Unix stream socket; nil when not socket-activated.

@@ -34,10 +34,13 @@ struct PeerCred: Sendable {
     var gid: UInt32 = 0
 }
 
+/// One request answered: DaemonService.handle on the backend the configuration names.
+typealias RequestHandlerFunction = (DaemonRequest, PeerCredentials, Int64) -> (reply: DaemonReply, log: Message)
+
 /// Shared by every connection: the counters, the service and the worker pool.
 final class ServerState: @unchecked Sendable {
     let limits: Limits
-    let service: DaemonService<Store>
+    let handle: RequestHandlerFunction
     let pool: NIOThreadPool
     let logger: Logger
     private let lock = NIOLock()
@@ -47,9 +50,9 @@ final class ServerState: @unchecked Sendable {
     private var queuedPerUser: [UInt32: Int] = [:]
     private var lastActivity = NIODeadline.now()
 
-    init(limits: Limits, service: DaemonService<Store>, pool: NIOThreadPool, logger: Logger) {
+    init(limits: Limits, handle: @escaping RequestHandlerFunction, pool: NIOThreadPool, logger: Logger) {
         self.limits = limits
-        self.service = service
+        self.handle = handle
         self.pool = pool
         self.logger = logger
     }
@@ -220,8 +223,12 @@ final class RequestHandler: ChannelInboundHandler {
                 state.logger.warning("malformed request from uid \(credentials.uid) pid \(credentials.pid)")
                 return .outcome(.failed(.malformed("request")))
             }
-            let (reply, line) = state.service.handle(request, peer: credentials, at: Int64(time(nil)), account: lookupAccount)
-            state.logger.info("\(line.string)")
+            let (reply, line) = state.handle(request, credentials, Int64(time(nil)))
+            if case .outcome(.failed(.daemon)) = reply {
+                state.logger.error("\(line.string)")
+            } else {
+                state.logger.info("\(line.string)")
+            }
             return reply
         }
         work.whenComplete { result in

@@ -13,8 +13,14 @@ struct TargetOptions: ParsableArguments {
                                valueName: "DIR"))
     var store: String?
 
-    func context() throws -> CallerContext { try CallerContext(user: user, store: store) }
+    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf (root only).", valueName: "FILE"))
+    var config: String?
+
+    func context() throws -> CallerContext { try CallerContext(user: user, store: store, config: config) }
 }
+
+/// `--config FILE` (root only): the configuration read instead of the default file.
+nonisolated(unsafe) var siteConfigFile: String? = nil
 
 /// Who the tool acts for, and where the store is. `--user` and `--store` are honoured only
 /// when the real uid is 0 (docs/ARCHITECTURE.md §4.3): anyone else acts for themselves on the
@@ -27,11 +33,12 @@ struct CallerContext {
 
     var user: [UInt8] { Array(userName.utf8) }
 
-    init(user: String?, store: String?, requireAccount: Bool = true) throws {
+    init(user: String?, store: String?, config: String? = nil, requireAccount: Bool = true) throws {
         let realUID = getuid()
-        if (user != nil || store != nil) && realUID != 0 {
-            throw CLIError("--user and --store are for root only")
+        if (user != nil || store != nil || config != nil) && realUID != 0 {
+            throw CLIError("--user, --store and --config are for root only")
         }
+        if let config { siteConfigFile = config }
         if let user {
             if let pw = getpwnam(user), let canonical = pw.pointee.pw_name {
                 uid = pw.pointee.pw_uid
@@ -53,7 +60,16 @@ struct CallerContext {
         }
         // The store: --store (root), else store= from /etc/security/pam_totp.conf (root-owned,
         // checked), else the default — the same place the module looks.
-        if let store { storePath = store } else { storePath = String(decoding: try siteOptions().store, as: UTF8.self) }
+        if let store { storePath = store } else {
+            let site = try siteOptions()
+            // Fleet mode: enrolments live in the database, and this tool does not reach it yet.
+            // Writing the local files would look like success while no login ever reads them.
+            guard site.backend == .files else {
+                throw CLIError("this host is in fleet mode (backend = postgresql in \(siteConfigFile ?? "/etc/security/pam_totp.conf")): "
+                               + "totp-enroll cannot change enrolments in the database yet; nothing was changed (README, Fleet)")
+            }
+            storePath = String(decoding: site.store, as: UTF8.self)
+        }
     }
 
     /// Opens the store, creating the directory (0700) if it does not exist yet.
@@ -90,8 +106,9 @@ func checkEnrollable(_ store: Store, _ context: CallerContext, label: String, se
 /// unsafe file is an error here too — the module refuses every login with it, and the tool
 /// must not quietly act on another store or other limits.
 func siteOptions() throws -> ModuleOptions {
-    do { return try ModuleOptions.load([]) } catch {
-        throw CLIError("\(CLIError.text(error)); fix /etc/security/pam_totp.conf (pam_totp(8))")
+    let arguments = siteConfigFile.map { [Array(("config=" + $0).utf8)] } ?? []
+    do { return try ModuleOptions.load(arguments) } catch {
+        throw CLIError("\(CLIError.text(error)); fix \(siteConfigFile ?? "/etc/security/pam_totp.conf") (pam_totp(8))")
     }
 }
 

@@ -14,9 +14,12 @@ struct Unlock: ParsableCommand {
     @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
     var store: String?
 
+    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
+    var config: String?
+
     func run() throws {
         guard getuid() == 0 else { throw CLIError("unlock is for root only") }
-        let context = try CallerContext(user: user, store: store)
+        let context = try CallerContext(user: user, store: store, config: config)
         let now = Int64(time(nil))
         let store = try context.openStore()
         let before = try storeCall { () throws(MFAError) in try store.unlock(user: context.user, at: now) }
@@ -41,9 +44,12 @@ struct Purge: ParsableCommand {
     @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
     var store: String?
 
+    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
+    var config: String?
+
     func run() throws {
         guard getuid() == 0 else { throw CLIError("purge is for root only") }
-        let context = try CallerContext(user: user, store: store, requireAccount: false)
+        let context = try CallerContext(user: user, store: store, config: config, requireAccount: false)
         let store = try context.openStore()
         let existed = try storeCall { () throws(MFAError) in try store.purge(user: context.user) }
         if existed {

@@ -1,6 +1,7 @@
 import XCTest
 import TestSupport
 @testable import MFACore
+import FleetStore
 
 /// The store interface's test suite (docs/ARCHITECTURE.md §7): every rule a caller relies on,
 /// through `TOTPStore` alone, with an injected clock (explicit times) — run against each
@@ -44,6 +45,42 @@ class StoreContract<S: TOTPStore> {
         try recoveryCodes()
         try accountBindingAndPurge()
         try forwardPass()
+        try oneStepLogin()
+        try everyEnrolledUser()
+    }
+
+    /// `users()` (totp-enroll status --all): every enrolled name, in byte order, and nothing else.
+    func everyEnrolledUser() throws {
+        let s = try makeStore()
+        XCTAssertEqual(try s.users(), [])
+        let names = ["zoe", "Bob", "al.ice", "alice"]
+        for (i, name) in names.enumerated() {
+            try s.enroll(user: Array(name.utf8), accountUID: uid + UInt32(i), factor: try factor("phone"),
+                         importedCodes: nil, using: &rng)
+        }
+        XCTAssertEqual(try s.users().map { String(decoding: $0, as: UTF8.self) }, ["Bob", "al.ice", "alice", "zoe"])
+        for name in names { XCTAssertTrue(try s.purge(user: Array(name.utf8))) }
+        XCTAssertEqual(try s.users(), [])
+    }
+
+    /// `login` (what pam-totpd calls): lookup and verdict in one step, same outcomes.
+    func oneStepLogin() throws {
+        let s = try makeStore()
+        func account(_ uid: UInt32?) -> () throws(MFAError) -> Account? {
+            { () throws(MFAError) -> Account? in uid.map { Account(name: self.user, uid: $0) } }
+        }
+        XCTAssertEqual(s.login(user: user, account: account(uid), answer: try code(at: t0), at: t0, options: options, process: 1), .unenrolled)
+        try s.enroll(user: user, accountUID: uid, factor: try factor("phone"), importedCodes: nil, using: &rng)
+        let t1 = t0 + 30
+        XCTAssertEqual(s.login(user: user, account: account(uid), answer: try code(at: t1), at: t1, options: options, process: 1),
+                       .success(factor: Array("phone".utf8), step: UInt64(t1 / 30), digits: 6))
+        guard case .wrongCode(replayed: true, 1, nil) = s.login(user: user, account: account(uid), answer: try code(at: t1), at: t1,
+                                                                 options: options, process: 1) else { return XCTFail("replay") }
+        // Another account's uid, or no such account: not enrolled, and nothing counted.
+        XCTAssertEqual(s.login(user: user, account: account(uid + 1), answer: Array("000000".utf8), at: t1, options: options, process: 1), .unenrolled)
+        XCTAssertEqual(s.login(user: user, account: account(nil), answer: Array("000000".utf8), at: t1, options: options, process: 1), .unenrolled)
+        XCTAssertEqual(try s.status(user: user)?.state.failures, 1)
+        XCTAssertTrue(try s.purge(user: user))
     }
 
     /// Enrol, log in, replay, the enrolment's own step is used.
@@ -170,5 +207,28 @@ final class FileStoreContractTests: XCTestCase {
         let path = root.appendingPathComponent("store").path
         XCTAssertEqual(mkdir(path, 0o700), 0)
         try StoreContract<Store> { try Store(path: Array(path.utf8)) }.run()
+    }
+}
+
+/// The same suite on PostgreSQL (fleet mode, docs/ARCHITECTURE.md §8): a throwaway cluster,
+/// the schema from `init-database`, the store on the owner's connection with the caller's
+/// clock (verify_at) so the suite's explicit times apply.
+final class PostgresStoreContractTests: XCTestCase {
+    func testPostgresStore() throws {
+        guard PostgresCluster.available else {
+            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
+            return
+        }
+        let cluster = try PostgresCluster()
+        defer { cluster.stop() }
+        try cluster.psql("CREATE DATABASE contract")
+        let conninfo = cluster.conninfo(database: "contract")
+        _ = try Migrator.migrate(conninfo: conninfo)
+        // The suite's own limits (a 60 s lockout) are below the database's default floor (300 s).
+        try cluster.psql("UPDATE pam_totp.settings SET min_lockout = 0", database: "contract")
+        let pool = ConnectionPool(conninfo: conninfo)
+        try StoreContract<PostgresStore> { PostgresStore(pool: pool, callerClock: true) }.run()
+        // Nothing is left behind by the suite (each part purges what it made).
+        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pam_totp.users", database: "contract"), "0")
     }
 }

@@ -42,7 +42,7 @@ final class DaemonFixture {
 
     /// Starts pam-totpd and waits for its socket. Throws when the binary is missing or it does
     /// not come up (the test then fails, with the daemon's output in the message).
-    func start() throws {
+    func start(launcher: [String] = []) throws {
         guard FileManager.default.isExecutableFile(atPath: daemonURL.path) else {
             throw DaemonError.notBuilt(daemonURL.path)
         }
@@ -50,8 +50,9 @@ final class DaemonFixture {
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         defer { try? out.close() }
         let p = Process()
-        p.executableURL = daemonURL
-        p.arguments = ["--config", config, "--socket", socketPath]
+        // `launcher`: a command to run it under (`ip netns exec NS`), which execs it in place.
+        p.executableURL = launcher.isEmpty ? daemonURL : URL(fileURLWithPath: launcher[0])
+        p.arguments = Array(launcher.dropFirst()) + (launcher.isEmpty ? [] : [daemonURL.path]) + ["--config", config, "--socket", socketPath]
         p.standardInput = FileHandle.nullDevice
         p.standardOutput = out
         p.standardError = out

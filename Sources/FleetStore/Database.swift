@@ -1,0 +1,337 @@
+import Glibc
+import MFACore
+
+/// A small pool of libpq connections for pam-totpd's worker threads (docs/ARCHITECTURE.md §8):
+/// a worker takes an idle connection (or opens one), runs its statements and gives it back.
+/// A lost connection is dropped with every idle one (after a server restart they are all
+/// dead), so the daemon reconnects by itself on the next request.
+public final class ConnectionPool: @unchecked Sendable {
+    public let conninfo: String
+    public let connectTimeoutMilliseconds: Int
+    public let statementTimeoutMilliseconds: Int
+    private let maxIdle: Int
+    private var idle: [PQConnection] = []
+    private var mutex = pthread_mutex_t()
+
+    /// The defaults keep a whole request (connect, lookup, verify: 1 + 1.5 + 1.5 s at worst)
+    /// inside the module's 5 s deadline (docs/ARCHITECTURE.md §8).
+    public init(conninfo: String, maxIdle: Int = 4, connectTimeoutMilliseconds: Int = 1_000,
+                statementTimeoutMilliseconds: Int = 1_000) {
+        self.conninfo = conninfo
+        self.maxIdle = maxIdle
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        pthread_mutex_init(&mutex, nil)
+    }
+
+    deinit { pthread_mutex_destroy(&mutex) }
+
+    private func locked<R>(_ body: () -> R) -> R {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return body()
+    }
+
+    /// Runs `body` on a pooled connection. A lost connection is not returned to the pool, and
+    /// the idle ones are dropped too.
+    public func with<R>(_ body: (PQConnection) throws(PQError) -> R) throws(PQError) -> R {
+        var pooled: PQConnection? = locked { idle.popLast() }
+        if let p = pooled, p.looksDead {
+            // One dead means the server went away: the other idle ones are dead too.
+            pooled = nil
+            locked { idle.removeAll() }
+        }
+        let c: PQConnection
+        if let pooled { c = pooled } else {
+            c = try PQConnection(conninfo: conninfo, timeoutMilliseconds: connectTimeoutMilliseconds,
+                                 statementTimeoutMilliseconds: statementTimeoutMilliseconds)
+        }
+        do throws(PQError) {
+            let r = try body(c)
+            giveBack(c)
+            return r
+        } catch {
+            if error.connectionLost || c.isBroken {
+                locked { idle.removeAll() }
+            } else {
+                giveBack(c)
+            }
+            throw error
+        }
+    }
+
+    private func giveBack(_ c: PQConnection) {
+        guard !c.isBroken else { return }
+        locked { if idle.count < maxIdle { idle.append(c) } }
+    }
+
+    /// A statement that changes nothing: tried once more on a fresh connection if a pooled one
+    /// turned out to be dead at once (the server restarted since it was opened); never after a
+    /// timeout, which would double the wait.
+    public func read(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
+        do throws(PQError) {
+            return try with { (c) throws(PQError) in try c.execute(sql, parameters) }
+        } catch {
+            guard error.connectionLost, !error.timedOut else { throw error }
+            return try with { (c) throws(PQError) in try c.execute(sql, parameters) }
+        }
+    }
+
+    public func write(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
+        try with { (c) throws(PQError) in try c.execute(sql, parameters) }
+    }
+}
+
+/// `pam-totpd init-database`: creates or upgrades the schema, one transaction, versions
+/// tracked in pam_totp.schema_version; a second run changes nothing.
+public enum Migrator {
+    /// Applies every migration above the database's version; returns (from, to).
+    /// `upTo`: stop after that version (tests of an upgrade from an older schema).
+    public static func migrate(conninfo: String, upTo: Int = Int.max) throws(PQError) -> (from: Int, to: Int) {
+        let c = try PQConnection(conninfo: conninfo, timeoutMilliseconds: 10_000, statementTimeoutMilliseconds: 120_000)
+        _ = try c.execute("BEGIN")
+        do throws(PQError) {
+            // One migrator at a time, cluster-wide for this database.
+            _ = try c.execute("SELECT pg_advisory_xact_lock(727716180)")
+            _ = try c.execute("CREATE SCHEMA IF NOT EXISTS pam_totp")
+            _ = try c.execute("REVOKE ALL ON SCHEMA pam_totp FROM PUBLIC")
+            _ = try c.execute("""
+                CREATE TABLE IF NOT EXISTS pam_totp.schema_version (
+                  version integer PRIMARY KEY, name text NOT NULL, applied timestamptz NOT NULL DEFAULT now())
+                """)
+            _ = try c.execute("REVOKE ALL ON pam_totp.schema_version FROM PUBLIC")
+            let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
+            let from = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
+            var to = from
+            for m in Migrations.all where m.version > from && m.version <= upTo {
+                do throws(PQError) {
+                    _ = try c.execute(m.sql, timeoutMilliseconds: 120_000)
+                } catch {
+                    throw PQError(message: m.name + ": " + error.message, sqlState: error.sqlState,
+                                  connectionLost: error.connectionLost, sent: true)
+                }
+                _ = try c.execute("INSERT INTO pam_totp.schema_version (version, name) VALUES ($1, $2)",
+                                  [.text(String(m.version)), .text(m.name)])
+                to = m.version
+            }
+            _ = try c.execute("COMMIT", timeoutMilliseconds: 120_000)
+            return (from, to)
+        } catch {
+            _ = try? c.execute("ROLLBACK")
+            throw error
+        }
+    }
+}
+
+/// What `PostgresStore.lookup` keeps for `authenticate`.
+public struct FleetEnrolled {
+    let name: String
+}
+
+/// The store interface (docs/ARCHITECTURE.md §2.2) on PostgreSQL: every operation is one call of
+/// a function the schema grants to the host role; the secret, the window's HMACs, the replay
+/// guard, the failure count and the lockout never leave the database.
+public final class PostgresStore: TOTPStore {
+    public typealias Enrolled = FleetEnrolled
+    public let pool: ConnectionPool
+    /// Tests and the owner role only: verify at the caller's clock (verify_at, which a host
+    /// role may not execute). Production uses the database's clock (verify).
+    public let callerClock: Bool
+
+    public init(pool: ConnectionPool, callerClock: Bool = false) {
+        self.pool = pool
+        self.callerClock = callerClock
+    }
+
+    /// A PQError as the store's error: a message the server raised for the user
+    /// (SQLSTATE P0001) is `invalidParameters`; anything else says the database is unavailable.
+    static func mapped(_ e: PQError) -> MFAError {
+        if e.sqlState == "P0001" { return .invalidParameters(Message(Array(e.message.utf8))) }
+        if let state = e.sqlState { return .daemon(Message(Array(("database error (SQLSTATE " + state + "): " + e.message).utf8))) }
+        return .daemon(Message(Array(("database unavailable: " + e.message).utf8)))
+    }
+
+    static func text(_ bytes: [UInt8]) throws(MFAError) -> String {
+        guard let s = String(validating: bytes, as: UTF8.self), !bytes.contains(0) else { throw .invalidParameters("not valid UTF-8") }
+        return s
+    }
+
+    public func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<PostgresStore> {
+        let name = try Self.text(user)
+        let rows: [[String?]]
+        do throws(PQError) { rows = try pool.read("SELECT pam_totp.enrolled_uid($1)", [.text(name)]) } catch { throw Self.mapped(error) }
+        guard let value = rows.first?.first, let v = value, let recordUID = UInt32(v) else { return .unenrolled }
+        let uid = try account()?.uid
+        guard uid == recordUID else { return .otherAccount(recordUID: recordUID) }
+        return .enrolled(FleetEnrolled(name: name))
+    }
+
+    /// One login in one statement (pam_totp.login): enrolled for this account's uid, and the
+    /// verdict, in one transaction.
+    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
+                      options: ModuleOptions, process: UInt32) -> AuthOutcome {
+        guard let name = try? Self.text(user) else { return .unenrolled }
+        let uid: UInt32?
+        do throws(MFAError) { uid = try account()?.uid } catch { return .failed(error) }
+        return verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
+    }
+
+    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
+                             enrolled: FleetEnrolled) -> AuthOutcome {
+        verdict(name: enrolled.name, uid: nil, answer: answer, at: unixTime, options: options)
+    }
+
+    /// verify (uid nil: `lookup` already checked the account) or login, on the database's clock
+    /// or, for tests, the caller's.
+    func verdict(name: String, uid: PQValue?, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
+        // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
+        let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
+        var params: [PQValue] = [.text(name)]
+        if let uid { params.append(uid) }
+        params.append(.text(clean ? String(decoding: answer, as: UTF8.self) : "x"))
+        if callerClock { params.append(.text(String(unixTime))) }
+        params += [.text(String(options.adjacentIntervals)), .text(String(options.maxFailures)),
+                   .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
+        let function = (uid == nil ? "verify" : "login") + (callerClock ? "_at" : "")
+        let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
+        let sql = "SELECT * FROM pam_totp.\(function)(\(placeholders))"
+        let rows: [[String?]]
+        do throws(PQError) {
+            rows = try pool.write(sql, params)
+        } catch {
+            // Sent: the verdict may or may not have been recorded; denied either way.
+            return error.sent && error.sqlState == nil ? .notRecorded(Self.mapped(error)) : .failed(Self.mapped(error))
+        }
+        guard let row = rows.first, row.count == 8 else { return .failed(.daemon("database: malformed verdict")) }
+        return Self.outcome(row)
+    }
+
+    /// A verify row as an outcome: (outcome, label, step, digits, failures, locked_until,
+    /// replayed, remaining).
+    static func outcome(_ row: [String?]) -> AuthOutcome {
+        func int(_ i: Int) -> Int64? { row[i].flatMap { Int64($0) } }
+        switch row[0] {
+        case "success":
+            guard let label = row[1], let step = int(2), step >= 0, let digits = int(3) else { break }
+            return .success(factor: Array(label.utf8), step: UInt64(step), digits: Int(digits))
+        case "recovery":
+            return .recoveryCode(remaining: Int(int(7) ?? 0))
+        case "wrong":
+            let until = int(5) ?? 0
+            return .wrongCode(replayed: row[6] == "t", failures: UInt32(clamping: int(4) ?? 0), lockedUntil: until > 0 ? until : nil)
+        case "locked":
+            let until = int(5) ?? Int64.max
+            return .lockedOut(until: until, permanent: until == Int64.max)
+        case "unenrolled":
+            return .unenrolled
+        default:
+            break
+        }
+        return .failed(.daemon("database: malformed verdict"))
+    }
+
+    public func status(user: [UInt8]) throws(MFAError) -> UserStatus? {
+        let name = try Self.text(user)
+        let s: [[String?]], f: [[String?]]
+        do throws(PQError) {
+            s = try pool.read("SELECT * FROM pam_totp.user_status($1)", [.text(name)])
+            f = try pool.read("SELECT * FROM pam_totp.list_factors($1)", [.text(name)])
+        } catch { throw Self.mapped(error) }
+        guard let row = s.first, row.count == 6 else { return nil }
+        var record = UserRecord()
+        record.uid = row[0].flatMap { UInt32($0) }
+        for r in f where r.count == 6 {
+            guard let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
+                  let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
+                  let created = r[4].flatMap({ Int64($0) }) else { continue }
+            // The secret never leaves the database: a placeholder stands in for it.
+            let factor = try Factor(label: Array(label.utf8), parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
+                                    created: created, enrolledStep: 0, secret: [UInt8](repeating: 0, count: 10))
+            record.factors.append(factor)
+        }
+        var state = UserState()
+        state.failures = UInt32(clamping: row[1].flatMap { Int64($0) } ?? 0)
+        state.lockedUntil = row[2].flatMap { Int64($0) } ?? 0
+        for r in f where r.count == 6 {
+            if let label = r[0], let last = r[5].flatMap({ UInt64($0) }) { state.setLastStep(last, forLabel: Array(label.utf8)) }
+        }
+        return UserStatus(record: record, state: state)
+    }
+
+    /// Every enrolled name, in byte order (`all_status`, granted to pam_totp_admin only).
+    public func users() throws(MFAError) -> [[UInt8]] {
+        let rows: [[String?]]
+        do throws(PQError) { rows = try pool.read("SELECT name FROM pam_totp.all_status()") } catch { throw Self.mapped(error) }
+        return rows.compactMap { $0.first ?? nil }.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
+    }
+
+    public func checkEnrollable(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError) {
+        try Factor.validateNew(label: label)
+        let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
+                                 secret.map { .bytea($0) } ?? .null]
+        do throws(PQError) { _ = try pool.read("SELECT pam_totp.check_enrollable($1, $2, $3, $4)", params) } catch { throw Self.mapped(error) }
+    }
+
+    @discardableResult
+    public func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
+                                                 importedCodes: [[UInt8]]?, using generator: inout G) throws(MFAError) -> Int {
+        try Factor.validateNew(label: factor.label)
+        let name = try Self.text(user)
+        let p = factor.parameters
+        let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
+                                 .text(p.algorithm.name), .text(String(p.digits)),
+                                 .text(String(p.period)), .text(String(factor.created)), .text(String(factor.enrolledStep)),
+                                 .bytea(factor.secret)]
+        do throws(PQError) {
+            if let codes = importedCodes, !codes.isEmpty {
+                // The factor and the codes in one transaction: one statement.
+                let set = RecoverySet.hashing(codes: codes, using: &generator)
+                let rows = try pool.write("""
+                    WITH e AS (SELECT pam_totp.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9))
+                    SELECT pam_totp.replace_recovery($1, $2, $10, $11, $12, $13, $14) FROM e
+                    """, params + recoveryParameters(set) + [.textArray(codes.map { String(decoding: $0, as: UTF8.self) })])
+                return max(0, Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0)
+            }
+            _ = try pool.write("SELECT pam_totp.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
+            return 0
+        } catch { throw Self.mapped(error) }
+    }
+
+    func recoveryParameters(_ set: RecoverySet) -> [PQValue] {
+        [.text(String(Int64(bitPattern: set.id))), .text(String(set.iterations)), .bytea(set.salt), .byteaArray(set.hashes)]
+    }
+
+    public func removeFactor(user: [UInt8], accountUID: UInt32, label: [UInt8], mayRemoveLast: Bool) throws(MFAError) -> Int {
+        let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
+                                 .text(mayRemoveLast ? "true" : "false")]
+        do throws(PQError) {
+            let rows = try pool.write("SELECT pam_totp.remove_factor($1, $2, $3, $4)", params)
+            return Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
+        } catch { throw Self.mapped(error) }
+    }
+
+    public func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
+        let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID))] + recoveryParameters(set) + [.null]
+        do throws(PQError) {
+            let rows = try pool.write("SELECT pam_totp.replace_recovery($1, $2, $3, $4, $5, $6, $7)", params)
+            return (rows.first?.first.flatMap { $0 }).flatMap { Int($0) }.map { $0 >= 0 } ?? false
+        } catch { throw Self.mapped(error) }
+    }
+
+    public func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
+        let name = try Self.text(user)
+        let rows: [[String?]]
+        do throws(PQError) { rows = try pool.write("SELECT * FROM pam_totp.unlock($1)", [.text(name)]) } catch { throw Self.mapped(error) }
+        guard let r = rows.first, r.count == 2 else { throw MFAError.daemon("database: malformed reply") }
+        return UnlockResult(failures: UInt32(clamping: r[0].flatMap { Int64($0) } ?? 0),
+                            lockedUntil: r[1].flatMap { Int64($0) } ?? 0, rebuilt: false)
+    }
+
+    public func purge(user: [UInt8]) throws(MFAError) -> Bool {
+        let name = try Self.text(user)
+        do throws(PQError) {
+            let rows = try pool.write("SELECT pam_totp.purge($1)", [.text(name)])
+            return rows.first?.first.flatMap { $0 } == "t"
+        } catch { throw Self.mapped(error) }
+    }
+}

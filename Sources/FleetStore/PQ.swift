@@ -1,0 +1,254 @@
+import CLibPQ
+import Glibc
+import MFACore
+
+// A small libpq binding for pam-totpd's PostgreSQL backend (docs/ARCHITECTURE.md §8): one
+// connection per caller at a time, every wait bounded by a client-side deadline (connect and
+// each statement), so a dead or slow server costs a login at most `statementTimeout`, never
+// a hang. CONNINFO is libpq's own (keyword/value or postgresql:// URI): TLS (sslmode,
+// sslrootcert, sslcert), SCRAM and passfile all come from the system's libpq.
+
+/// A failure talking to PostgreSQL. `connectionLost`: the connection is unusable (refused,
+/// timed out, reset); otherwise the server answered with an error (`sqlState`).
+public struct PQError: Error, CustomStringConvertible {
+    public let message: String
+    public let sqlState: String?
+    public let connectionLost: Bool
+    /// The statement may have reached the server (its effect is unknown).
+    public let sent: Bool
+    /// A deadline passed (as opposed to a connection refused or reset at once).
+    public var timedOut: Bool { message.hasPrefix("timed out") }
+    public var description: String { message }
+}
+
+/// One value of a statement's text-format parameters.
+public enum PQValue {
+    case text(String)
+    case bytea([UInt8])
+    case byteaArray([[UInt8]])
+    case textArray([String])
+    case null
+
+    var literal: String? {
+        switch self {
+        case .text(let s): return s
+        case .bytea(let b): return "\\x" + hex(b)
+        case .byteaArray(let a): return "{" + a.map { "\"\\\\x" + hex($0) + "\"" }.joined(separator: ",") + "}"
+        case .textArray(let a): return "{" + a.map { "\"" + $0.replacingAll("\\", "\\\\").replacingAll("\"", "\\\"") + "\"" }.joined(separator: ",") + "}"
+        case .null: return nil
+        }
+    }
+}
+
+func hex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef".utf8)
+    var out: [UInt8] = []
+    out.reserveCapacity(bytes.count * 2)
+    for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+    return String(decoding: out, as: UTF8.self)
+}
+
+extension String {
+    func replacingAll(_ what: String, _ with: String) -> String {
+        var out = ""
+        var rest = Substring(self)
+        while let r = rest.range(of: what) {
+            out += rest[..<r.lowerBound]
+            out += with
+            rest = rest[r.upperBound...]
+        }
+        return out + rest
+    }
+}
+
+extension Substring {
+    func range(of needle: String) -> Range<Substring.Index>? {
+        guard !needle.isEmpty else { return nil }
+        var i = startIndex
+        while i < endIndex {
+            if self[i...].hasPrefix(needle) { return i..<index(i, offsetBy: needle.count) }
+            i = index(after: i)
+        }
+        return nil
+    }
+}
+
+/// Milliseconds on the monotonic clock.
+func monotonicMilliseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}
+
+/// Used by one thread at a time (a pool hands it to one worker).
+public final class PQConnection: @unchecked Sendable {
+    private var conn: OpaquePointer?
+    public let statementTimeoutMilliseconds: Int
+
+    /// Connects within `timeoutMilliseconds` (libpq's own connect_timeout as well, unless
+    /// CONNINFO sets one), then sets the server-side statement_timeout.
+    public init(conninfo: String, timeoutMilliseconds: Int = 2_000, statementTimeoutMilliseconds: Int = 3_000) throws(PQError) {
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        let deadline = monotonicMilliseconds() + Int64(timeoutMilliseconds)
+        let seconds = String(max(2, (timeoutMilliseconds + 999) / 1000))
+        // Earlier keywords are defaults: CONNINFO (expanded from dbname) overrides them.
+        let keys = ["connect_timeout", "application_name", "dbname"]
+        let values = [seconds, "pam-totpd", conninfo]
+        let c: OpaquePointer? = withCStrings(keys) { k in
+            withCStrings(values) { v in PQconnectStartParams(k, v, 1) }
+        }
+        guard let c else { throw PQError(message: "out of memory", sqlState: nil, connectionLost: true, sent: false) }
+        conn = c
+        if PQstatus(c) == CONNECTION_BAD { let e = lastError("cannot connect"); finish(); throw e }
+        var status = PGRES_POLLING_WRITING
+        while true {
+            if status == PGRES_POLLING_OK { break }
+            if status == PGRES_POLLING_FAILED { let e = lastError("cannot connect"); finish(); throw e }
+            let events = status == PGRES_POLLING_READING ? Int16(POLLIN) : Int16(POLLOUT)
+            do throws(PQError) { try wait(events, deadline: deadline, doing: "connecting") } catch { finish(); throw error }
+            status = PQconnectPoll(c)
+        }
+        do throws(PQError) {
+            _ = try execute("SELECT set_config('statement_timeout', $1, false)", [.text(String(statementTimeoutMilliseconds))],
+                            timeoutMilliseconds: timeoutMilliseconds)
+        } catch { finish(); throw error }
+    }
+
+    deinit { finish() }
+
+    public var isBroken: Bool { conn == nil || PQstatus(conn) != CONNECTION_OK }
+
+    /// An idle connection with anything to read is dead or dying: the server's "terminating
+    /// connection" notice, or end of file after it was stopped or killed (an async
+    /// ParameterStatus would also count: then a healthy one is replaced, which is harmless).
+    /// Checked before a pooled connection is used, so a statement is only ever sent on a
+    /// connection that was alive, and an outage shows as a failed connect (nothing sent).
+    public var looksDead: Bool {
+        guard let c = conn, PQstatus(c) == CONNECTION_OK else { return true }
+        var p = pollfd(fd: PQsocket(c), events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, 0) != 0
+    }
+
+    private func finish() {
+        if let c = conn { PQfinish(c) }
+        conn = nil
+    }
+
+    private func lastError(_ what: String) -> PQError {
+        var text = conn.flatMap { PQerrorMessage($0) }.map { String(cString: $0) } ?? ""
+        while text.last == "\n" || text.last == " " { text.removeLast() }
+        // libpq's messages name the host and port, never the password.
+        return PQError(message: what + (text.isEmpty ? "" : ": " + text.split(separator: "\n").joined(separator: "; ")),
+                       sqlState: nil, connectionLost: true, sent: false)
+    }
+
+    private func wait(_ events: Int16, deadline: Int64, doing what: String) throws(PQError) {
+        guard let c = conn else { throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false) }
+        while true {
+            let left = deadline - monotonicMilliseconds()
+            guard left > 0 else { throw PQError(message: "timed out " + what, sqlState: nil, connectionLost: true, sent: true) }
+            var p = pollfd(fd: PQsocket(c), events: events, revents: 0)
+            let rc = poll(&p, 1, Int32(min(left, 60_000)))
+            if rc > 0 { return }
+            if rc < 0 && errno != EINTR {
+                throw PQError(message: what + ": poll failed", sqlState: nil, connectionLost: true, sent: true)
+            }
+        }
+    }
+
+    /// Runs one statement with text parameters; returns its rows (text values, nil for NULL).
+    /// On a lost connection or timeout the connection is closed (`isBroken`).
+    public func execute(_ sql: String, _ parameters: [PQValue] = [],
+                        timeoutMilliseconds: Int? = nil) throws(PQError) -> [[String?]] {
+        guard let c = conn, PQstatus(c) == CONNECTION_OK else {
+            throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false)
+        }
+        let deadline = monotonicMilliseconds() + Int64(timeoutMilliseconds ?? statementTimeoutMilliseconds + 500)
+        let literals = parameters.map(\.literal)
+        // Without parameters: the simple protocol, which also runs a script of several
+        // statements (a migration).
+        let sentOK: Int32 = literals.isEmpty ? PQsendQuery(c, sql) : withOptionalCStrings(literals) { values in
+            PQsendQueryParams(c, sql, Int32(literals.count), nil, values, nil, nil, 0)
+        }
+        guard sentOK == 1 else { let e = lastError("cannot send"); finish(); throw e }
+        // Flush (a short statement fits the socket buffer; PQflush loops only if it did not).
+        while PQflush(c) == 1 {
+            do throws(PQError) { try wait(Int16(POLLOUT), deadline: deadline, doing: "sending") } catch { finish(); throw error }
+        }
+        var rows: [[String?]] = []
+        var failure: PQError? = nil
+        while true {
+            while PQisBusy(c) == 1 {
+                do throws(PQError) { try wait(Int16(POLLIN), deadline: deadline, doing: "waiting for the database") } catch {
+                    finish(); throw error
+                }
+                guard PQconsumeInput(c) == 1 else {
+                    var e = lastError("connection lost")
+                    e = PQError(message: e.message, sqlState: nil, connectionLost: true, sent: true)
+                    finish(); throw e
+                }
+            }
+            guard let result = PQgetResult(c) else { break }
+            defer { PQclear(result) }
+            let status = PQresultStatus(result)
+            if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK {
+                let n = PQntuples(result), m = PQnfields(result)
+                for i in 0..<n {
+                    var row: [String?] = []
+                    for j in 0..<m {
+                        row.append(PQgetisnull(result, i, j) == 1 ? nil : String(cString: PQgetvalue(result, i, j)))
+                    }
+                    rows.append(row)
+                }
+            } else if failure == nil {
+                let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+                let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "error"
+                failure = PQError(message: primary, sqlState: state, connectionLost: PQstatus(c) != CONNECTION_OK, sent: true)
+            }
+        }
+        if PQstatus(c) != CONNECTION_OK { finish() }
+        if let failure { throw failure }
+        return rows
+    }
+}
+
+/// Checks a CONNINFO without connecting: nil if libpq parses it, else libpq's message. And
+/// whether it holds a password (then its file must be root-only).
+public func checkConninfo(_ conninfo: String) -> (error: String?, hasPassword: Bool) {
+    var err: UnsafeMutablePointer<CChar>? = nil
+    guard let options = PQconninfoParse(conninfo, &err) else {
+        let text = err.map { String(cString: $0) } ?? "cannot parse"
+        if let err { PQfreemem(err) }
+        return (text.split(separator: "\n").joined(separator: "; "), false)
+    }
+    defer { PQconninfoFree(options) }
+    var hasPassword = false
+    var p = options
+    while let keyword = p.pointee.keyword {
+        if String(cString: keyword) == "password", let v = p.pointee.val, v.pointee != 0 { hasPassword = true }
+        p += 1
+    }
+    return (nil, hasPassword)
+}
+
+private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    pointers.append(nil)
+    defer { for p in pointers { free(p) } }
+    return pointers.withUnsafeBufferPointer { buffer in
+        buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { body($0) }
+    }
+}
+
+private func withOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> R) -> R {
+    let pointers: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
+    defer {
+        for p in pointers {
+            if let p { memset(p, 0, strlen(p)); free(p) }  // parameters may hold an answer
+        }
+    }
+    if pointers.isEmpty { return body(nil) }
+    return pointers.withUnsafeBufferPointer { buffer in
+        buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { body($0) }
+    }
+}

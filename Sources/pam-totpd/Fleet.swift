@@ -1,0 +1,71 @@
+import ArgumentParser
+import FleetStore
+import Glibc
+import Logging
+import MFACore
+
+/// `pam-totpd init-database --admin CONNINFO`: creates or upgrades the fleet schema
+/// (sql/migrations, embedded) and the roles pam_totp_host and pam_totp_admin; idempotent.
+struct InitDatabase: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init-database",
+        abstract: "Create or upgrade the fleet schema and the roles pam_totp_host and pam_totp_admin (idempotent).")
+
+    @Option(name: .long, help: ArgumentHelp("A libpq CONNINFO of a role that may create schemas, extensions and roles (keep passwords in ~/.pgpass, not here).", valueName: "CONNINFO"))
+    var admin: String
+
+    func run() throws {
+        SyslogLogHandler.bootstrap()
+        let logger = Logger(label: "pam-totpd")
+        if let error = checkConninfo(admin).error {
+            printError("--admin is not a valid CONNINFO: \(error)")
+            throw ExitCode.failure
+        }
+        let result: Result<(from: Int, to: Int), PQError>
+        do throws(PQError) { result = .success(try Migrator.migrate(conninfo: admin)) } catch { result = .failure(error) }
+        switch result {
+        case .success(let (from, to)):
+            let text = from == to ? "the schema is at version \(to): nothing to do"
+                : "the schema went from version \(from) to \(to)"
+            print("pam-totpd: " + text)
+            logger.notice("init-database: \(text)")
+        case .failure(let e):
+            printError("init-database failed: \(e.message)")
+            logger.error("init-database failed: \(e.message)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+/// `pam-totpd import-files --config FILE DIR`: moves a file store into the database.
+struct ImportFiles: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import-files",
+        abstract: "Move a file store (factors, used steps, recovery codes, failure counts) into the database.")
+
+    // `--config FILE` is pam-totpd's own option (`pam-totpd import-files --config FILE DIR`
+    // parses it there): the configuration naming the database (backend = postgresql).
+    @ParentCommand var daemon: PamTOTPD
+
+    @Argument(help: ArgumentHelp("The file store's directory (e.g. /var/lib/pam-totp).", valueName: "DIR"))
+    var directory: String
+
+    func run() throws {
+        guard geteuid() == 0 else { printError("must run as root (it reads the root-only store)"); throw ExitCode.failure }
+        guard let config = daemon.config else { printError("import-files needs --config FILE (backend = postgresql)"); throw ExitCode.failure }
+        guard let site = PamTOTPD.siteOptions(config) else { printError("configuration error: " + PamTOTPD.configError); throw ExitCode.failure }
+        guard site.backend == .postgresql else { printError("\(config) does not say backend = postgresql"); throw ExitCode.failure }
+        let store: PostgresStore
+        do { store = try PamTOTPD.fleetStore(site: site, configPath: config, workers: 1) } catch let e as SocketError {
+            printError(e.text); throw ExitCode.failure
+        }
+        let files: Store
+        do throws(MFAError) { files = try Store(path: Array(directory.utf8)) } catch {
+            printError("cannot open the file store \(directory): \(error)"); throw ExitCode.failure
+        }
+        let report = FileImport.run(from: files, directory: Array(directory.utf8), to: store)
+        for line in report.lines { print("pam-totpd: " + line) }
+        print("pam-totpd: imported \(report.imported) user(s), \(report.failed) failed")
+        if report.failed > 0 { throw ExitCode.failure }
+    }
+}

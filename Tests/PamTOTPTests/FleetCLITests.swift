@@ -1,0 +1,141 @@
+import FleetStore
+import Foundation
+import MFACore
+import TestSupport
+import XCTest
+
+/// pam-totpd's fleet subcommands and start-up checks as an admin runs them
+/// (docs/ARCHITECTURE.md §8): init-database twice, import-files from a real file store, and a
+/// clear error on stderr for a bad CONNINFO, an unreachable server or a password in a file
+/// others can read.
+final class FleetCLITests: XCTestCase {
+    var cluster: PostgresCluster!
+    var root: URL!
+    let db = "fleet"
+
+    override func setUpWithError() throws {
+        guard PostgresCluster.available else {
+            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
+            throw XCTSkip("no PostgreSQL")
+        }
+        guard FileManager.default.isExecutableFile(atPath: daemonURL.path) else { throw XCTSkip("pam-totpd not built") }
+        cluster = try PostgresCluster()
+        try cluster.psql("CREATE DATABASE \(db)")
+        root = try makeTemporaryDirectory("pamtotp-fleet-cli")
+    }
+
+    override func tearDown() {
+        cluster?.stop()
+        if let root { removeTemporaryDirectory(root) }
+    }
+
+    func writeConfig(_ text: String, mode: mode_t = 0o644) throws -> String {
+        let path = root.appendingPathComponent("pam_totp-\(UInt32.random(in: 0...UInt32.max)).conf").path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(path, mode), 0)
+        return path
+    }
+
+    func testInitDatabaseTwice() throws {
+        let first = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: db)])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        XCTAssertTrue(first.stdout.contains("from version 0 to \(Migrations.all.count)"), first.stdout)
+        let again = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: db)])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertTrue(again.stdout.contains("nothing to do"), again.stdout)
+        let bad = try runCommand([daemonURL.path, "init-database", "--admin", "host=\(cluster.socketDirectory) port=1 dbname=x"])
+        XCTAssertNotEqual(bad.status, 0)
+        XCTAssertTrue(bad.stderr.contains("init-database failed"), bad.stderr)
+    }
+
+    func testStartUpErrorsAreClearAndNeverEchoThePassword() throws {
+        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        let socket = root.appendingPathComponent("s").path
+        let cases: [(String, mode_t, String)] = [
+            ("backend = postgresql\n", 0o644, "needs postgresql = CONNINFO"),
+            ("backend = postgresql\npostgresql = host=x nosuchkeyword=1\n", 0o644, "not valid"),
+            ("backend = postgresql\npostgresql = host=\(root.path)/nowhere port=5999 dbname=x connect_timeout=2\n", 0o644, "cannot reach the database"),
+            ("backend = postgresql\npostgresql = \(cluster.conninfo(database: db)) password=s3cretpw\n", 0o644, "mode 0600"),
+            ("backend = postgresql\npostgresql = \(cluster.conninfo(user: "nosuchrole", database: db))\n", 0o644, "database"),
+        ]
+        for (text, mode, want) in cases {
+            let config = try writeConfig(text, mode: mode)
+            let started = Date()
+            let r = try runCommand([daemonURL.path, "--config", config, "--socket", socket])
+            XCTAssertNotEqual(r.status, 0, text)
+            XCTAssertTrue(r.stderr.contains(want), "\(text): \(r.stderr)")
+            XCTAssertFalse(r.stderr.contains("s3cretpw"), r.stderr)
+            XCTAssertLessThan(Date().timeIntervalSince(started), 8, "a bad server never hangs the start")
+        }
+        // With the password file root-only 0600 it starts (trust auth ignores the password).
+        let config = try writeConfig("backend = postgresql\npostgresql = \(cluster.conninfo(database: db)) password=s3cretpw\nsocket = \(socket)\n", mode: 0o600)
+        let p = Process()
+        p.executableURL = daemonURL
+        p.arguments = ["--config", config]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { p.terminate() }; p.waitUntilExit() }
+        XCTAssertTrue(waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: socket) }, "starts with a 0600 file")
+    }
+
+    /// A file store with a used step, a failure, recovery codes one of which is used: after
+    /// import-files the database answers exactly as the files did.
+    func testImportFilesRoundTrip() throws {
+        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        try cluster.psql("UPDATE pam_totp.settings SET min_lockout = 0, max_failures = 100", database: db)
+        let storePath = root.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(storePath, 0o700), 0)
+        let files = try Store(path: Array(storePath.utf8))
+        let secret = Array("importsecret12345678".utf8)
+        let other = Array("importsecondfactor99".utf8)
+        var rng = SplitMix64(seed: 99)
+        let user = Array("root".utf8)
+        let t = Int64(time(nil))
+        try files.enroll(user: user, accountUID: 0, factor: try Factor(label: Array("phone".utf8), parameters: .default, created: t - 600,
+                                                                      enrolledStep: UInt64((t - 600) / 30), secret: secret), using: &rng)
+        let eight = try OTPParameters(algorithm: .sha512, digits: 8, period: 60)
+        try files.enroll(user: user, accountUID: 0, factor: try Factor(label: Array("key".utf8), parameters: eight, created: t - 600,
+                                                                      enrolledStep: 0, secret: other), using: &rng)
+        let (codes, set) = RecoverySet.generate(count: 5, iterations: 1_000, using: &rng)
+        _ = try files.replaceRecovery(user: user, accountUID: 0, set: set)
+        var o = ModuleOptions()
+        o.maxFailures = 100
+        o.lockoutSeconds = 0
+        func login(_ answer: [UInt8]) throws -> AuthOutcome {
+            files.authenticate(answer: answer, at: t, options: o, process: 1, enrollment: try files.lookup(user: user, accountUID: 0))
+        }
+        let used = try TOTP.code(secret: secret, parameters: .default, at: t)
+        guard case .success = try login(used) else { return XCTFail("file store login") }
+        XCTAssertEqual(try login(codes[2]), .recoveryCode(remaining: 4))
+        guard case .wrongCode(false, 1, _) = try login(Array("000000".utf8)) else { return XCTFail("a failure") }
+        // A second user, and a record for a name no account has (reported, not imported).
+        try files.enroll(user: Array("daemon".utf8), accountUID: 1,
+                         factor: try Factor(label: Array("phone".utf8), parameters: .default, created: t, secret: other), using: &rng)
+
+        try cluster.psql("CREATE ROLE pamtotp_fleet_import LOGIN; GRANT pam_totp_host TO pamtotp_fleet_import", database: db)
+        let config = try writeConfig("backend = postgresql\npostgresql = \(cluster.conninfo(user: "pamtotp_fleet_import", database: db))\n")
+        let r = try runCommand([daemonURL.path, "import-files", "--config", config, storePath])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertTrue(r.stdout.contains("imported 2 user(s), 0 failed"), r.stdout)
+        // Again: nothing is doubled, each user is reported as already there.
+        let again = try runCommand([daemonURL.path, "import-files", "--config", config, storePath])
+        XCTAssertNotEqual(again.status, 0)
+        XCTAssertTrue(again.stdout.contains("already in the database"), again.stdout)
+
+        let fleet = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)), callerClock: true)
+        let status = try XCTUnwrap(try fleet.status(user: user))
+        XCTAssertEqual(status.record.factors.map(\.label), [Array("phone".utf8), Array("key".utf8)])
+        XCTAssertEqual(status.record.factors[1].parameters, eight)
+        XCTAssertEqual(status.state.failures, 1)
+        func fleetLogin(_ answer: [UInt8], at time: Int64 = t) throws -> AuthOutcome {
+            fleet.authenticate(answer: answer, at: time, options: o, process: 1, enrollment: try fleet.lookup(user: user, accountUID: 0))
+        }
+        guard case .wrongCode(replayed: true, _, _) = try fleetLogin(used) else { return XCTFail("the used step stays used") }
+        guard case .wrongCode = try fleetLogin(codes[2]) else { return XCTFail("the used recovery code stays used") }
+        XCTAssertEqual(try fleetLogin(codes[3]), .recoveryCode(remaining: 3))
+        XCTAssertEqual(try fleetLogin(try TOTP.code(secret: other, parameters: eight, at: t + 60), at: t + 60),
+                       .success(factor: Array("key".utf8), step: UInt64((t + 60) / 60), digits: 8), "the secrets moved intact")
+        XCTAssertEqual(try cluster.psql("SELECT uid FROM pam_totp.users WHERE name = 'daemon'", database: db), "1")
+    }
+}

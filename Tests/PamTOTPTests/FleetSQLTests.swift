@@ -1,0 +1,283 @@
+import FleetStore
+import Foundation
+import MFACore
+import TestSupport
+import XCTest
+
+/// The fleet schema on a real PostgreSQL 15 (docs/ARCHITECTURE.md §8): migrations (embedded =
+/// files, idempotent), the SQL verifier as a second implementation of RFC 6238 (vectors and
+/// random oathtool cross-checks), the catalogue (a host role reads no table and no function
+/// returns a secret), and one-time use under concurrency.
+final class FleetSQLTests: XCTestCase {
+    var cluster: PostgresCluster!
+    let db = "fleet"
+
+    override func setUpWithError() throws {
+        guard PostgresCluster.available else {
+            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
+            throw XCTSkip("no PostgreSQL")
+        }
+        cluster = try PostgresCluster()
+        try cluster.psql("CREATE DATABASE \(db)")
+        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+    }
+
+    override func tearDown() {
+        cluster?.stop()
+        cluster = nil
+    }
+
+    func sql(_ q: String, user: String = "postgres") throws -> String { try cluster.psql(q, user: user, database: db) }
+
+    // MARK: - Migrations
+
+    func testEmbeddedMigrationsAreTheFiles() throws {
+        let dir = packageRoot.appendingPathComponent("sql/migrations")
+        let files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".sql") }.sorted()
+        XCTAssertEqual(Migrations.all.map(\.name), files, "run scripts/embed-sql.sh")
+        for (m, f) in zip(Migrations.all, files) {
+            var text = try String(contentsOf: dir.appendingPathComponent(f), encoding: .utf8)
+            if text.hasSuffix("\n") { text.removeLast() }
+            XCTAssertEqual(m.sql, text, "\(f) differs from Migrations.swift: run scripts/embed-sql.sh")
+            XCTAssertEqual(m.version, Int(f.prefix(3)))
+        }
+    }
+
+    func testInitDatabaseIsIdempotent() throws {
+        // setUp applied everything once; a second run changes nothing.
+        let again = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        XCTAssertEqual(again.from, Migrations.all.last?.version)
+        XCTAssertEqual(again.to, again.from)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.schema_version"), String(Migrations.all.count))
+        XCTAssertEqual(try sql("SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolname LIKE 'pam_totp_%'"),
+                       "pam_totp_admin,pam_totp_host")
+        XCTAssertEqual(try sql("SELECT bool_and(NOT rolcanlogin) FROM pg_roles WHERE rolname LIKE 'pam_totp_%'"), "t")
+        // A second database in the same cluster: the roles exist already, which is fine.
+        try cluster.psql("CREATE DATABASE fleet2")
+        let other = try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet2"))
+        XCTAssertEqual(other.from, 0)
+    }
+
+    /// A database at version 1 with an enrolment and a used step is upgraded in place: the
+    /// data stays, the new function works on it.
+    func testUpgradeFromVersionOneKeepsTheData() throws {
+        try cluster.psql("CREATE DATABASE fleet_up")
+        let conninfo = cluster.conninfo(database: "fleet_up")
+        XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 1).to, 1)
+        let secret = "\\x3132333435363738393031323334353637383930"
+        try cluster.psql("SELECT pam_totp.enroll('gina', 1004, 'phone', 'sha1', 6, 30, 0, 0, '\(secret)')", database: "fleet_up")
+        XCTAssertEqual(try cluster.psql("SELECT outcome FROM pam_totp.verify_at('gina', '287082', 59, 1, 10, 300, false)", database: "fleet_up"), "success")
+        XCTAssertThrowsError(try cluster.psql("SELECT * FROM pam_totp.login_at('gina', 1004, '287082', 59, 1, 10, 300, false)", database: "fleet_up"))
+        let up = try Migrator.migrate(conninfo: conninfo)
+        XCTAssertEqual(up.from, 1)
+        XCTAssertEqual(up.to, Migrations.all.last?.version)
+        XCTAssertEqual(try cluster.psql("SELECT outcome || ' ' || replayed FROM pam_totp.login_at('gina', 1004, '287082', 59, 1, 10, 300, false)",
+                                        database: "fleet_up"), "wrong true", "the step used before the upgrade stays used")
+    }
+
+    // MARK: - The SQL verifier against RFC 6238 and oathtool
+
+    /// RFC 6238 Appendix B: every time, every algorithm, 8 digits; 6 digits are the last six.
+    func testSQLVerifierRFC6238Vectors() throws {
+        let keys = ["sha1": "12345678901234567890", "sha256": "12345678901234567890123456789012",
+                    "sha512": "1234567890123456789012345678901234567890123456789012345678901234"]
+        let vectors: [(Int64, String, String)] = [
+            (59, "sha1", "94287082"), (59, "sha256", "46119246"), (59, "sha512", "90693936"),
+            (1111111109, "sha1", "07081804"), (1111111109, "sha256", "68084774"), (1111111109, "sha512", "25091201"),
+            (1111111111, "sha1", "14050471"), (1111111111, "sha256", "67062674"), (1111111111, "sha512", "99943326"),
+            (1234567890, "sha1", "89005924"), (1234567890, "sha256", "91819424"), (1234567890, "sha512", "93441116"),
+            (2000000000, "sha1", "69279037"), (2000000000, "sha256", "90698825"), (2000000000, "sha512", "38618901"),
+            (20000000000, "sha1", "65353130"), (20000000000, "sha256", "77737706"), (20000000000, "sha512", "47863826"),
+        ]
+        var query: [String] = []
+        for (t, alg, _) in vectors {
+            let key = keys[alg]!
+            query.append("lpad(pam_totp.hotp(convert_to('\(key)', 'UTF8'), \(t / 30), '\(alg)', 8)::text, 8, '0') || ' ' || "
+                         + "lpad(pam_totp.hotp(convert_to('\(key)', 'UTF8'), \(t / 30), '\(alg)', 6)::text, 6, '0')")
+        }
+        let got = try sql("SELECT " + query.joined(separator: " || ',' || ")).split(separator: ",").map(String.init)
+        XCTAssertEqual(got.count, vectors.count)
+        for (i, (t, alg, want)) in vectors.enumerated() {
+            XCTAssertEqual(got[i], want + " " + want.suffix(6), "t=\(t) \(alg)")
+        }
+    }
+
+    /// Random secrets, times, algorithms, digits and periods: SQL, MFACore and oathtool agree.
+    func testSQLVerifierAgainstOathtoolAndMFACore() throws {
+        var rng = SplitMix64(seed: 0xF1EE7)
+        var cases: [(secret: [UInt8], t: Int64, alg: HashAlgorithm, digits: Int, period: UInt64)] = []
+        for _ in 0..<60 {
+            let length = 10 + Int(rng.next() % 55)
+            let secret = (0..<length).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            let alg: HashAlgorithm = [.sha1, .sha256, .sha512][Int(rng.next() % 3)]
+            let digits = rng.next() % 2 == 0 ? 6 : 8
+            let period: UInt64 = [30, 60, 15][Int(rng.next() % 3)]
+            cases.append((secret, Int64(rng.next() % 4_000_000_000), alg, digits, period))
+        }
+        let query = cases.map { c in
+            "lpad(pam_totp.hotp('\\x\(TestSupport.hex(c.secret))'::bytea, \(UInt64(c.t) / c.period), '\(c.alg.name)', \(c.digits))::text, \(c.digits), '0')"
+        }.joined(separator: " || ',' || ")
+        let fromSQL = try sql("SELECT " + query).split(separator: ",").map(String.init)
+        XCTAssertEqual(fromSQL.count, cases.count)
+        for (i, c) in cases.enumerated() {
+            let o = try runCommand(["oathtool", "--totp=\(c.alg.name)", "--digits=\(c.digits)", "--time-step-size=\(c.period)s",
+                                    "-N", "@\(c.t)", TestSupport.hex(c.secret)])
+            XCTAssertEqual(o.status, 0, o.stderr)
+            let mine = try TOTP.code(secret: c.secret, parameters: try OTPParameters(algorithm: c.alg, digits: c.digits, period: c.period), at: c.t)
+            XCTAssertEqual(fromSQL[i], o.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "case \(i) \(c.alg) \(c.digits)")
+            XCTAssertEqual(fromSQL[i], String(decoding: mine, as: UTF8.self), "case \(i)")
+        }
+    }
+
+    func testSQLPBKDF2MatchesMFACore() throws {
+        // RFC 7914 §11's PBKDF2-HMAC-SHA-256 vector, and MFACore's recovery-code hash.
+        XCTAssertEqual(try sql("SELECT encode(pam_totp.pbkdf2_sha256('passwd'::bytea, 'salt'::bytea, 1), 'hex')"),
+                       "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc")
+        let salt = Array("0123456789abcdef".utf8)
+        let mine = pbkdf2SHA256(password: Array("123456789012".utf8), salt: salt, iterations: 1000)
+        XCTAssertEqual(try sql("SELECT encode(pam_totp.pbkdf2_sha256('123456789012'::bytea, '\\x\(TestSupport.hex(salt))'::bytea, 1000), 'hex')"),
+                       TestSupport.hex(mine))
+    }
+
+    // MARK: - The catalogue: a host can ask, never read
+
+    func makeHost(_ name: String, role: String = "pam_totp_host") throws {
+        try sql("CREATE ROLE \(name) LOGIN; GRANT \(role) TO \(name)")
+    }
+
+    func testHostRoleReadsNoTableAndNoFunctionReturnsASecret() throws {
+        try makeHost("host_a")
+        try makeHost("admin_a", role: "pam_totp_admin")
+        // Every relation outside the system catalogues, every column: no SELECT (nor anything
+        // else) for the host or admin role, or for a login role holding them.
+        for who in ["pam_totp_host", "pam_totp_admin", "host_a", "admin_a"] {
+            XCTAssertEqual(try sql("""
+                SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+                   AND (has_table_privilege('\(who)', c.oid, 'SELECT') OR has_table_privilege('\(who)', c.oid, 'INSERT')
+                        OR has_table_privilege('\(who)', c.oid, 'UPDATE') OR has_table_privilege('\(who)', c.oid, 'DELETE'))
+                """), "0", "\(who) has a privilege on a relation")
+            XCTAssertEqual(try sql("""
+                SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname LIKE 'pam_totp%' AND a.attnum > 0 AND NOT a.attisdropped
+                   AND has_column_privilege('\(who)', c.oid, a.attnum, 'SELECT')
+                """), "0", "\(who) can select a column")
+        }
+        XCTAssertGreaterThan(Int(try sql("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pam_totp' AND c.relkind = 'r'")) ?? 0, 4)
+        // Every function a host role may execute in our schemas: none returns bytea, or has an
+        // OUT column of it, and every one is SECURITY DEFINER with a pinned search_path.
+        let executable = try sql("""
+            SELECT p.proname || ':' || pg_get_function_result(p.oid) || ':' || p.prosecdef || ':' || coalesce(array_to_string(p.proconfig, ';'), '')
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('host_a', p.oid, 'EXECUTE') ORDER BY p.proname
+            """).split(separator: "\n").map(String.init)
+        XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) },
+                       ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "login", "remove_factor",
+                        "replace_recovery", "user_status", "verify"])
+        for f in executable {
+            XCTAssertFalse(f.contains("bytea"), "returns bytes: \(f)")
+            XCTAssertTrue(f.contains(":true:"), "not SECURITY DEFINER: \(f)")
+            XCTAssertTrue(f.contains("search_path=pg_catalog"), "search_path not pinned: \(f)")
+        }
+        // Every SECURITY DEFINER function in the schema pins its search_path.
+        XCTAssertEqual(try sql("""
+            SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'pam_totp' AND p.prosecdef AND NOT coalesce(array_to_string(p.proconfig, ';') LIKE 'search_path=%', false)
+            """), "0")
+        // And as the host itself: the tables, the clock-taking verifier, hmac, unlock and purge are refused.
+        for forbidden in ["SELECT secret FROM pam_totp.factors", "SELECT * FROM pam_totp.users", "SELECT * FROM pam_totp.recovery",
+                          "SELECT * FROM pam_totp.verify_at('u', '123456', 0, 1, 10, 300, false)",
+                          "SELECT * FROM pam_totp.login_at('u', 0, '123456', 0, 1, 10, 300, false)",
+                          "SELECT pam_totp.hotp('\\x3132333435363738393031323334353637383930'::bytea, 1, 'sha1', 6)",
+                          "SELECT pam_totp_crypto.hmac('a'::bytea, 'b'::bytea, 'sha1')",
+                          "SELECT * FROM pam_totp.unlock('u')", "SELECT pam_totp.purge('u')", "SELECT * FROM pam_totp.all_status()",
+                          "CREATE TABLE pam_totp.x (a int)", "CREATE FUNCTION pam_totp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'"] {
+            XCTAssertThrowsError(try sql(forbidden, user: "host_a"), forbidden) { error in
+                XCTAssertTrue("\(error)".contains("permission denied"), "\(forbidden): \(error)")
+            }
+        }
+        // What the host may do works, and the admin's extras work for the admin.
+        try sql("SELECT pam_totp.enroll('carol', 1000, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')", user: "host_a")
+        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('carol', '000000', 1, 10, 300, false)", user: "host_a"), "wrong")
+        XCTAssertEqual(try sql("SELECT label || ' ' || algorithm FROM pam_totp.list_factors('carol')", user: "host_a"), "phone sha1")
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp.unlock('carol')", user: "admin_a"), "1")
+        XCTAssertEqual(try sql("SELECT pam_totp.purge('carol')", user: "admin_a"), "t")
+    }
+
+    // MARK: - The verdict in one transaction
+
+    /// A store on the owner's connection with the caller's clock (verify_at).
+    func ownerStore() -> PostgresStore {
+        PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)), callerClock: true)
+    }
+
+    func testHostRoleClampsTheLimitsItAsksFor() throws {
+        XCTAssertEqual(try sql("SELECT max_window || ' ' || max_failures || ' ' || min_lockout FROM pam_totp.settings"), "1 10 300")
+        try makeHost("host_b")
+        try sql("SELECT pam_totp.enroll('dave', 1001, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        // The host asks for 100 failures before a lockout and a 0 s lockout: the database's
+        // max_failures (10) and min_lockout (300) apply.
+        var last = ""
+        for _ in 1...10 { last = try sql("SELECT failures || ' ' || (locked_until > 0) FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b") }
+        XCTAssertEqual(last, "10 true")
+        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b"), "locked")
+    }
+
+    /// 20 concurrent logins with one code, 100 rounds: exactly one success each round, and the
+    /// wrong answers of the same rounds counted exactly.
+    func testOneCodeTwentyConcurrentLoginsExactlyOneSuccess() throws {
+        let secret = Array("12345678901234567890".utf8)
+        try sql("SELECT pam_totp.enroll('erin', 1002, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("SELECT pam_totp.enroll('frank', 1003, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        // No temporary lockout: every failure up to the hard cap of 100 is counted.
+        try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
+        let conninfo = cluster.conninfo(database: db)
+        let workers = 20
+        let connections = try (0..<workers).map { _ in try PQConnection(conninfo: conninfo) }
+        var successes: [Int] = []
+        var frankFailures = 0
+        let t0: Int64 = 1_700_000_000
+        for round in 0..<100 {
+            let t = t0 + Int64(round) * 30
+            let code = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t), as: UTF8.self)
+            let results = Slots(workers)
+            let group = DispatchGroup()
+            let gate = DispatchSemaphore(value: 0)
+            for w in 0..<workers {
+                group.enter()
+                Thread.detachNewThread {
+                    gate.wait()
+                    // Even workers: erin with the right code; odd: frank with a wrong one.
+                    let user = w % 2 == 0 ? "erin" : "frank"
+                    let answer = w % 2 == 0 ? code : "000000"
+                    let rows = try? connections[w].execute("SELECT outcome FROM pam_totp.verify_at($1, $2, $3, 1, 100, 0, false)",
+                                                            [.text(user), .text(answer), .text(String(t))])
+                    results.set(w, rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0))
+                    group.leave()
+                }
+            }
+            for _ in 0..<workers { gate.signal() }
+            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+            let values = results.all
+            XCTAssertFalse(values.contains(-2), "a statement failed in round \(round)")
+            successes.append(stride(from: 0, to: workers, by: 2).filter { values[$0] == 1 }.count)
+            frankFailures += workers / 2
+            // Every 10 rounds frank has failed exactly 100 times (the cap): unlock says so.
+            if round % 10 == 9 {
+                XCTAssertEqual(try sql("SELECT failures FROM pam_totp.unlock('frank')"), String(frankFailures))
+                frankFailures = 0
+            }
+        }
+        XCTAssertEqual(successes, Array(repeating: 1, count: 100), "exactly one success per round")
+        print("fleet race: 100 rounds x 10 logins with one code: successes per round all 1; 1000 wrong codes counted exactly")
+    }
+}
+
+/// Results written by several threads.
+final class Slots: @unchecked Sendable {
+    private var values: [Int]
+    private let lock = NSLock()
+    init(_ n: Int) { values = Array(repeating: -1, count: n) }
+    func set(_ i: Int, _ v: Int) { lock.lock(); values[i] = v; lock.unlock() }
+    var all: [Int] { lock.lock(); defer { lock.unlock() }; return values }
+}

@@ -1,0 +1,123 @@
+import Foundation
+
+/// A throwaway PostgreSQL 15 cluster for the fleet tests (docs/ARCHITECTURE.md §8): initdb
+/// under a temporary directory, run as the `postgres` system user (postgres refuses root),
+/// listening only on a Unix socket in that directory; `stop()` removes it all. Debian's
+/// postgresql-15 (make check installs it) provides the binaries and pgcrypto.
+public final class PostgresCluster {
+    public static let bin = "/usr/lib/postgresql/15/bin"
+    public let directory: URL
+    public var socketDirectory: String { directory.path }
+    public var dataDirectory: String { directory.appendingPathComponent("data").path }
+    public let port: Int
+    /// Runs the server under this command (`/usr/sbin/ip netns exec NS`): its network namespace.
+    public let launcher: [String]
+    private var running = false
+
+    /// The superuser's CONNINFO for `database`.
+    public func conninfo(user: String = "postgres", database: String = "postgres") -> String {
+        "host=\(socketDirectory) port=\(port) user=\(user) dbname=\(database)"
+    }
+
+    public static var available: Bool {
+        FileManager.default.isExecutableFile(atPath: bin + "/initdb") && getpwnam("postgres") != nil
+    }
+
+    /// Starts a new cluster. `port` only names the socket file unless `listen` is given (then
+    /// it also listens there, e.g. "127.0.0.1").
+    public init(port: Int = 5432, listen: String = "", extraConfig: [String] = [], launcher: [String] = [],
+                beforeStart: (PostgresCluster) throws -> Void = { _ in }) throws {
+        self.port = port
+        self.launcher = launcher
+        directory = try makeTemporaryDirectory("pamtotp-fleet-pg")
+        chmod(directory.path, 0o755)
+        guard let pw = getpwnam("postgres") else { throw ClusterError("no postgres system user: install postgresql-15") }
+        chown(directory.path, pw.pointee.pw_uid, pw.pointee.pw_gid)
+        let initdb = try runCommand(["runuser", "-u", "postgres", "--", Self.bin + "/initdb", "-D", dataDirectory,
+                                     "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C"])
+        guard initdb.status == 0 else { removeTemporaryDirectory(directory); throw ClusterError("initdb: " + initdb.stderr) }
+        var conf = ["listen_addresses = '\(listen)'", "unix_socket_directories = '\(socketDirectory)'", "port = \(port)",
+                    "fsync = off", "synchronous_commit = on", "full_page_writes = off", "max_connections = 100",
+                    "log_min_messages = warning"]
+        conf += extraConfig
+        try (conf.joined(separator: "\n") + "\n").appendLine(to: dataDirectory + "/postgresql.conf")
+        do { try beforeStart(self) } catch { removeTemporaryDirectory(directory); throw error }
+        try start()
+    }
+
+    public func start() throws {
+        // Not through Process: the server it leaves running would inherit Foundation's
+        // descriptors and waitUntilExit would never return. Every descriptor above 2 is closed.
+        let status = spawnAndWait(launcher + ["/usr/sbin/runuser", "-u", "postgres", "--", Self.bin + "/pg_ctl", "-D", dataDirectory,
+                                   "-l", directory.appendingPathComponent("log").path, "-w", "-t", "30", "start"])
+        guard status == 0 else {
+            let log = (try? String(contentsOfFile: directory.appendingPathComponent("log").path, encoding: .utf8)) ?? ""
+            throw ClusterError("pg_ctl start: status \(status) \(log.suffix(2000))")
+        }
+        running = true
+    }
+
+    /// Stops the server: `immediate` is like a crash (no checkpoint; WAL replay at the next start).
+    public func stopServer(immediate: Bool = false) throws {
+        guard running else { return }
+        let r = try runCommand(["runuser", "-u", "postgres", "--", Self.bin + "/pg_ctl", "-D", dataDirectory,
+                                "-m", immediate ? "immediate" : "fast", "-w", "-t", "30", "stop"])
+        guard r.status == 0 else { throw ClusterError("pg_ctl stop: \(r.stderr)") }
+        running = false
+    }
+
+    /// The postmaster's pid (for SIGKILL tests).
+    public var postmasterPID: pid_t? {
+        guard let text = try? String(contentsOfFile: dataDirectory + "/postmaster.pid", encoding: .utf8),
+              let first = text.split(separator: "\n").first else { return nil }
+        return pid_t(first)
+    }
+
+    /// Marks the server as stopped after the test killed it.
+    public func markStopped() { running = false }
+
+    public func stop() {
+        try? stopServer(immediate: true)
+        removeTemporaryDirectory(directory)
+    }
+
+    /// Runs SQL through psql as `user`; returns stdout (unaligned, tuples only), throws on error.
+    @discardableResult
+    public func psql(_ sql: String, user: String = "postgres", database: String = "postgres") throws -> String {
+        let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", socketDirectory,
+                                "-p", String(port), "-U", user, "-d", database, "-c", sql])
+        guard r.status == 0 else { throw ClusterError(r.stderr.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+public struct ClusterError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
+}
+
+extension String {
+    public func appendLine(to path: String) throws {
+        guard let h = FileHandle(forWritingAtPath: path) else { throw ClusterError("cannot open \(path)") }
+        defer { try? h.close() }
+        h.seekToEndOfFile()
+        h.write(Data(self.utf8))
+    }
+}
+
+/// Runs a program with stdin/stdout/stderr on /dev/null and no other descriptor; its exit status.
+public func spawnAndWait(_ arguments: [String]) -> Int32 {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    for fd in Int32(0)...2 { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
+    let open = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).compactMap { Int32($0) }
+    for fd in open where fd > 2 && fcntl(fd, F_GETFD) >= 0 { posix_spawn_file_actions_addclose(&actions, fd) }
+    var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    defer { for p in argv { free(p) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, arguments[0], &actions, nil, &argv, environ) == 0 else { return -1 }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+}
