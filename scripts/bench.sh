@@ -591,7 +591,11 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
 mkdir -p -- "$(dirname -- "$OUT_MD")"
 new_file=0
 [[ -e $OUT_MD ]] || new_file=1
+# Sections other benches wrote (make bench-fleet's "## Fleet mode ...") stay at the end.
+kept=
+[[ -f $OUT_MD ]] && kept=$(sed -n '/^## Fleet mode/,$p' "$OUT_MD")
 cat "$TMP/report.md" >"$OUT_MD"
+[[ -z $kept ]] || printf '\n%s\n' "$kept" >>"$OUT_MD"
 # a new file takes the owner of its directory (the script runs as root inside a user's checkout)
 if ((new_file)); then chown --reference="$(dirname -- "$OUT_MD")" -- "$OUT_MD" 2>/dev/null || true; fi
 cat "$TMP/report.md"
