@@ -204,6 +204,49 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT pam_totp.purge('carol')", user: "admin_a"), "t")
     }
 
+    /// A search_path without pg_temp searches pg_temp first for types and relations. A host
+    /// (TEMP is PUBLIC's by default) made pg_temp.text a domain whose CHECK calls its own
+    /// pg_temp function: verify_at's `text` variables ran it as the functions' owner, which
+    /// read every secret. Every function in our schemas names pg_temp last.
+    func testHostRoleCannotRunCodeAsTheOwnerThroughPgTemp() throws {
+        try makeHost("host_t")
+        let secretHex = "3132333435363738393031323334353637383930"
+        try sql("SELECT pam_totp.enroll('tina', 1010, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(secretHex)')")
+        let attack = """
+            CREATE FUNCTION pg_temp.steal(v pg_catalog.text) RETURNS boolean LANGUAGE plpgsql AS $f$
+            DECLARE s pg_catalog.text;
+            BEGIN
+              BEGIN
+                SELECT pg_catalog.string_agg(pg_catalog.encode(secret, 'hex'), ',') INTO s FROM pam_totp.factors;
+                RAISE NOTICE 'STOLEN as %: %', current_user, s;
+              EXCEPTION WHEN others THEN NULL;
+              END;
+              RETURN true;
+            END $f$;
+            CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (pg_temp.steal(VALUE));
+            CREATE DOMAIN pg_temp.bytea AS pg_catalog.bytea CHECK (pg_temp.steal('b'));
+            CREATE TABLE pg_temp.settings (max_window int);
+            SELECT outcome FROM pam_totp.login('tina', 1010, '000000', 1, 10, 300, false);
+            SELECT outcome FROM pam_totp.login('tina', 1010, '12345678', 1, 10, 300, false);
+            SELECT outcome FROM pam_totp.verify('tina', '000000', 1, 10, 300, false);
+            SELECT pam_totp.enroll('tina', 1010, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899');
+            SELECT count(*) FROM pam_totp.list_factors('tina');
+            """
+        let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                "-U", "host_t", "-d", db, "-c", attack])
+        let heard = r.stdout + r.stderr
+        XCTAssertFalse(heard.contains(secretHex), "the host read a secret: \(heard)")
+        XCTAssertFalse(heard.contains("STOLEN"), "the host's pg_temp code ran inside a SECURITY DEFINER function: \(heard)")
+        XCTAssertEqual(r.status, 0, heard)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "wrong", "2"])
+        // And structurally: every function in our schemas puts pg_temp last.
+        XCTAssertEqual(try sql("""
+            SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname LIKE 'pam_totp%' AND n.nspname <> 'pam_totp_crypto'
+               AND NOT coalesce(array_to_string(p.proconfig, ';') ~ '^search_path=pg_catalog, [a-z_, ]*pg_temp$', false)
+            """), "")
+    }
+
     // MARK: - The verdict in one transaction
 
     /// A store on the owner's connection with the caller's clock (verify_at).
