@@ -68,7 +68,7 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
         }
         defer { wipe(&factor.secret) }
         wipe(&enrolment.secret)
-        try store.enroll(user: account.name, accountUID: account.uid, factor: factor, importedCodes: nil, using: &rng)
+        try store.enrollFirst(user: account.name, accountUID: account.uid, factor: factor, using: &rng)
         log(pamh, LOG_NOTICE, who + " enrolled factor " + printable(factor.label) + " at login (enroll_at_login)")
         _ = showInfo(pamh, [Array("Enrolled. From now on log in with a code from your app; run totp-enroll recovery-codes for recovery codes.".utf8)])
         return PAM_SUCCESS
