@@ -266,6 +266,30 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b"), "locked")
     }
 
+    /// The lockout came every max_failures-th failure, with max_failures the host's (clamped
+    /// to at most the database's 10) on each call: a host choosing, per attempt, a value that
+    /// does not divide the next count (one always exists below 2520) was never locked out and
+    /// went straight to the 100-failure cap. The database's own max_failures locks regardless.
+    func testHostChoosingMaxFailuresPerAttemptCannotAvoidTheLockout() throws {
+        try makeHost("host_m")
+        try sql("SELECT pam_totp.enroll('mia', 1011, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        var outcomes: [String] = []
+        for _ in 1...12 {
+            let failures = Int(try sql("SELECT failures FROM pam_totp.user_status('mia')", user: "host_m")) ?? -1
+            let m = (2...10).first { (failures + 1) % $0 != 0 } ?? 10
+            outcomes.append(try sql("SELECT outcome || ' ' || (locked_until > 0) FROM pam_totp.login('mia', 1011, '000000', 1, \(m), 300, false)",
+                                    user: "host_m"))
+        }
+        XCTAssertEqual(outcomes[9], "wrong true", "the 10th failure locks, whatever the host asked for: \(outcomes)")
+        XCTAssertEqual(outcomes[10], "locked true", "\(outcomes)")
+        // A stricter host still gets its own, earlier lockouts.
+        try sql("SELECT pam_totp.enroll('max', 1012, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        let strict = try (1...3).map { _ in
+            try sql("SELECT outcome || ' ' || (locked_until > 0) FROM pam_totp.login('max', 1012, '000000', 1, 3, 300, false)", user: "host_m")
+        }
+        XCTAssertEqual(strict, ["wrong false", "wrong false", "wrong true"])
+    }
+
     /// 20 concurrent logins with one code, 100 rounds: exactly one success each round, and the
     /// wrong answers of the same rounds counted exactly.
     func testOneCodeTwentyConcurrentLoginsExactlyOneSuccess() throws {
