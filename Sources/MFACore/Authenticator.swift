@@ -167,7 +167,10 @@ public enum Authenticator {
         next.successProcess = 0
         next.failures = next.failures < UInt32.max ? next.failures + 1 : next.failures
         var lockedUntil: Int64? = nil
-        if options.lockoutSeconds > 0 && options.maxFailures > 0 && next.failures % options.maxFailures == 0 {
+        // A caller of pam-totpd picks maxFailures per request: the site's locks regardless.
+        var lockNow = options.maxFailures > 0 && next.failures % options.maxFailures == 0
+        if let site = options.siteMaxFailures, site > 0, next.failures % site == 0 { lockNow = true }
+        if options.lockoutSeconds > 0 && lockNow {
             let (until, overflow) = unixTime.addingReportingOverflow(options.lockoutSeconds)
             next.lockedUntil = overflow ? Int64.max : until
             lockedUntil = next.lockedUntil

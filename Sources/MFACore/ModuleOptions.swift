@@ -21,6 +21,9 @@ public struct ModuleOptions: Equatable, Sendable {
     public var nullok = false
     public var store: [UInt8] = Store.defaultDirectory
     public var maxFailures: UInt32 = 10
+    /// pam-totpd, for a caller without root: the site's max_failures, which locks at its every
+    /// multiple whatever `maxFailures` a request picked (nil: only `maxFailures`). Never parsed.
+    public var siteMaxFailures: UInt32? = nil
     public var lockoutSeconds: Int64 = 300
     /// nil: the default for the mode (`defaultPrompt`, or `defaultForwardPassPrompt`).
     public var customPrompt: [UInt8]? = nil
