@@ -79,14 +79,25 @@ public enum Authenticator {
     /// names creates no files.
     public static func lookup(user: [UInt8], options: ModuleOptions,
                               account: () throws(MFAError) -> Account?) -> Login<Store> {
+        var name = user
         do throws(MFAError) {
             try Store.validate(user: user)
         } catch {
-            return Login(store: nil, enrollment: .unenrolled)  // a name that cannot be a record cannot be enrolled
+            // A spelling that cannot be a record (a space, a non-ASCII byte) may still be one
+            // NSS resolves to an enrolled account (an LDAP directory ignores insignificant
+            // spaces and case): that account's record decides, never "unenrolled" (nullok).
+            do throws(MFAError) {
+                guard let found = try account(), (try? Store.validate(user: found.name)) != nil else {
+                    return Login(store: nil, enrollment: .unenrolled)  // no record can be this account's
+                }
+                name = found.name
+            } catch {
+                return Login(store: nil, enrollment: .failed(error))
+            }
         }
         do throws(MFAError) {
             let store = try Store(path: options.store)
-            return Login(store: store, enrollment: try store.lookup(user: user, account: account))
+            return Login(store: store, enrollment: try store.lookup(user: name, account: account))
         } catch {
             return Login(store: nil, enrollment: .failed(error))
         }
