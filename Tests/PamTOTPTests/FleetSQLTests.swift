@@ -243,7 +243,7 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try sql("""
             SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname LIKE 'pam_totp%' AND n.nspname <> 'pam_totp_crypto'
-               AND NOT coalesce(array_to_string(p.proconfig, ';') ~ '^search_path=pg_catalog, [a-z_, ]*pg_temp$', false)
+               AND NOT coalesce(array_to_string(p.proconfig, ';') ~ '^search_path=pg_catalog, [a-z_, ]*pg_temp(;|$)', false)
             """), "")
     }
 
@@ -264,6 +264,24 @@ final class FleetSQLTests: XCTestCase {
         for _ in 1...10 { last = try sql("SELECT failures || ' ' || (locked_until > 0) FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b") }
         XCTAssertEqual(last, "10 true")
         XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b"), "locked")
+    }
+
+    /// PL/pgSQL bodies compile with the caller's settings: a host with
+    /// standard_conforming_strings off broke pbkdf2_sha256's '\\x00000001' literal, so every
+    /// wrong recovery-shaped answer (8 digits: an 8-digit factor's code) of a user with
+    /// recovery codes raised after the factors were checked and before the failure was
+    /// counted: unlimited guesses. Every wrong answer is counted whatever the session says.
+    func testHostSessionSettingsCannotStopAFailureBeingCounted() throws {
+        try makeHost("host_s")
+        try sql("SELECT pam_totp.enroll('olga', 1013, 'phone', 'sha1', 8, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        try sql("SELECT pam_totp.replace_recovery('olga', 1013, 1, 1000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
+        for call in ["SELECT outcome FROM pam_totp.verify('olga', '12345678', 1, 10, 300, false)",
+                     "SELECT outcome FROM pam_totp.login('olga', 1013, '12345678', 1, 10, 300, false)"] {
+            let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                    "-U", "host_s", "-d", db, "-c", "SET standard_conforming_strings = off", "-c", call])
+            XCTAssertEqual(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "wrong", call + ": " + r.stderr)
+        }
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp.user_status('olga')", user: "host_s"), "2", "both wrong answers counted")
     }
 
     /// The lockout came every max_failures-th failure, with max_failures the host's (clamped
