@@ -284,6 +284,35 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT failures FROM pam_totp.user_status('olga')", user: "host_s"), "2", "both wrong answers counted")
     }
 
+    /// An 8-digit code is recovery-shaped: verify_at ran the recovery PBKDF2 only when no
+    /// factor matched, so a wrong code took far longer than a right one. A host with a
+    /// statement_timeout between the two had every wrong guess rolled back uncounted while a
+    /// right one committed. A timeout that drops a wrong answer must drop a right one too.
+    func testAStatementTimeoutCannotTellARightCodeFromAWrongOne() throws {
+        try makeHost("host_c")
+        let secret = Array("12345678901234567890".utf8)
+        try sql("SELECT pam_totp.enroll('cleo', 1014, 'phone', 'sha1', 8, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        // The slowest recovery hashing the schema takes: the wrong path is ~100000 HMACs.
+        try sql("SELECT pam_totp.replace_recovery('cleo', 1014, 1, 100000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
+        func asHost(_ call: String, timeout: String) throws -> (out: String, err: String) {
+            let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                    "-U", "host_c", "-d", db, "-c", "SET statement_timeout = '\(timeout)'", "-c", call])
+            return (r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), r.stderr)
+        }
+        awayFromStepBoundary()
+        let code = String(decoding: try TOTP.code(secret: secret, parameters: try OTPParameters(algorithm: .sha1, digits: 8, period: 30),
+                                                  at: Int64(time(nil))), as: UTF8.self)
+        let wrong = code == "00000000" ? "11111111" : "00000000"
+        let call = { (answer: String) in "SELECT outcome FROM pam_totp.login('cleo', 1014, '\(answer)', 1, 10, 300, false)" }
+        let w = try asHost(call(wrong), timeout: "150ms")
+        XCTAssertTrue(w.err.contains("statement timeout"), "the wrong answer's hashing outlasts 150 ms: \(w)")
+        let r = try asHost(call(code), timeout: "150ms")
+        XCTAssertNotEqual(r.out, "success", "a right code got through where a wrong one was dropped uncounted")
+        XCTAssertTrue(r.err.contains("statement timeout"), "\(r)")
+        // Without the timeout the same code works (the dropped attempts changed nothing).
+        XCTAssertEqual(try asHost(call(code), timeout: "0").out, "success")
+    }
+
     /// The lockout came every max_failures-th failure, with max_failures the host's (clamped
     /// to at most the database's 10) on each call: a host choosing, per attempt, a value that
     /// does not divide the next count (one always exists below 2520) was never locked out and
