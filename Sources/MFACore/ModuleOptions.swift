@@ -174,6 +174,11 @@ public struct ModuleOptions: Equatable, Sendable {
               !name.contains(where: { $0 <= 0x20 || $0 >= 0x7F || $0 == 0x5B || $0 == 0x5D }) else {
             throw bad("a section name is 1 to 256 printable characters without spaces or brackets")
         }
+        // libpam lowercases the service name (pam_start): a capital could never match, and a
+        // stricter section would be ignored without a word.
+        if kind == .service, name.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) {
+            throw bad("libpam lowercases service names: write the service in lower case")
+        }
         return (kind, name)
     }
 

@@ -184,6 +184,16 @@ final class SectionIntegrationTests: XCTestCase {
         }
     }
 
+    /// libpam lowercases the service name (pam_start): `[service Rollout]` could never match,
+    /// so a stricter section written that way was silently ignored. It is a bad line now.
+    func testAServiceSectionWithCapitalsIsRefusedNotSilentlyIgnored() throws {
+        try writeConfig("nullok\n[service Rollout]\nnullok = no\n")
+        try service("rollout", ["auth required pam_permit.so"])
+        let (r, prompts) = auth("Rollout", "daemon", nil)
+        XCTAssertEqual(r, PAM_SERVICE_ERR, "the section meant for this service was skipped")
+        XCTAssertEqual(prompts, [])
+    }
+
     func testSupplementaryGroupsCount() throws {
         // A supplementary group of a throwaway account (useradd -G); primary groups are covered above.
         try XCTSkipUnless(isRoot, "useradd needs root")
