@@ -79,14 +79,25 @@ public enum Authenticator {
     /// names creates no files.
     public static func lookup(user: [UInt8], options: ModuleOptions,
                               account: () throws(MFAError) -> Account?) -> Login<Store> {
+        var name = user
         do throws(MFAError) {
             try Store.validate(user: user)
         } catch {
-            return Login(store: nil, enrollment: .unenrolled)  // a name that cannot be a record cannot be enrolled
+            // A spelling that cannot be a record (a space, a non-ASCII byte) may still be one
+            // NSS resolves to an enrolled account (an LDAP directory ignores insignificant
+            // spaces and case): that account's record decides, never "unenrolled" (nullok).
+            do throws(MFAError) {
+                guard let found = try account(), (try? Store.validate(user: found.name)) != nil else {
+                    return Login(store: nil, enrollment: .unenrolled)  // no record can be this account's
+                }
+                name = found.name
+            } catch {
+                return Login(store: nil, enrollment: .failed(error))
+            }
         }
         do throws(MFAError) {
             let store = try Store(path: options.store)
-            return Login(store: store, enrollment: try store.lookup(user: user, account: account))
+            return Login(store: store, enrollment: try store.lookup(user: name, account: account))
         } catch {
             return Login(store: nil, enrollment: .failed(error))
         }
@@ -167,7 +178,10 @@ public enum Authenticator {
         next.successProcess = 0
         next.failures = next.failures < UInt32.max ? next.failures + 1 : next.failures
         var lockedUntil: Int64? = nil
-        if options.lockoutSeconds > 0 && options.maxFailures > 0 && next.failures % options.maxFailures == 0 {
+        // A caller of pam-totpd picks maxFailures per request: the site's locks regardless.
+        var lockNow = options.maxFailures > 0 && next.failures % options.maxFailures == 0
+        if let site = options.siteMaxFailures, site > 0, next.failures % site == 0 { lockNow = true }
+        if options.lockoutSeconds > 0 && lockNow {
             let (until, overflow) = unixTime.addingReportingOverflow(options.lockoutSeconds)
             next.lockedUntil = overflow ? Int64.max : until
             lockedUntil = next.lockedUntil

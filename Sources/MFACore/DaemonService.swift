@@ -38,6 +38,7 @@ public struct DaemonService<S: TOTPStore> {
         o.debug = site.debug || request.options.debug
         o.adjacentIntervals = min(site.adjacentIntervals, request.options.adjacentIntervals)
         o.maxFailures = min(site.maxFailures, request.options.maxFailures)
+        o.siteMaxFailures = site.maxFailures
         o.lockoutSeconds = max(site.lockoutSeconds, request.options.lockoutSeconds)
         return o
     }

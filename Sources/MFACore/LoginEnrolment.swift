@@ -5,7 +5,7 @@
 public struct LoginEnrolment {
     public var secret: [UInt8]
     public let label: [UInt8]
-    public let uri: OTPAuthURI
+    public private(set) var uri: OTPAuthURI
 
     /// A fresh 160-bit SHA-1 secret (what every authenticator app supports), labelled
     /// `USER@HOST` (at most 64 bytes) like totp-enroll's default.
@@ -16,6 +16,14 @@ public struct LoginEnrolment {
         l += host
         label = Array(l.prefix(Factor.maxLabelLength))
         uri = OTPAuthURI(issuer: host, account: user, secret: secret, parameters: .default)
+    }
+
+    /// Wipes the secret and the URI's copy of it. The two share one buffer until one is
+    /// written: wiping only `secret` wiped a fresh copy and left the shared buffer, the key
+    /// itself, to be freed as it was. Every reference is wiped, so the last one wipes in place.
+    public mutating func wipeSecret() {
+        wipe(&secret)
+        wipe(&uri.secret)
     }
 
     /// The Base32 key in groups of four, as totp-enroll prints it.

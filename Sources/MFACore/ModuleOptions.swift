@@ -21,6 +21,9 @@ public struct ModuleOptions: Equatable, Sendable {
     public var nullok = false
     public var store: [UInt8] = Store.defaultDirectory
     public var maxFailures: UInt32 = 10
+    /// pam-totpd, for a caller without root: the site's max_failures, which locks at its every
+    /// multiple whatever `maxFailures` a request picked (nil: only `maxFailures`). Never parsed.
+    public var siteMaxFailures: UInt32? = nil
     public var lockoutSeconds: Int64 = 300
     /// nil: the default for the mode (`defaultPrompt`, or `defaultForwardPassPrompt`).
     public var customPrompt: [UInt8]? = nil
@@ -170,6 +173,11 @@ public struct ModuleOptions: Equatable, Sendable {
         guard !name.isEmpty, name.count <= maxSectionNameLength,
               !name.contains(where: { $0 <= 0x20 || $0 >= 0x7F || $0 == 0x5B || $0 == 0x5D }) else {
             throw bad("a section name is 1 to 256 printable characters without spaces or brackets")
+        }
+        // libpam lowercases the service name (pam_start): a capital could never match, and a
+        // stricter section would be ignored without a word.
+        if kind == .service, name.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) {
+            throw bad("libpam lowercases service names: write the service in lower case")
         }
         return (kind, name)
     }

@@ -99,9 +99,28 @@ extension FileStore {
     public func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
                                                  importedCodes: [[UInt8]]? = nil,
                                                  using generator: inout G) throws(MFAError) -> Int {
+        try enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, onlyIfNone: false, using: &generator)
+    }
+
+    /// Enrolment at first login: `enroll`, but only while the user has no factor, checked
+    /// under the lock. The check made before the QR code was shown is not enough: a factor
+    /// enrolled meanwhile (totp-enroll, another login) would otherwise get a second one from
+    /// whoever holds only the password and kept the enrolment prompt open.
+    public func enrollFirst<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
+                                                      using generator: inout G) throws(MFAError) {
+        try enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: nil, onlyIfNone: true, using: &generator)
+    }
+
+    @discardableResult
+    func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, importedCodes: [[UInt8]]?,
+                                          onlyIfNone: Bool, using generator: inout G) throws(MFAError) -> Int {
         try Factor.validateNew(label: factor.label)
         return try withLock(user: user) { () throws(MFAError) -> Int in
-            var record = try read(user: user) ?? UserRecord()
+            let existing = try read(user: user)
+            if onlyIfNone, let existing, !existing.factors.isEmpty {
+                throw .invalidParameters("a factor was enrolled meanwhile: enrolment at login is only for a user with none")
+            }
+            var record = existing ?? UserRecord()
             try Self.checkAddable(to: record, accountUID: accountUID, label: factor.label, secret: factor.secret)
             record.factors.append(factor)
             var leftOut = 0

@@ -53,7 +53,7 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
     wipe(&modules)
     text = ""
     guard shown, var answer = prompt(pamh, "Verification code from your app: ") else {
-        wipe(&enrolment.secret)
+        enrolment.wipeSecret()
         log(pamh, LOG_ERR, "conversation failed during enrolment at login for " + who)
         return PAM_CONV_ERR
     }
@@ -62,18 +62,18 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
     do throws(MFAError) {
         let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
         guard var factor = try enrolment.factor(answer: code, at: Int64(time(nil)), verifier: verifier) else {
-            wipe(&enrolment.secret)
+            enrolment.wipeSecret()
             log(pamh, LOG_NOTICE, "enrolment at login for " + who + " failed: the code did not verify; nothing saved")
             return PAM_AUTH_ERR
         }
         defer { wipe(&factor.secret) }
-        wipe(&enrolment.secret)
-        try store.enroll(user: account.name, accountUID: account.uid, factor: factor, importedCodes: nil, using: &rng)
+        enrolment.wipeSecret()
+        try store.enrollFirst(user: account.name, accountUID: account.uid, factor: factor, using: &rng)
         log(pamh, LOG_NOTICE, who + " enrolled factor " + printable(factor.label) + " at login (enroll_at_login)")
         _ = showInfo(pamh, [Array("Enrolled. From now on log in with a code from your app; run totp-enroll recovery-codes for recovery codes.".utf8)])
         return PAM_SUCCESS
     } catch {
-        wipe(&enrolment.secret)
+        enrolment.wipeSecret()
         log(pamh, LOG_ERR, "enrolment at login for " + who + " failed, nothing saved: " + describe(error))
         return PAM_AUTH_ERR
     }

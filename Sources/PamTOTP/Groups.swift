@@ -37,9 +37,13 @@ struct UserGroups {
         }
     }
 
-    /// True if the user belongs to the group named `group` (false for a group NSS does not know).
+    /// True if the user belongs to the group named `group`. A group NSS does not know throws
+    /// (the login is denied like one with a bad line): skipping its section would fail open
+    /// wherever the section is the stricter one (`exempt` then `[group mfa] exempt = no`).
     func contains(_ group: [UInt8]) throws(MFAError) -> Bool {
-        guard !gids.isEmpty, let gid = try groupID(group) else { return false }
+        guard let gid = try groupID(group) else {
+            throw .invalidOption("[group " + printable(group) + "]: NSS knows no such group (a section must name an existing group)")
+        }
         return gids.contains(gid)
     }
 }

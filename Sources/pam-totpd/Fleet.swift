@@ -17,8 +17,14 @@ struct InitDatabase: ParsableCommand {
     func run() throws {
         SyslogLogHandler.bootstrap()
         let logger = Logger(label: "pam-totpd")
-        if let error = checkConninfo(admin).error {
+        let checked = checkConninfo(admin)
+        if let error = checked.error {
             printError("--admin is not a valid CONNINFO: \(error)")
+            throw ExitCode.failure
+        }
+        // Every local user can read a command line (/proc/PID/cmdline) while it runs.
+        if checked.hasPassword {
+            printError("--admin must not hold a password (any local user can read a command line): use ~/.pgpass, PGPASSFILE, a client certificate or peer authentication")
             throw ExitCode.failure
         }
         let result: Result<(from: Int, to: Int), PQError>

@@ -172,6 +172,25 @@ final class DaemonProtocolTests: XCTestCase {
         }
     }
 
+    /// A caller without root picks max_failures per request (at most the site's): choosing one
+    /// that does not divide the next failure count each time must not avoid the lockout. The
+    /// site's max_failures (5 here) locks whatever the requests asked for.
+    func testACallerWithoutRootCannotDodgeTheLockoutWithAChangingMaxFailures() throws {
+        let f = try Fixture()
+        var t: Int64 = 1_700_000_010
+        var locked = false
+        for _ in 1...5 {
+            let next = Int(try f.failures("alice")) + 1
+            var o = ModuleOptions()
+            o.maxFailures = UInt32((2...5).first { next % $0 != 0 } ?? 5)
+            let reply = ask(f, .authenticate, user: "alice", peer: 1001, at: t, options: o)
+            if case .outcome(.wrongCode(_, _, .some)) = reply { locked = true }
+            t += 1
+        }
+        XCTAssertEqual(try f.failures("alice"), 5)
+        XCTAssertTrue(locked, "five failures through the daemon and no lockout")
+    }
+
     /// A caller without root cannot widen the window or raise the limits by writing its own
     /// request, nor choose the store.
     func testACallerWithoutRootOnlyMakesLimitsStricter() throws {

@@ -91,6 +91,30 @@ final class AccountLookupTests: XCTestCase {
                        "unenrolled")
     }
 
+    /// A spelling that cannot be a record name ("alice " with a trailing space, which an LDAP
+    /// directory's caseIgnoreMatch resolves to alice) used to be "unenrolled" before NSS was
+    /// asked, and nullok let it through without a code. The account NSS names decides.
+    func testASpellingThatCannotBeARecordNameIsStillTheAccountNSSResolves() {
+        var options = ModuleOptions()
+        options.store = Array(dir.path.utf8)
+        func viaAuthenticator(_ name: String, _ account: () throws(MFAError) -> Account?) -> String {
+            switch Authenticator.lookup(user: Array(name.utf8), options: options, account: account).enrollment {
+            case .enrolled: return "enrolled"
+            case .unenrolled: return "unenrolled"
+            case .otherAccount: return "otherAccount"
+            case .failed: return "failed"
+            }
+        }
+        let alice = { () throws(MFAError) -> Account? in Account(name: Array("alice".utf8), uid: 1000) }
+        XCTAssertEqual(viaAuthenticator("alice ", alice), "enrolled")
+        XCTAssertEqual(viaAuthenticator("ALICE\u{e9}", alice), "enrolled")
+        XCTAssertEqual(viaAuthenticator("alice ") { () throws(MFAError) -> Account? in Account(name: Array("alice".utf8), uid: 1001) },
+                       "otherAccount")
+        XCTAssertEqual(viaAuthenticator("nobody here") { () throws(MFAError) -> Account? in nil }, "unenrolled")
+        XCTAssertEqual(viaAuthenticator("alice ") { () throws(MFAError) -> Account? in throw .system(operation: "getpwnam_r", errno: EIO) },
+                       "failed")
+    }
+
     /// An NSS failure is an error (it denies), never "no such account" (which reads as
     /// unenrolled, and nullok lets through).
     func testAFailedAccountLookUpDenies() {

@@ -94,6 +94,34 @@ final class EnrolAtLoginTests: XCTestCase {
         XCTAssertEqual(ghost.prompts, ["Verification code: "])
     }
 
+    /// Someone with only the password opens the enrolment prompt while the user has no factor;
+    /// the user then enrols one (totp-enroll) before the prompt is answered. The answer must not
+    /// add the intruder's secret beside the user's factor: enrolment at login is for a user with
+    /// none, checked again under the lock.
+    func testAFactorEnrolledWhileThePromptIsOpenWinsAndNothingIsAdded() throws {
+        try fixture.service("enrol", ["auth required MODULE STORE enroll_at_login=2999-12-31"])
+        awayFromStepBoundary()
+        let uri = Scanned()
+        let c = scanningConversation(uri: uri)
+        let inner = c.respond
+        let victimSecret = Array("abcdefghijabcdefghij".utf8)
+        let store = self.store!
+        c.respond = { shown in
+            // The QR code is on screen: meanwhile the owner of the account enrols "phone".
+            var rng = SystemRandomNumberGenerator()
+            if let factor = try? Factor(label: Array("phone".utf8), parameters: .default, created: Int64(time(nil)),
+                                        enrolledStep: 0, secret: victimSecret) {
+                _ = try? store.enroll(user: Array("nobody".utf8), accountUID: 65534, factor: factor, using: &rng)
+            }
+            return inner?(shown)
+        }
+        XCTAssertEqual(fixture.authenticate(service: "enrol", user: "nobody", conversation: c), PAM_AUTH_ERR)
+        XCTAssertFalse(uri.value.isEmpty, "the QR code was scanned and a right code typed")
+        let record = try XCTUnwrap(try store.read(user: Array("nobody".utf8)))
+        XCTAssertEqual(record.factors.map { String(decoding: $0.label, as: UTF8.self) }, ["phone"],
+                       "only the owner's factor: the intruder's was not added beside it")
+    }
+
     /// pamtester (libpam's own text conversation) on a pseudo-terminal, the QR code scanned from
     /// what it printed; and libqrencode is loaded on this path only (LD_DEBUG=libs).
     func testThroughPamtesterAndOnlyThisPathLoadsLibqrencode() throws {

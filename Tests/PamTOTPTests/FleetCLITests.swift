@@ -48,6 +48,16 @@ final class FleetCLITests: XCTestCase {
         XCTAssertTrue(bad.stderr.contains("init-database failed"), bad.stderr)
     }
 
+    /// A password in --admin is on the command line, which every local user can read
+    /// (/proc/PID/cmdline, ps) while it runs: refused before connecting, never echoed.
+    func testInitDatabaseRefusesAPasswordOnTheCommandLine() throws {
+        let r = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: db) + " password=s3cretpw"])
+        XCTAssertNotEqual(r.status, 0, r.stdout)
+        XCTAssertTrue(r.stderr.contains(".pgpass"), r.stderr)
+        XCTAssertFalse((r.stdout + r.stderr).contains("s3cretpw"))
+        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pg_namespace WHERE nspname = 'pam_totp'", database: db), "0", "nothing done")
+    }
+
     func testStartUpErrorsAreClearAndNeverEchoThePassword() throws {
         _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
         let socket = root.appendingPathComponent("s").path

@@ -204,6 +204,49 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT pam_totp.purge('carol')", user: "admin_a"), "t")
     }
 
+    /// A search_path without pg_temp searches pg_temp first for types and relations. A host
+    /// (TEMP is PUBLIC's by default) made pg_temp.text a domain whose CHECK calls its own
+    /// pg_temp function: verify_at's `text` variables ran it as the functions' owner, which
+    /// read every secret. Every function in our schemas names pg_temp last.
+    func testHostRoleCannotRunCodeAsTheOwnerThroughPgTemp() throws {
+        try makeHost("host_t")
+        let secretHex = "3132333435363738393031323334353637383930"
+        try sql("SELECT pam_totp.enroll('tina', 1010, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(secretHex)')")
+        let attack = """
+            CREATE FUNCTION pg_temp.steal(v pg_catalog.text) RETURNS boolean LANGUAGE plpgsql AS $f$
+            DECLARE s pg_catalog.text;
+            BEGIN
+              BEGIN
+                SELECT pg_catalog.string_agg(pg_catalog.encode(secret, 'hex'), ',') INTO s FROM pam_totp.factors;
+                RAISE NOTICE 'STOLEN as %: %', current_user, s;
+              EXCEPTION WHEN others THEN NULL;
+              END;
+              RETURN true;
+            END $f$;
+            CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (pg_temp.steal(VALUE));
+            CREATE DOMAIN pg_temp.bytea AS pg_catalog.bytea CHECK (pg_temp.steal('b'));
+            CREATE TABLE pg_temp.settings (max_window int);
+            SELECT outcome FROM pam_totp.login('tina', 1010, '000000', 1, 10, 300, false);
+            SELECT outcome FROM pam_totp.login('tina', 1010, '12345678', 1, 10, 300, false);
+            SELECT outcome FROM pam_totp.verify('tina', '000000', 1, 10, 300, false);
+            SELECT pam_totp.enroll('tina', 1010, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899');
+            SELECT count(*) FROM pam_totp.list_factors('tina');
+            """
+        let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                "-U", "host_t", "-d", db, "-c", attack])
+        let heard = r.stdout + r.stderr
+        XCTAssertFalse(heard.contains(secretHex), "the host read a secret: \(heard)")
+        XCTAssertFalse(heard.contains("STOLEN"), "the host's pg_temp code ran inside a SECURITY DEFINER function: \(heard)")
+        XCTAssertEqual(r.status, 0, heard)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "wrong", "2"])
+        // And structurally: every function in our schemas puts pg_temp last.
+        XCTAssertEqual(try sql("""
+            SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname LIKE 'pam_totp%' AND n.nspname <> 'pam_totp_crypto'
+               AND NOT coalesce(array_to_string(p.proconfig, ';') ~ '^search_path=pg_catalog, [a-z_, ]*pg_temp(;|$)', false)
+            """), "")
+    }
+
     // MARK: - The verdict in one transaction
 
     /// A store on the owner's connection with the caller's clock (verify_at).
@@ -221,6 +264,77 @@ final class FleetSQLTests: XCTestCase {
         for _ in 1...10 { last = try sql("SELECT failures || ' ' || (locked_until > 0) FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b") }
         XCTAssertEqual(last, "10 true")
         XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b"), "locked")
+    }
+
+    /// PL/pgSQL bodies compile with the caller's settings: a host with
+    /// standard_conforming_strings off broke pbkdf2_sha256's '\\x00000001' literal, so every
+    /// wrong recovery-shaped answer (8 digits: an 8-digit factor's code) of a user with
+    /// recovery codes raised after the factors were checked and before the failure was
+    /// counted: unlimited guesses. Every wrong answer is counted whatever the session says.
+    func testHostSessionSettingsCannotStopAFailureBeingCounted() throws {
+        try makeHost("host_s")
+        try sql("SELECT pam_totp.enroll('olga', 1013, 'phone', 'sha1', 8, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        try sql("SELECT pam_totp.replace_recovery('olga', 1013, 1, 1000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
+        for call in ["SELECT outcome FROM pam_totp.verify('olga', '12345678', 1, 10, 300, false)",
+                     "SELECT outcome FROM pam_totp.login('olga', 1013, '12345678', 1, 10, 300, false)"] {
+            let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                    "-U", "host_s", "-d", db, "-c", "SET standard_conforming_strings = off", "-c", call])
+            XCTAssertEqual(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "wrong", call + ": " + r.stderr)
+        }
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp.user_status('olga')", user: "host_s"), "2", "both wrong answers counted")
+    }
+
+    /// An 8-digit code is recovery-shaped: verify_at ran the recovery PBKDF2 only when no
+    /// factor matched, so a wrong code took far longer than a right one. A host with a
+    /// statement_timeout between the two had every wrong guess rolled back uncounted while a
+    /// right one committed. A timeout that drops a wrong answer must drop a right one too.
+    func testAStatementTimeoutCannotTellARightCodeFromAWrongOne() throws {
+        try makeHost("host_c")
+        let secret = Array("12345678901234567890".utf8)
+        try sql("SELECT pam_totp.enroll('cleo', 1014, 'phone', 'sha1', 8, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        // The slowest recovery hashing the schema takes: the wrong path is ~100000 HMACs.
+        try sql("SELECT pam_totp.replace_recovery('cleo', 1014, 1, 100000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
+        func asHost(_ call: String, timeout: String) throws -> (out: String, err: String) {
+            let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                    "-U", "host_c", "-d", db, "-c", "SET statement_timeout = '\(timeout)'", "-c", call])
+            return (r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), r.stderr)
+        }
+        awayFromStepBoundary()
+        let code = String(decoding: try TOTP.code(secret: secret, parameters: try OTPParameters(algorithm: .sha1, digits: 8, period: 30),
+                                                  at: Int64(time(nil))), as: UTF8.self)
+        let wrong = code == "00000000" ? "11111111" : "00000000"
+        let call = { (answer: String) in "SELECT outcome FROM pam_totp.login('cleo', 1014, '\(answer)', 1, 10, 300, false)" }
+        let w = try asHost(call(wrong), timeout: "150ms")
+        XCTAssertTrue(w.err.contains("statement timeout"), "the wrong answer's hashing outlasts 150 ms: \(w)")
+        let r = try asHost(call(code), timeout: "150ms")
+        XCTAssertNotEqual(r.out, "success", "a right code got through where a wrong one was dropped uncounted")
+        XCTAssertTrue(r.err.contains("statement timeout"), "\(r)")
+        // Without the timeout the same code works (the dropped attempts changed nothing).
+        XCTAssertEqual(try asHost(call(code), timeout: "0").out, "success")
+    }
+
+    /// The lockout came every max_failures-th failure, with max_failures the host's (clamped
+    /// to at most the database's 10) on each call: a host choosing, per attempt, a value that
+    /// does not divide the next count (one always exists below 2520) was never locked out and
+    /// went straight to the 100-failure cap. The database's own max_failures locks regardless.
+    func testHostChoosingMaxFailuresPerAttemptCannotAvoidTheLockout() throws {
+        try makeHost("host_m")
+        try sql("SELECT pam_totp.enroll('mia', 1011, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        var outcomes: [String] = []
+        for _ in 1...12 {
+            let failures = Int(try sql("SELECT failures FROM pam_totp.user_status('mia')", user: "host_m")) ?? -1
+            let m = (2...10).first { (failures + 1) % $0 != 0 } ?? 10
+            outcomes.append(try sql("SELECT outcome || ' ' || (locked_until > 0) FROM pam_totp.login('mia', 1011, '000000', 1, \(m), 300, false)",
+                                    user: "host_m"))
+        }
+        XCTAssertEqual(outcomes[9], "wrong true", "the 10th failure locks, whatever the host asked for: \(outcomes)")
+        XCTAssertEqual(outcomes[10], "locked true", "\(outcomes)")
+        // A stricter host still gets its own, earlier lockouts.
+        try sql("SELECT pam_totp.enroll('max', 1012, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        let strict = try (1...3).map { _ in
+            try sql("SELECT outcome || ' ' || (locked_until > 0) FROM pam_totp.login('max', 1012, '000000', 1, 3, 300, false)", user: "host_m")
+        }
+        XCTAssertEqual(strict, ["wrong false", "wrong false", "wrong true"])
     }
 
     /// 20 concurrent logins with one code, 100 rounds: exactly one success each round, and the

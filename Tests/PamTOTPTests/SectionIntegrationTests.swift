@@ -166,6 +166,34 @@ final class SectionIntegrationTests: XCTestCase {
         XCTAssertEqual(auth("never-exempt", "daemon", Array("000000".utf8)).0, PAM_AUTH_ERR)
     }
 
+    /// A [group NAME] that NSS does not know (a typo, a directory group not there yet, a
+    /// directory answering "no such group") must not be skipped: in the "one group only"
+    /// recipe that would exempt the whole group. Every login is denied like a bad line.
+    func testAGroupNSSDoesNotKnowDeniesInsteadOfSkippingTheSection() throws {
+        let ghost = "pamtotp-no-such-group-\(getpid())"
+        XCTAssertNotEqual(try runCommand(["getent", "group", ghost]).status, 0)
+        try service("ghost-group", ["auth required pam_permit.so"])
+        try fixture.enroll("daemon", secret: secret)
+        for text in ["exempt\n[group \(ghost)]\nexempt = no\n", "nullok\n[group \(ghost)]\nnullok = no\n"] {
+            try writeConfig(text)
+            for user in ["nobody", "daemon", "pamtotp-no-such-user-\(getpid())"] {
+                let (r, prompts) = auth("ghost-group", user, Array("000000".utf8))
+                XCTAssertEqual(r, PAM_SERVICE_ERR, "\(user): \(text)")
+                XCTAssertEqual(prompts, [], "\(user): \(text)")
+            }
+        }
+    }
+
+    /// libpam lowercases the service name (pam_start): `[service Rollout]` could never match,
+    /// so a stricter section written that way was silently ignored. It is a bad line now.
+    func testAServiceSectionWithCapitalsIsRefusedNotSilentlyIgnored() throws {
+        try writeConfig("nullok\n[service Rollout]\nnullok = no\n")
+        try service("rollout", ["auth required pam_permit.so"])
+        let (r, prompts) = auth("Rollout", "daemon", nil)
+        XCTAssertEqual(r, PAM_SERVICE_ERR, "the section meant for this service was skipped")
+        XCTAssertEqual(prompts, [])
+    }
+
     func testSupplementaryGroupsCount() throws {
         // A supplementary group of a throwaway account (useradd -G); primary groups are covered above.
         try XCTSkipUnless(isRoot, "useradd needs root")
