@@ -27,31 +27,41 @@ func bytes(_ p: UnsafePointer<CChar>, max: Int) -> [UInt8]? {
     return p.withMemoryRebound(to: UInt8.self, capacity: n) { Array(UnsafeBufferPointer(start: $0, count: n)) }
 }
 
-/// The account named `user` in NSS (canonical name and uid), through getpwnam_r with a
-/// buffer that grows on ERANGE up to 1 MiB; nil if there is none. A failed look-up throws:
-/// it must deny, never read as "no such account" (which nullok would let through).
+/// The account named `user` in NSS (canonical name and uid), nil if there is none. A failed
+/// look-up throws: it must deny, never read as "no such account" (which nullok would let through).
 func lookupAccount(_ user: [UInt8]) throws(MFAError) -> Account? {
-    var name = user
-    name.append(0)
-    var size = 4096
-    while size <= 1 << 20 {
-        // Not zeroed: getpwnam_r fills what it uses.
-        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
-        defer { buffer.deallocate() }
+    try nssLookup(user, "getpwnam_r") { name, buffer, size -> (Int32, Account?) in
         var entry = passwd()
         var result: UnsafeMutablePointer<passwd>? = nil
-        let rc = name.withUnsafeBufferPointer { n -> Int32 in
-            guard let base = n.baseAddress else { return EINVAL }
-            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { cname in
-                getpwnam_r(cname, &entry, buffer, size, &result)
-            }
+        let rc = getpwnam_r(name, &entry, buffer, size, &result)
+        guard rc == 0, result != nil, let pwName = entry.pw_name, let canonical = bytes(pwName, max: maxArgumentLength) else {
+            return (rc, nil)
+        }
+        return (rc, Account(name: canonical, uid: UInt32(entry.pw_uid)))
+    }
+}
+
+/// One NSS `*_r` look-up of `name`, with a buffer that grows on ERANGE up to 1 MiB (not zeroed:
+/// the call fills what it uses). `call` gets the NUL-terminated name, the buffer and its size,
+/// and returns the call's result and what it found (nil: no such entry). A failed look-up
+/// throws: it must deny, never read as "no such entry".
+func nssLookup<R>(_ name: [UInt8], _ operation: Message,
+                  _ call: (UnsafePointer<CChar>, UnsafeMutablePointer<CChar>, Int) -> (Int32, R?)) throws(MFAError) -> R? {
+    var cName = name
+    cName.append(0)
+    var size = 4096
+    while size <= 1 << 20 {
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+        defer { buffer.deallocate() }
+        let (rc, found) = cName.withUnsafeBufferPointer { n -> (Int32, R?) in
+            guard let base = n.baseAddress else { return (EINVAL, nil) }
+            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { call($0, buffer, size) }
         }
         if rc == ERANGE { size *= 4; continue }
-        guard rc == 0 else { throw .system(operation: "getpwnam_r", errno: rc) }
-        guard result != nil, let pwName = entry.pw_name, let canonical = bytes(pwName, max: maxArgumentLength) else { return nil }
-        return Account(name: canonical, uid: UInt32(entry.pw_uid))
+        guard rc == 0 else { throw .system(operation: operation, errno: rc) }
+        return found
     }
-    throw .system(operation: "getpwnam_r", errno: ERANGE)
+    throw .system(operation: operation, errno: ERANGE)
 }
 
 func userName(_ pamh: OpaquePointer) -> [UInt8]? {

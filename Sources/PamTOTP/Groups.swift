@@ -51,42 +51,20 @@ struct UserGroups {
 /// The primary gid of the account `user`, nil if there is no such account. A failed look-up
 /// throws (it must deny).
 func primaryGroup(_ user: [UInt8]) throws(MFAError) -> gid_t? {
-    var name = user
-    name.append(0)
-    var size = 4096
-    while size <= 1 << 20 {
-        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
-        defer { buffer.deallocate() }
+    try nssLookup(user, "getpwnam_r") { name, buffer, size -> (Int32, gid_t?) in
         var entry = passwd()
         var result: UnsafeMutablePointer<passwd>? = nil
-        let rc = name.withUnsafeBufferPointer { n -> Int32 in
-            guard let base = n.baseAddress else { return EINVAL }
-            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { getpwnam_r($0, &entry, buffer, size, &result) }
-        }
-        if rc == ERANGE { size *= 4; continue }
-        guard rc == 0 else { throw .system(operation: "getpwnam_r", errno: rc) }
-        return result == nil ? nil : entry.pw_gid
+        let rc = getpwnam_r(name, &entry, buffer, size, &result)
+        return (rc, rc == 0 && result != nil ? entry.pw_gid : nil)
     }
-    throw .system(operation: "getpwnam_r", errno: ERANGE)
 }
 
 /// The gid of the group named `group`, nil if NSS knows no such group.
 func groupID(_ group: [UInt8]) throws(MFAError) -> UInt32? {
-    var name = group
-    name.append(0)
-    var size = 4096
-    while size <= 1 << 20 {
-        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
-        defer { buffer.deallocate() }
+    try nssLookup(group, "getgrnam_r") { name, buffer, size -> (Int32, UInt32?) in
         var entry = CLibc.group()
         var result: UnsafeMutablePointer<CLibc.group>? = nil
-        let rc = name.withUnsafeBufferPointer { n -> Int32 in
-            guard let base = n.baseAddress else { return EINVAL }
-            return base.withMemoryRebound(to: CChar.self, capacity: n.count) { getgrnam_r($0, &entry, buffer, size, &result) }
-        }
-        if rc == ERANGE { size *= 4; continue }
-        guard rc == 0 else { throw .system(operation: "getgrnam_r", errno: rc) }
-        return result == nil ? nil : UInt32(entry.gr_gid)
+        let rc = getgrnam_r(name, &entry, buffer, size, &result)
+        return (rc, rc == 0 && result != nil ? UInt32(entry.gr_gid) : nil)
     }
-    throw .system(operation: "getgrnam_r", errno: ERANGE)
 }
