@@ -58,25 +58,30 @@ public struct DaemonService<S: TOTPStore> {
             cached = .some(found)
             return found
         }
+        // The account NSS gives for the name asked about. Its canonical name is the one every
+        // store operation below uses: records are stored under it, and a spelling a directory
+        // resolves to it ("ALICE", "alice " in a case-insensitive LDAP) must find that record,
+        // never read as "no record", which nullok would let through. A failed look-up denies.
+        let resolved: Account?
+        do throws(MFAError) { resolved = try lookupAccount() } catch {
+            return (.outcome(.failed(error)), who + "account look-up failed")
+        }
         if !peer.isRoot {
             // A caller without root asks only about the account whose uid is its own.
-            let found: Account?
-            do throws(MFAError) { found = try lookupAccount() } catch {
-                return (.outcome(.failed(error)), who + "account look-up failed")
-            }
-            guard let found, found.uid == peer.uid else {
+            guard let resolved, resolved.uid == peer.uid else {
                 return (.refused("a caller without root may only ask about its own account"),
                         who + "refused: not the caller's own account")
             }
         }
+        let user = resolved?.name ?? request.user
         let options = effectiveOptions(request, peer: peer)
         if request.operation == .authenticate {
             // One step (for a database: one statement), with the same outcomes as lookup + authenticate.
             let outcome: AuthOutcome
             do throws(MFAError) {
-                try FileStore<LiveSystemCalls>.validate(user: request.user)
+                try FileStore<LiveSystemCalls>.validate(user: user)
                 let store = try openStore(options.store)
-                outcome = store.login(user: request.user, account: lookupAccount, answer: request.answer, at: now,
+                outcome = store.login(user: user, account: lookupAccount, answer: request.answer, at: now,
                                       options: options, process: peer.pid)
             } catch {
                 outcome = Login<S>(store: nil, enrollment: error == .invalidUserName ? .unenrolled : .failed(error))
@@ -86,9 +91,9 @@ public struct DaemonService<S: TOTPStore> {
         }
         let login: Login<S>
         do throws(MFAError) {
-            try FileStore<LiveSystemCalls>.validate(user: request.user)
+            try FileStore<LiveSystemCalls>.validate(user: user)
             let store = try openStore(options.store)
-            login = Login(store: store, enrollment: try store.lookup(user: request.user, account: lookupAccount))
+            login = Login(store: store, enrollment: try store.lookup(user: user, account: lookupAccount))
         } catch {
             if case .invalidUserName = error {
                 login = Login(store: nil, enrollment: .unenrolled)

@@ -131,6 +131,8 @@ final class DaemonProtocolTests: XCTestCase {
             case "alice": return Account(name: name, uid: 1001)
             case "bob": return Account(name: name, uid: 1002)
             case "carol": return Account(name: name, uid: 1003)
+            // Spellings a case- and space-insensitive directory resolves to alice.
+            case "ALICE", "alice ": return Account(name: Array("alice".utf8), uid: 1001)
             case "broken": throw .system(operation: "getpwnam_r", errno: EIO)
             default: return nil
             }
@@ -170,6 +172,25 @@ final class DaemonProtocolTests: XCTestCase {
         guard case .outcome(.wrongCode(true, 1, nil)) = ask(f, .authenticate, user: "alice", answer: right, peer: 0, at: t) else {
             return XCTFail("a code used through the daemon is used for root's logins too")
         }
+    }
+
+    /// Review: pam-totpd read a name that cannot be a record name ("alice ") as unenrolled
+    /// before asking NSS, and its database store looked a spelling up as given ("ALICE" found
+    /// no row): under nullok, the password alone. Every request now works on the account's
+    /// canonical name, so both spellings are alice, enrolled, with alice's code and counts.
+    func testSpellingsNSSResolvesAreTheAccountsRecord() throws {
+        let f = try Fixture()
+        let t: Int64 = 1_700_000_010
+        for spelling in ["ALICE", "alice "] {
+            XCTAssertEqual(ask(f, .lookup, user: spelling, peer: 0), .enrolled, "\(spelling) is alice's record")
+            guard case .outcome(.wrongCode(false, _, nil)) = ask(f, .authenticate, user: spelling, peer: 0, at: t) else {
+                return XCTFail("\(spelling): a wrong code is a wrong code for alice")
+            }
+        }
+        XCTAssertEqual(try f.failures("alice"), 2, "both failures count against alice")
+        let right = try TOTP.code(secret: f.secret, parameters: .default, at: t)
+        XCTAssertEqual(ask(f, .authenticate, user: "alice ", answer: right, peer: 1001, at: t),
+                       .outcome(.success(factor: Array("phone".utf8), step: UInt64(t / 30), digits: 6)))
     }
 
     /// A caller without root picks max_failures per request (at most the site's): choosing one
