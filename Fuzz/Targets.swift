@@ -268,3 +268,20 @@ func fuzzProtocol(_ data: [UInt8]) {
         guard (try? DaemonReply.decode(reply.encoded())) == reply else { violated("protocol", "reply round trip") }
     }
 }
+
+/// totp-enroll's requests to pam-totpd (AdminProtocol) and their replies: decode, and what
+/// decodes encodes back to the same message; a status never carries a secret out.
+func fuzzAdmin(_ data: [UInt8]) {
+    if let request = try? AdminRequest.decode(data) {
+        guard DaemonProtocol.adminFrameLength(header: data.prefix(DaemonProtocol.headerSize), reply: false) == data.count else {
+            violated("admin", "a request decoded from a frame of another length")
+        }
+        guard let again = request.encoded(), (try? AdminRequest.decode(again)) == request else { violated("admin", "request round trip") }
+    }
+    if let reply = try? AdminReply.decode(data) {
+        guard (try? AdminReply.decode(reply.encoded())) == reply else { violated("admin", "reply round trip") }
+        if case .status(let s?) = reply {
+            guard s.record.factors.allSatisfy({ $0.secret == AdminCodec.placeholderSecret }) else { violated("admin", "a status with a secret") }
+        }
+    }
+}

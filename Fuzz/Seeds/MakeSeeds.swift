@@ -109,5 +109,28 @@ struct MakeSeeds {
             .outcome(.unenrolled), .outcome(.failed(.insecureStore("owner"))), .enrolled, .refused("not yours"),
         ]
         for (i, r) in replies.enumerated() { save(r.encoded(), corpus + "/protocol", "gen-reply-\(i + 1)") }
+
+        // totp-enroll to pam-totpd (fleet mode): every request and reply kind.
+        let user = Array("alice".utf8)
+        let (adminCodes, adminSet) = RecoverySet.generate(count: 3, iterations: 1_000, using: &rng)
+        let adminRequests: [AdminRequest] = [
+            .status(user: user), .users(after: []), .users(after: Array("bob".utf8)),
+            .checkEnrollable(user: user, uid: 1000, label: Array("phone".utf8), secret: nil),
+            .checkEnrollable(user: user, uid: 1000, label: Array("key".utf8), secret: three.factors[0].secret),
+            .enroll(user: user, uid: 1000, factor: three.factors[0], importedCodes: nil),
+            .enroll(user: user, uid: 1000, factor: three.factors[1], importedCodes: adminCodes),
+            .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
+            .replaceRecovery(user: user, uid: 1000, set: adminSet), .unlock(user: user), .purge(user: user),
+        ]
+        for (i, r) in adminRequests.enumerated() { if let f = r.encoded() { save(f, corpus + "/admin", "gen-request-\(i + 1)") } }
+        var state = UserState()
+        state.failures = 2
+        state.setLastStep(56_666_667, forLabel: three.factors[0].label)
+        let adminReplies: [AdminReply] = [
+            .done, .number(3), .status(nil), .status(UserStatus(record: three, state: state)),
+            .users([user, Array("bob".utf8)], more: true), .unlocked(UnlockResult(failures: 100, lockedUntil: 0, rebuilt: false)),
+            .failed(.invalidParameters("a factor with this name already exists")), .refused("needs root"),
+        ]
+        for (i, r) in adminReplies.enumerated() { save(r.encoded(), corpus + "/admin", "gen-reply-\(i + 1)") }
     }
 }

@@ -147,6 +147,11 @@ public final class PostgresStore: TOTPStore {
     /// (SQLSTATE P0001) is `invalidParameters`; anything else says the database is unavailable.
     static func mapped(_ e: PQError) -> MFAError {
         if e.sqlState == "P0001" { return .invalidParameters(Message(Array(e.message.utf8))) }
+        if e.sqlState == "42501" {
+            // insufficient_privilege: a host role (pam_totp_host) asked for an admin operation.
+            return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge and "
+                                          + "status --all need pam_totp_admin; README, Fleet): " + e.message).utf8)))
+        }
         if let state = e.sqlState { return .daemon(Message(Array(("database error (SQLSTATE " + state + "): " + e.message).utf8))) }
         return .daemon(Message(Array(("database unavailable: " + e.message).utf8)))
     }
@@ -250,6 +255,13 @@ public final class PostgresStore: TOTPStore {
             record.factors.append(factor)
         }
         var state = UserState()
+        // The recovery set's id, size and used codes (its salt and hashes stay in the database).
+        if let set = row[3].flatMap({ Int64($0) }), let count = row[4].flatMap({ Int($0) }), count >= 0 {
+            record.recovery = RecoverySet(id: UInt64(bitPattern: set), iterations: 0, salt: [],
+                                          hashes: [[UInt8]](repeating: [], count: count))
+            state.recoverySet = UInt64(bitPattern: set)
+            state.recoveryUsed = UInt32(truncatingIfNeeded: row[5].flatMap { Int64($0) } ?? 0)
+        }
         state.failures = UInt32(clamping: row[1].flatMap { Int64($0) } ?? 0)
         state.lockedUntil = row[2].flatMap { Int64($0) } ?? 0
         for r in f where r.count == 6 {

@@ -180,3 +180,13 @@ enum Percent {
 public func signedDecimal(_ value: Int64) -> [UInt8] {
     value > 0 ? [0x2B] + decimalBytes(UInt64(value)) : decimalBytes(value)
 }
+
+/// A decimal number as a message ("42", "-1").
+public func decimal<T: BinaryInteger>(_ value: T) -> Message {
+    if value == 0 { return "0" }
+    var digits: [UInt8] = []
+    var v = value.magnitude
+    while v > 0 { digits.append(0x30 &+ UInt8(truncatingIfNeeded: v % 10)); v /= 10 }
+    if value < 0 { digits.append(0x2D) }
+    return Message(digits.reversed())
+}

@@ -137,3 +137,92 @@ public struct DaemonService<S: TOTPStore> {
         }
     }
 }
+
+extension DaemonService {
+    /// Answers one enrolment-management request from totp-enroll (AdminProtocol) on the
+    /// daemon's own store (its configuration's backend). Root only: totp-enroll is set-uid root
+    /// and checks who its caller is (the password, a current code) before it asks; a caller
+    /// without root that wrote its own frames would skip that. `generator` salts the hashes of
+    /// imported recovery codes. The returned line is for the log: never a secret or a code.
+    public func handleAdmin<G: RandomNumberGenerator>(_ request: AdminRequest, peer: PeerCredentials, at now: Int64,
+                                                      using generator: inout G) -> (reply: AdminReply, log: Message) {
+        let who = "uid " + Message(decimalBytes(UInt64(peer.uid))) + " pid " + Message(decimalBytes(UInt64(peer.pid)))
+            + (request.user.map { " user " + printable($0) } ?? "") + ": "
+        guard peer.isRoot else {
+            return (.refused("managing enrolments through pam-totpd needs root: use totp-enroll"),
+                    who + "refused: enrolment management needs root")
+        }
+        let store: S
+        do throws(MFAError) {
+            if let user = request.user { try FileStore<LiveSystemCalls>.validate(user: user) }
+            store = try openStore(site.store)
+        } catch {
+            return (.failed(error), who + "refused: " + Self.errorText(error))
+        }
+        do throws(MFAError) {
+            switch request {
+            case .status(let user):
+                return (.status(try store.status(user: user)?.withoutSecrets()), who + "status")
+            case .users(let after):
+                var page: [[UInt8]] = []
+                var bytes = 0
+                var more = false
+                for name in try store.users() where after.lexicographicallyPrecedes(name) {
+                    guard bytes + 1 + name.count <= AdminReply.usersPageBytes, name.count <= 255 else { more = true; break }
+                    page.append(name)
+                    bytes += 1 + name.count
+                }
+                return (.users(page, more: more), who + "listed enrolled users")
+            case .checkEnrollable(let user, let uid, let label, let secret):
+                try store.checkEnrollable(user: user, accountUID: uid, label: label, secret: secret)
+                return (.done, who + "enrolment checks passed for factor " + printable(label))
+            case .enroll(let user, let uid, let factor, let codes):
+                let leftOut = try store.enroll(user: user, accountUID: uid, factor: factor, importedCodes: codes, using: &generator)
+                return (.number(Int64(leftOut)), who + "enrolled factor " + printable(factor.label)
+                        + (codes.map { " with " + Message(decimalBytes(UInt64($0.count))) + " imported recovery codes" } ?? ""))
+            case .removeFactor(let user, let uid, let label, let mayRemoveLast):
+                let left = try store.removeFactor(user: user, accountUID: uid, label: label, mayRemoveLast: mayRemoveLast)
+                return (.number(Int64(left)), who + "removed factor " + printable(label))
+            case .replaceRecovery(let user, let uid, let set):
+                let replaced = try store.replaceRecovery(user: user, accountUID: uid, set: set)
+                return (.number(replaced ? 1 : 0), who + "made " + Message(decimalBytes(UInt64(set.hashes.count))) + " new recovery codes")
+            case .unlock(let user):
+                let result = try store.unlock(user: user, at: now)
+                return (.unlocked(result), who + "unlocked (" + Message(decimalBytes(UInt64(result.failures))) + " failures cleared)")
+            case .purge(let user):
+                let existed = try store.purge(user: user)
+                return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
+            }
+        } catch {
+            return (.failed(error), who + "failed: " + Self.errorText(error))
+        }
+    }
+
+    /// An error for the log line: its kind and the store's message (never a secret: store
+    /// messages name labels, users and files only).
+    static func errorText(_ e: MFAError) -> Message {
+        switch e {
+        case .invalidParameters(let m), .insecureStore(let m), .corruptRecord(let m), .daemon(let m), .invalidOption(let m), .malformed(let m):
+            return m
+        case .system(let op, _): return op + " failed"
+        case .invalidUserName: return "invalid user name"
+        case .invalidLabel: return "invalid label"
+        case .invalidBase32: return "invalid Base32"
+        case .lockTimeout: return "lock timeout"
+        case .clockOutOfRange: return "clock out of range"
+        }
+    }
+}
+
+extension UserStatus {
+    /// The status as it may leave the daemon: each factor's secret replaced by a placeholder and
+    /// no recovery hash or salt (the encoder sends neither anyway; this keeps the value honest).
+    public func withoutSecrets() -> UserStatus {
+        var r = record
+        for i in r.factors.indices { r.factors[i].secret = AdminCodec.placeholderSecret }
+        if let set = r.recovery {
+            r.recovery = RecoverySet(id: set.id, iterations: set.iterations, salt: [], hashes: [[UInt8]](repeating: [], count: set.hashes.count))
+        }
+        return UserStatus(record: r, state: state)
+    }
+}

@@ -5,7 +5,7 @@ import CLibc
 // live here, not in the callers: totp-enroll only asks and prints.
 
 /// A user's record and state as `list` shows them.
-public struct UserStatus: Equatable {
+public struct UserStatus: Equatable, Sendable {
     public var record: UserRecord
     public var state: UserState
     public init(record: UserRecord, state: UserState) {
@@ -15,7 +15,7 @@ public struct UserStatus: Equatable {
 }
 
 /// What `unlock` found and cleared.
-public struct UnlockResult: Equatable {
+public struct UnlockResult: Equatable, Sendable {
     public var failures: UInt32
     public var lockedUntil: Int64
     /// The state was unreadable and was rebuilt (every factor's steps up to now count as used).

@@ -1,108 +1,14 @@
 import CLibc
 import MFACore
 
-// Asking pam-totpd (docs/ARCHITECTURE.md §5.2): one connection per request, no threads, and
-// connect + send + reply bounded by one deadline. Every failure is a `.daemon` error, which
-// denies with PAM_AUTHINFO_UNAVAIL.
-
-/// The whole exchange, connect to the last reply byte.
-let daemonTimeoutMilliseconds: Int64 = 5_000
+// Asking pam-totpd (docs/ARCHITECTURE.md §5.2): MFACore's DaemonConnection carries the frames.
 
 func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
     do throws(MFAError) {
         guard var frame = request.encoded() else { throw .daemon("request too large to send") }
         defer { wipe(&frame) }
-        let deadline = clibc_monotonic_ms() + daemonTimeoutMilliseconds
-        let fd = clibc_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + decimalMessage(clibc_errno()) + ")") }
-        defer { _ = clibc_close(fd) }
-        try connect(fd, path, deadline: deadline)
-        // Only root's pam-totpd may hear the answer: a socket= in a directory others can write
-        // could otherwise be anyone's listener, collecting codes and answering "success".
-        let owner = clibc_peer_uid(fd)
-        guard owner == 0 else {
-            throw .daemon("refusing " + printable(path) + ": its listener runs as uid "
-                          + (owner < 0 ? "unknown" : decimal(owner)) + ", not root")
-        }
-        try sendAll(fd, frame, deadline: deadline)
-        var header = try receive(fd, count: DaemonProtocol.headerSize, deadline: deadline)
-        guard let total = DaemonProtocol.frameLength(header: header, reply: true) else { throw .malformed("reply header") }
-        header += try receive(fd, count: total - DaemonProtocol.headerSize, deadline: deadline)
-        return try DaemonReply.decode(header)
+        return try DaemonReply.decode(try DaemonConnection.exchange(frame, socket: path, admin: false))
     } catch {
         return .outcome(.failed(error))
     }
 }
-
-/// Connects, retrying while the daemon's backlog is full (EAGAIN on a non-blocking Unix socket).
-private func connect(_ fd: Int32, _ path: [UInt8], deadline: Int64) throws(MFAError) {
-    var cPath = path
-    cPath.append(0)
-    while true {
-        let rc = cPath.withUnsafeBufferPointer { p -> Int32 in
-            guard let base = p.baseAddress else { return -1 }
-            return base.withMemoryRebound(to: CChar.self, capacity: p.count) { clibc_connect_unix(fd, $0) }
-        }
-        if rc == 0 { return }
-        let e = clibc_errno()
-        if e == EINTR { continue }
-        if e == EAGAIN || e == EINPROGRESS {
-            guard clibc_monotonic_ms() < deadline else { throw .daemon("timed out connecting to " + printable(path)) }
-            _ = clibc_poll(nil, 0, 10)  // back off 10 ms: the backlog is full
-            continue
-        }
-        if e == ENOENT || e == ECONNREFUSED {
-            throw .daemon("not running: cannot connect to " + printable(path) + " (errno " + decimalMessage(e) + ")")
-        }
-        throw .daemon("cannot connect to " + printable(path) + " (errno " + decimalMessage(e) + ")")
-    }
-}
-
-/// Waits until `fd` is ready for `events` or the deadline passes.
-private func wait(_ fd: Int32, _ events: Int16, deadline: Int64, doing what: Message) throws(MFAError) {
-    while true {
-        let left = deadline - clibc_monotonic_ms()
-        guard left > 0 else { throw .daemon("no reply within 5 s (" + what + ")") }
-        var p = pollfd(fd: fd, events: events, revents: 0)
-        let rc = clibc_poll(&p, 1, Int32(min(left, 5_000)))
-        if rc > 0 { return }
-        if rc < 0 && clibc_errno() != EINTR { throw .daemon(what + " failed (errno " + decimalMessage(clibc_errno()) + ")") }
-    }
-}
-
-private func sendAll(_ fd: Int32, _ bytes: [UInt8], deadline: Int64) throws(MFAError) {
-    var offset = 0
-    while offset < bytes.count {
-        try wait(fd, Int16(POLLOUT), deadline: deadline, doing: "sending")
-        let n = bytes.withUnsafeBufferPointer { p -> Int in
-            guard let base = p.baseAddress else { return -1 }
-            return clibc_send(fd, base + offset, p.count - offset)
-        }
-        if n > 0 { offset += n; continue }
-        let e = clibc_errno()
-        if n < 0 && (e == EINTR || e == EAGAIN) { continue }
-        throw .daemon("connection lost while sending (errno " + decimalMessage(e) + ")")
-    }
-}
-
-private func receive(_ fd: Int32, count: Int, deadline: Int64) throws(MFAError) -> [UInt8] {
-    var out: [UInt8] = []
-    out.reserveCapacity(count)
-    var chunk = [UInt8](repeating: 0, count: 512)
-    while out.count < count {
-        try wait(fd, Int16(POLLIN), deadline: deadline, doing: "reading the reply")
-        let want = min(chunk.count, count - out.count)
-        let n = chunk.withUnsafeMutableBufferPointer { p -> Int in
-            guard let base = p.baseAddress else { return -1 }
-            return clibc_read(fd, base, want)
-        }
-        if n > 0 { out.append(contentsOf: chunk[0..<min(n, want)]); continue }
-        if n == 0 { throw .daemon("closed the connection without a reply") }
-        let e = clibc_errno()
-        if e == EINTR || e == EAGAIN { continue }
-        throw .daemon("connection lost while reading (errno " + decimalMessage(e) + ")")
-    }
-    return out
-}
-
-func decimalMessage(_ value: Int32) -> Message { decimal(value) }

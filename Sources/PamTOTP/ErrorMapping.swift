@@ -42,14 +42,5 @@ func describe(_ error: MFAError) -> Message {
     }
 }
 
-func decimal<T: BinaryInteger>(_ value: T) -> Message {
-    if value == 0 { return "0" }
-    var digits: [UInt8] = []
-    var v = value.magnitude
-    while v > 0 { digits.append(0x30 &+ UInt8(truncatingIfNeeded: v % 10)); v /= 10 }
-    if value < 0 { digits.append(0x2D) }
-    return Message(digits.reversed())
-}
-
 /// "+3", "-2", "0".
 func signed(_ value: Int64) -> Message { Message(signedDecimal(value)) }

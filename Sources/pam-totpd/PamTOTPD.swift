@@ -4,6 +4,7 @@ import FleetStore
 import Glibc
 import Logging
 import MFACore
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 
@@ -58,24 +59,45 @@ struct PamTOTPD: ParsableCommand {
         if activated != nil { limits.idleExit = .seconds(60) }
 
         let handle: RequestHandlerFunction
+        let handleAdmin: AdminHandlerFunction
         var backendName = "store " + String(decoding: site.store, as: UTF8.self)
         switch site.backend {
         case .files:
             let service = DaemonService<Store>(site: site, openStore: Self.openStore)
             handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: lookupAccount) }
+            handleAdmin = { request, peer, now in
+                var rng = SystemRandomNumberGenerator()
+                return service.handleAdmin(request, peer: peer, at: now, using: &rng)
+            }
         case .postgresql:
             let store: PostgresStore
             do { store = try Self.fleetStore(site: site, configPath: config, workers: limits.workers) } catch let e as SocketError {
                 throw fail(e.text)
             }
             let service = DaemonService<PostgresStore>(site: site, openStore: { (_: [UInt8]) throws(MFAError) -> PostgresStore in store })
-            handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: lookupAccount) }
+            let recent = RecentSuccesses()
+            handle = { request, peer, now in
+                let answered = service.handle(request, peer: peer, at: now, account: lookupAccount)
+                if request.operation == .authenticate, case .outcome(let outcome) = answered.reply {
+                    recent.record(outcome, user: request.user, process: peer.pid)
+                }
+                return answered
+            }
+            handleAdmin = { request, peer, now in
+                var rng = SystemRandomNumberGenerator()
+                var answered = service.handleAdmin(request, peer: peer, at: now, using: &rng)
+                if case .status(var status?) = answered.reply, let user = request.user {
+                    recent.apply(to: &status, user: user)
+                    answered.reply = .status(status)
+                }
+                return answered
+            }
             backendName = "backend postgresql"
         }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let pool = NIOThreadPool(numberOfThreads: limits.workers)
         pool.start()
-        let state = ServerState(limits: limits, handle: handle, pool: pool, logger: logger)
+        let state = ServerState(limits: limits, handle: handle, handleAdmin: handleAdmin, pool: pool, logger: logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 512)
             .childChannelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
@@ -192,4 +214,42 @@ struct PamTOTPD: ParsableCommand {
 struct SocketError: Error {
     let text: String
     init(_ text: String) { self.text = text }
+}
+
+/// Fleet mode: which process last had a code accepted for a user through this daemon, and a
+/// counter of verdicts. The file store keeps both in the user's state (successProcess,
+/// sequence), and totp-enroll reads them to see that its own PAM stack accepted a code while it
+/// ran, so it does not ask for a second one (which, in the same 30-s step, would be a replay).
+/// The database keeps neither (a process id means nothing on another host): this daemon
+/// remembers them for the statuses it returns. Lost on restart, which only means one more code.
+final class RecentSuccesses: @unchecked Sendable {
+    private let lock = NIOLock()
+    private var entries: [[UInt8]: (sequence: UInt64, process: UInt32)] = [:]
+    private var counter: UInt64 = 0
+    /// Bounds the memory: beyond it the oldest half is forgotten.
+    let maxEntries = 4096
+
+    /// A verdict that was recorded: a success names its process, anything else clears it.
+    func record(_ outcome: AuthOutcome, user: [UInt8], process: UInt32) {
+        let pid: UInt32
+        switch outcome {
+        case .success, .recoveryCode: pid = process
+        case .wrongCode: pid = 0
+        case .notRecorded, .lockedOut, .unenrolled, .failed: return
+        }
+        lock.withLock {
+            counter &+= 1
+            if entries[user] == nil && entries.count >= maxEntries {
+                let cut = counter &- UInt64(maxEntries / 2)
+                entries = entries.filter { $0.value.sequence > cut }
+            }
+            entries[user] = (counter, pid)
+        }
+    }
+
+    func apply(to status: inout UserStatus, user: [UInt8]) {
+        guard let e = lock.withLock({ entries[user] }) else { return }
+        status.state.sequence = e.sequence
+        status.state.successProcess = e.process
+    }
 }

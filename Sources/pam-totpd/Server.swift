@@ -36,11 +36,14 @@ struct PeerCred: Sendable {
 
 /// One request answered: DaemonService.handle on the backend the configuration names.
 typealias RequestHandlerFunction = (DaemonRequest, PeerCredentials, Int64) -> (reply: DaemonReply, log: Message)
+/// One enrolment-management request (totp-enroll, AdminProtocol): DaemonService.handleAdmin.
+typealias AdminHandlerFunction = (AdminRequest, PeerCredentials, Int64) -> (reply: AdminReply, log: Message)
 
 /// Shared by every connection: the counters, the service and the worker pool.
 final class ServerState: @unchecked Sendable {
     let limits: Limits
     let handle: RequestHandlerFunction
+    let handleAdmin: AdminHandlerFunction
     let pool: NIOThreadPool
     let logger: Logger
     private let lock = NIOLock()
@@ -50,9 +53,11 @@ final class ServerState: @unchecked Sendable {
     private var queuedPerUser: [UInt32: Int] = [:]
     private var lastActivity = NIODeadline.now()
 
-    init(limits: Limits, handle: @escaping RequestHandlerFunction, pool: NIOThreadPool, logger: Logger) {
+    init(limits: Limits, handle: @escaping RequestHandlerFunction, handleAdmin: @escaping AdminHandlerFunction,
+         pool: NIOThreadPool, logger: Logger) {
         self.limits = limits
         self.handle = handle
+        self.handleAdmin = handleAdmin
         self.pool = pool
         self.logger = logger
     }
@@ -174,7 +179,9 @@ final class RequestHandler: ChannelInboundHandler {
         }
         received += bytes
         if expected == nil && received.count >= limit {
-            guard let total = DaemonProtocol.frameLength(header: received.prefix(DaemonProtocol.headerSize), reply: false) else {
+            let header = received.prefix(DaemonProtocol.headerSize)
+            guard let total = DaemonProtocol.frameLength(header: header, reply: false)
+                    ?? DaemonProtocol.adminFrameLength(header: header, reply: false) else {
                 malformed(context, "not a request")
                 return
             }
@@ -206,22 +213,38 @@ final class RequestHandler: ChannelInboundHandler {
         wipeReceived()
         let channel = context.channel
         let state = self.state
+        let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
         guard state.enqueue(uid: peer.uid) else {
             state.logger.warning("busy: refused a request from uid \(peer.uid)")
-            reply(channel, .outcome(.failed(.daemon("busy"))))
+            send(channel, admin ? AdminReply.failed(.daemon("busy")).encoded() : DaemonReply.outcome(.failed(.daemon("busy"))).encoded())
             return
         }
         let credentials = PeerCredentials(uid: peer.uid, pid: UInt32(bitPattern: peer.pid))
-        let work = state.pool.runIfActive(eventLoop: context.eventLoop) { () -> DaemonReply in
+        let work = state.pool.runIfActive(eventLoop: context.eventLoop) { () -> [UInt8] in
             defer { state.dequeue(uid: credentials.uid) }
             var frame = frame
             defer { for i in frame.indices { frame[i] = 0 } }
+            if admin {
+                let request: AdminRequest
+                do {
+                    request = try AdminRequest.decode(frame)
+                } catch {
+                    state.logger.warning("malformed admin request from uid \(credentials.uid) pid \(credentials.pid)")
+                    return AdminReply.failed(.malformed("admin request")).encoded()
+                }
+                let (reply, line) = state.handleAdmin(request, credentials, Int64(time(nil)))
+                switch reply {
+                case .failed(.daemon), .refused: state.logger.warning("\(line.string)")
+                default: state.logger.notice("\(line.string)")
+                }
+                return reply.encoded()
+            }
             let request: DaemonRequest
             do {
                 request = try DaemonRequest.decode(frame)
             } catch {
                 state.logger.warning("malformed request from uid \(credentials.uid) pid \(credentials.pid)")
-                return .outcome(.failed(.malformed("request")))
+                return DaemonReply.outcome(.failed(.malformed("request"))).encoded()
             }
             let (reply, line) = state.handle(request, credentials, Int64(time(nil)))
             if case .outcome(.failed(.daemon)) = reply {
@@ -229,18 +252,19 @@ final class RequestHandler: ChannelInboundHandler {
             } else {
                 state.logger.info("\(line.string)")
             }
-            return reply
+            return reply.encoded()
         }
         work.whenComplete { result in
             switch result {
-            case .success(let r): self.reply(channel, r)
-            case .failure: self.reply(channel, .outcome(.failed(.daemon("shutting down"))))
+            case .success(let bytes): self.send(channel, bytes)
+            case .failure:
+                self.send(channel, admin ? AdminReply.failed(.daemon("shutting down")).encoded()
+                                         : DaemonReply.outcome(.failed(.daemon("shutting down"))).encoded())
             }
         }
     }
 
-    private func reply(_ channel: Channel, _ reply: DaemonReply) {
-        let bytes = reply.encoded()
+    private func send(_ channel: Channel, _ bytes: [UInt8]) {
         var buffer = channel.allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
         channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }

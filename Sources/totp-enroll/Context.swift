@@ -30,6 +30,9 @@ struct CallerContext {
     /// The account's uid: the store binds a record to it.
     let uid: UInt32
     let storePath: String
+    /// Fleet mode (backend = postgresql): pam-totpd's socket, through which every operation
+    /// goes (only the daemon talks to the database). nil: the files at `storePath`.
+    let daemonSocket: String?
 
     var user: [UInt8] { Array(userName.utf8) }
 
@@ -58,29 +61,33 @@ struct CallerContext {
             userName = String(cString: name)
             uid = realUID
         }
-        // The store: --store (root), else store= from /etc/security/pam_totp.conf (root-owned,
-        // checked), else the default — the same place the module looks.
-        if let store { storePath = store } else {
-            let site = try siteOptions()
-            // Fleet mode: enrolments live in the database, and this tool does not reach it yet.
-            // Writing the local files would look like success while no login ever reads them.
-            guard site.backend == .files else {
-                throw CLIError("this host is in fleet mode (backend = postgresql in \(siteConfigFile ?? "/etc/security/pam_totp.conf")): "
-                               + "totp-enroll cannot change enrolments in the database yet; nothing was changed (README, Fleet)")
-            }
-            storePath = String(decoding: site.store, as: UTF8.self)
+        (storePath, daemonSocket) = try Self.where(store: store)
+    }
+
+    /// The store: --store (root: these files, also on a fleet host, e.g. before import-files),
+    /// else what /etc/security/pam_totp.conf (root-owned, checked) says — the same place the
+    /// module looks: the files of store=, or in fleet mode pam-totpd at socket=.
+    static func `where`(store: String?) throws -> (path: String, socket: String?) {
+        if let store { return (store, nil) }
+        let site = try siteOptions()
+        let path = String(decoding: site.store, as: UTF8.self)
+        switch site.backend {
+        case .files: return (path, nil)
+        case .postgresql: return (path, String(decoding: site.socket, as: UTF8.self))
         }
     }
 
-    /// Opens the store, creating the directory (0700) if it does not exist yet.
-    func openStore() throws -> Store { try Self.openStore(at: storePath) }
+    /// Opens the store: the files (the directory created 0700 if it does not exist yet), or
+    /// pam-totpd in fleet mode.
+    func openStore() throws -> EnrolStore { try Self.openStore(at: storePath, socket: daemonSocket) }
 
-    static func openStore(at storePath: String) throws -> Store {
+    static func openStore(at storePath: String, socket: String?) throws -> EnrolStore {
+        if let socket { return .daemon(DaemonStore.overSocket(socket, storePath: storePath)) }
         if mkdir(storePath, 0o700) == 0 {
             // New directory: make sure umask did not matter and the owner is us.
             chmod(storePath, 0o700)
         }
-        do { return try Store(path: Array(storePath.utf8)) } catch {
+        do { return .files(try Store(path: Array(storePath.utf8))) } catch {
             if case .system(_, let e) = error, e == EACCES {
                 throw CLIError("cannot open the store \(shown(storePath)): permission denied (run as root)")
             }
@@ -89,9 +96,84 @@ struct CallerContext {
     }
 }
 
+extension DaemonStore {
+    /// pam-totpd at `socket` (only a listener running as root is spoken to).
+    static func overSocket(_ socket: String, storePath: String) -> DaemonStore {
+        let path = Array(socket.utf8)
+        return DaemonStore(storePath: Array(storePath.utf8)) { (frame, _) throws(MFAError) -> [UInt8] in
+            let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
+            return try DaemonConnection.exchange(frame, socket: path, admin: admin)
+        }
+    }
+}
+
+/// The store totp-enroll works on: this host's files, or pam-totpd on a host in fleet mode.
+/// The same operations either way (the store interface); this only picks the implementation.
+enum EnrolStore {
+    case files(Store)
+    case daemon(DaemonStore)
+
+    var isFleet: Bool { if case .daemon = self { return true }; return false }
+
+    func status(user: [UInt8]) throws(MFAError) -> UserStatus? {
+        switch self { case .files(let s): return try s.status(user: user); case .daemon(let s): return try s.status(user: user) }
+    }
+    func users() throws(MFAError) -> [[UInt8]] {
+        switch self { case .files(let s): return try s.users(); case .daemon(let s): return try s.users() }
+    }
+    func checkEnrollable(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError) {
+        switch self {
+        case .files(let s): try s.checkEnrollable(user: user, accountUID: accountUID, label: label, secret: secret)
+        case .daemon(let s): try s.checkEnrollable(user: user, accountUID: accountUID, label: label, secret: secret)
+        }
+    }
+    @discardableResult
+    func enroll(user: [UInt8], accountUID: UInt32, factor: Factor, importedCodes: [[UInt8]]? = nil) throws(MFAError) -> Int {
+        var rng = SystemRandomNumberGenerator()
+        switch self {
+        case .files(let s): return try s.enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, using: &rng)
+        case .daemon(let s): return try s.enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, using: &rng)
+        }
+    }
+    func removeFactor(user: [UInt8], accountUID: UInt32, label: [UInt8], mayRemoveLast: Bool) throws(MFAError) -> Int {
+        switch self {
+        case .files(let s): return try s.removeFactor(user: user, accountUID: accountUID, label: label, mayRemoveLast: mayRemoveLast)
+        case .daemon(let s): return try s.removeFactor(user: user, accountUID: accountUID, label: label, mayRemoveLast: mayRemoveLast)
+        }
+    }
+    func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
+        switch self {
+        case .files(let s): return try s.replaceRecovery(user: user, accountUID: accountUID, set: set)
+        case .daemon(let s): return try s.replaceRecovery(user: user, accountUID: accountUID, set: set)
+        }
+    }
+    func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
+        switch self { case .files(let s): return try s.unlock(user: user, at: now); case .daemon(let s): return try s.unlock(user: user, at: now) }
+    }
+    func purge(user: [UInt8]) throws(MFAError) -> Bool {
+        switch self { case .files(let s): return try s.purge(user: user); case .daemon(let s): return try s.purge(user: user) }
+    }
+
+    /// A code checked like a login (failure count, lockout, replay guard) for the account
+    /// `uid`: a name enrolled for another account is not enrolled.
+    func verify(user: [UInt8], uid: UInt32, answer: [UInt8], at now: Int64, options: ModuleOptions, process: UInt32) throws(MFAError) -> AuthOutcome {
+        switch self {
+        case .files(let s): return try Self.verify(s, user: user, uid: uid, answer: answer, at: now, options: options, process: process)
+        case .daemon(let s): return try Self.verify(s, user: user, uid: uid, answer: answer, at: now, options: options, process: process)
+        }
+    }
+
+    static func verify<S: TOTPStore>(_ s: S, user: [UInt8], uid: UInt32, answer: [UInt8], at now: Int64,
+                                     options: ModuleOptions, process: UInt32) throws(MFAError) -> AuthOutcome {
+        var enrollment = try s.lookup(user: user, accountUID: uid)
+        if case .otherAccount = enrollment { enrollment = .unenrolled }
+        return s.authenticate(answer: answer, at: now, options: options, process: process, enrollment: enrollment)
+    }
+}
+
 /// The checks of an enrolment, before anything is shown or asked (docs/ARCHITECTURE.md §4), with
 /// the label named in the message.
-func checkEnrollable(_ store: Store, _ context: CallerContext, label: String, secret: [UInt8]?) throws {
+func checkEnrollable(_ store: EnrolStore, _ context: CallerContext, label: String, secret: [UInt8]?) throws {
     if let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),
        status.record.factor(labelled: Array(label.utf8)) != nil {
         throw CLIError("a factor named \"\(shown(label))\" already exists for \(context.userName); choose another --name")

@@ -124,10 +124,9 @@ struct Enroll: ParsableCommand {
             do { step = try verifier.verify(answer: digitsOnly, key: hmacKey, parameters: parameters, at: now) } catch { throw CLIError(error) }
             if let step {
                 // One commit: the factor and the step that proved it (that code cannot log in).
-                var rng = SystemRandomNumberGenerator()
                 try storeCall { () throws(MFAError) in
                     let factor = try Factor(label: labelBytes, parameters: parameters, created: now, enrolledStep: step, secret: key)
-                    try store.enroll(user: context.user, accountUID: context.uid, factor: factor, using: &rng)
+                    try store.enroll(user: context.user, accountUID: context.uid, factor: factor)
                 }
                 Audit.log("enrolled factor \"\(Audit.safe(label))\"", context: context)
                 print("Enrolled factor \"\(shown(label))\" for \(context.userName).")
@@ -142,7 +141,7 @@ struct Enroll: ParsableCommand {
 
     /// After an interactive enrolment: a user without recovery codes is offered a set (the
     /// same proof covers it: the password, and a code if they had a factor, plus the new code).
-    func offerRecoveryCodes(store: Store, context: CallerContext) throws {
+    func offerRecoveryCodes(store: EnrolStore, context: CallerContext) throws {
         guard let status = try? store.status(user: context.user), status.record.recovery == nil else { return }
         fflush(nil)
         guard let answer = promptLine("You have no recovery codes (each logs you in once if you lose your phone). Make 10 now? [Y/n] "),

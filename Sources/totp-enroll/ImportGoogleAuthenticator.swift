@@ -82,12 +82,11 @@ struct ImportGoogleAuthenticator: ParsableCommand {
             print("\(context.userName)'s \(existingCodes) existing recovery codes are replaced by the \(parsed.scratchCodes.count) imported scratch codes: the old ones stop working.")
         }
         // The factor and the recovery codes land in one locked, atomic write.
-        var rng = SystemRandomNumberGenerator()
         let leftOut = try storeCall { () throws(MFAError) -> Int in
             let factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, enrolledStep: usedStep,
                                     secret: parsed.secret)
             return try store.enroll(user: context.user, accountUID: context.uid, factor: factor,
-                                    importedCodes: parsed.scratchCodes.isEmpty ? nil : parsed.scratchCodes, using: &rng)
+                                    importedCodes: parsed.scratchCodes.isEmpty ? nil : parsed.scratchCodes)
         }
         if leftOut > 0 {
             print("\(leftOut) of the file's scratch codes were already used as recovery codes here: they stay used and were not imported.")

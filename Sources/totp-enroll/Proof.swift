@@ -11,7 +11,7 @@ import MFACore
 enum Proof {
     static let serviceFile = "/etc/pam.d/totp-enroll"
 
-    static func require(_ context: CallerContext, store: Store, code: String?) throws {
+    static func require(_ context: CallerContext, store: EnrolStore, code: String?) throws {
         guard getuid() != 0 else { return }  // root acts without re-authenticating
         try checkServiceFile()
         let before = try storeCall { () throws(MFAError) in try store.status(user: context.user) }
@@ -28,15 +28,8 @@ enum Proof {
         var bytes = Array(answer.utf8)
         defer { wipe(&bytes) }
         let options = try siteOptions()
-        let outcome: AuthOutcome
-        switch try storeCall({ () throws(MFAError) in try store.lookup(user: context.user, accountUID: context.uid) }) {
-        case .enrolled(let enrolled):
-            outcome = store.authenticate(answer: bytes, at: Int64(time(nil)),
-                                         options: options, process: me, enrolled: enrolled)
-        case .unenrolled, .otherAccount:
-            outcome = .unenrolled
-        case .failed(let e):
-            outcome = .failed(e)
+        let outcome = try storeCall { () throws(MFAError) in
+            try store.verify(user: context.user, uid: context.uid, answer: bytes, at: Int64(time(nil)), options: options, process: me)
         }
         switch outcome {
         case .success, .recoveryCode:

@@ -26,7 +26,7 @@ struct RecoveryCodes: ParsableCommand {
 
 /// Makes 10 new recovery codes, prints them once and only then stores their hashes (replacing
 /// any previous set). The caller has proved who it is.
-func issueRecoveryCodes(store: Store, context: CallerContext, replacing: Bool) throws {
+func issueRecoveryCodes(store: EnrolStore, context: CallerContext, replacing: Bool) throws {
     var rng = SystemRandomNumberGenerator()
     var (codes, set) = RecoverySet.generate(count: 10, using: &rng)
     defer { for i in codes.indices { wipe(&codes[i]) } }

@@ -29,9 +29,11 @@ struct Status: ParsableCommand {
         var reports: [UserReport] = []
         var failed = false
         if all {
-            // The store of --store, else the configured one; no account is needed to list.
-            let storePath = try target.store ?? String(decoding: siteOptions().store, as: UTF8.self)
-            let store = try CallerContext.openStore(at: storePath)
+            // --config and --store (root only, as --all is) name the store; no account is
+            // needed to list.
+            if let config = target.config { siteConfigFile = config }
+            let (storePath, socket) = try CallerContext.where(store: target.store)
+            let store = try CallerContext.openStore(at: storePath, socket: socket)
             let names = try storeCall { () throws(MFAError) in try store.users() }
             for name in names {
                 let report = UserReport.read(store, user: name, now: now)
@@ -165,7 +167,7 @@ struct UserReport {
     var lockedUntil: Int64?
     var lockedPermanently = false
 
-    static func read<S: TOTPStore>(_ store: S, user: [UInt8], now: Int64) -> UserReport {
+    static func read(_ store: EnrolStore, user: [UInt8], now: Int64) -> UserReport {
         var r = UserReport(user: user)
         do {
             r.status = try storeCall { () throws(MFAError) in try store.status(user: user) }

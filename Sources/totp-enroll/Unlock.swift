@@ -54,7 +54,8 @@ struct Purge: ParsableCommand {
         let existed = try storeCall { () throws(MFAError) in try store.purge(user: context.user) }
         if existed {
             Audit.log("purged the record, state and lock", context: context)
-            print("Purged \(shown(user)): record, state and lock file removed.")
+            print(store.isFleet ? "Purged \(shown(user)): factors, recovery codes and counters removed from the database."
+                                : "Purged \(shown(user)): record, state and lock file removed.")
         } else {
             print("Nothing stored for \(shown(user)).")
         }

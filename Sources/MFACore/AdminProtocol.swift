@@ -1,0 +1,343 @@
+// totp-enroll ↔ pam-totpd: the store operations of enrolment management, so that on a host in
+// fleet mode (backend = postgresql) totp-enroll does every operation through the daemon, the
+// only process that talks to the database (docs/ARCHITECTURE.md §5.2, §8). The same framing as
+// the module's protocol (DaemonProtocol: 4-byte magic, big-endian UInt16 body length, at most
+// `maxFrameSize` in all), with its own magics, so the module's requests and these never mix.
+// pam-totpd answers them for root only (totp-enroll is set-uid root and checks who the caller
+// is first): a caller that wrote its own frames would otherwise skip that check. Fuzzed: Fuzz/
+// targets "admin-request" and "admin-reply".
+//
+//   request "PTA1": op u8, then by op —
+//     1 status: user            2 users: after (u8 + bytes; names after it in byte order)
+//     3 check enrollable: user · uid u32 · label · has secret u8 · secret
+//     4 enroll: user · uid u32 · factor · has codes u8 · codes (u8 count, each u8 + bytes)
+//     5 remove factor: user · uid u32 · label · may remove last u8
+//     6 replace recovery: user · uid u32 · recovery set
+//     7 unlock: user            8 purge: user
+//     factor = label · algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) · digits u8 · period u32 ·
+//              created i64 · enrolled step u64 · secret (u8 + bytes)
+//     recovery set = id u64 · iterations u32 · salt (u8 + bytes) · hashes (u8 count, each u8 + bytes)
+//     user, label = u8 length + bytes
+//   reply "PTB1": kind u8, then by kind —
+//     0 done    1 number: i64    2 status: present u8, then a status (no secret)
+//     3 users: more u8 · count u16 · names      4 unlocked: failures u32 · locked until i64 · rebuilt u8
+//     5 failed: error (as DaemonReply)          6 refused: message (u16 + bytes)
+//     status = uid present u8 · uid u32 · factors (u8 count; each label · algorithm u8 · digits u8 ·
+//              period u32 · created i64 · enrolled step u64) · recovery present u8 · id u64 ·
+//              iterations u32 · codes u8 · sequence u64 · failures u32 · locked until i64 ·
+//              recovery set u64 · recovery used u32 · success process u32 ·
+//              last steps (u8 count; each key u64 · step u64 · drift i64)
+// Anything else — unknown magic, op, kind, a flag other than 0 or 1, a length beyond the frame,
+// bytes left over — is `malformed`.
+
+extension DaemonProtocol {
+    static var adminRequestMagic: [UInt8] { [0x50, 0x54, 0x41, 0x31] }  // "PTA1"
+    static var adminReplyMagic: [UInt8] { [0x50, 0x54, 0x42, 0x31] }    // "PTB1"
+
+    /// The whole frame's length of an admin request (or reply), like `frameLength(header:reply:)`.
+    public static func adminFrameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
+        guard header.count >= headerSize else { return nil }
+        var r = Reader(Array(header.prefix(headerSize)))
+        guard let magic = r.bytes(4), magic == (reply ? adminReplyMagic : adminRequestMagic), let length = r.u16() else { return nil }
+        let total = headerSize + Int(length)
+        return total <= maxFrameSize ? total : nil
+    }
+
+    static func adminBody(_ frame: [UInt8], reply: Bool) -> Reader? {
+        guard let total = adminFrameLength(header: frame.prefix(headerSize), reply: reply), total == frame.count else { return nil }
+        return Reader(Array(frame.dropFirst(headerSize)))
+    }
+}
+
+/// A store operation totp-enroll asks pam-totpd to run (see the file's header).
+public enum AdminRequest: Equatable, Sendable {
+    case status(user: [UInt8])
+    /// Enrolled names after `after` in byte order, as many as fit in one reply.
+    case users(after: [UInt8])
+    case checkEnrollable(user: [UInt8], uid: UInt32, label: [UInt8], secret: [UInt8]?)
+    case enroll(user: [UInt8], uid: UInt32, factor: Factor, importedCodes: [[UInt8]]?)
+    case removeFactor(user: [UInt8], uid: UInt32, label: [UInt8], mayRemoveLast: Bool)
+    case replaceRecovery(user: [UInt8], uid: UInt32, set: RecoverySet)
+    case unlock(user: [UInt8])
+    case purge(user: [UInt8])
+
+    /// The user the request is about (none for `users`).
+    public var user: [UInt8]? {
+        switch self {
+        case .status(let u), .checkEnrollable(let u, _, _, _), .enroll(let u, _, _, _), .removeFactor(let u, _, _, _),
+             .replaceRecovery(let u, _, _), .unlock(let u), .purge(let u):
+            return u
+        case .users:
+            return nil
+        }
+    }
+
+    /// The frame, or nil if a field does not fit (a name over 255 bytes, more than 255 codes,
+    /// a frame over `maxFrameSize`).
+    public func encoded() -> [UInt8]? {
+        var b: [UInt8] = []
+        var ok = true
+        func short(_ bytes: [UInt8]) { if bytes.count > 255 { ok = false }; Writer.short(bytes, &b) }
+        func list(_ items: [[UInt8]]) {
+            if items.count > 255 { ok = false }
+            b.append(UInt8(truncatingIfNeeded: min(items.count, 255)))
+            for item in items.prefix(255) { short(item) }
+        }
+        switch self {
+        case .status(let user):
+            b.append(1); short(user)
+        case .users(let after):
+            b.append(2); short(after)
+        case .checkEnrollable(let user, let uid, let label, let secret):
+            b.append(3); short(user); Writer.u32(uid, &b); short(label)
+            b.append(secret == nil ? 0 : 1); short(secret ?? [])
+        case .enroll(let user, let uid, let factor, let codes):
+            b.append(4); short(user); Writer.u32(uid, &b)
+            short(factor.label); b.append(AdminCodec.algorithmByte(factor.parameters.algorithm))
+            b.append(UInt8(truncatingIfNeeded: factor.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: factor.parameters.period), &b)
+            Writer.u64(UInt64(bitPattern: factor.created), &b); Writer.u64(factor.enrolledStep, &b); short(factor.secret)
+            b.append(codes == nil ? 0 : 1); list(codes ?? [])
+        case .removeFactor(let user, let uid, let label, let mayRemoveLast):
+            b.append(5); short(user); Writer.u32(uid, &b); short(label); b.append(mayRemoveLast ? 1 : 0)
+        case .replaceRecovery(let user, let uid, let set):
+            b.append(6); short(user); Writer.u32(uid, &b)
+            Writer.u64(set.id, &b); Writer.u32(UInt32(clamping: max(set.iterations, 0)), &b); short(set.salt); list(set.hashes)
+        case .unlock(let user):
+            b.append(7); short(user)
+        case .purge(let user):
+            b.append(8); short(user)
+        }
+        let out = ok ? DaemonProtocol.frame(DaemonProtocol.adminRequestMagic, b) : nil
+        wipe(&b)
+        return out
+    }
+
+    public static func decode(_ frame: [UInt8]) throws(MFAError) -> AdminRequest {
+        guard var r = DaemonProtocol.adminBody(frame, reply: false), let op = r.u8() else { throw .malformed("admin request") }
+        let request: AdminRequest
+        switch op {
+        case 1:
+            guard let user = r.short() else { throw .malformed("admin request") }
+            request = .status(user: user)
+        case 2:
+            guard let after = r.short() else { throw .malformed("admin request") }
+            request = .users(after: after)
+        case 3:
+            guard let user = r.short(), let uid = r.u32(), let label = r.short(), let has = r.flag(), let secret = r.short(),
+                  has || secret.isEmpty else { throw .malformed("admin request") }
+            request = .checkEnrollable(user: user, uid: uid, label: label, secret: has ? secret : nil)
+        case 4:
+            guard let user = r.short(), let uid = r.u32(), let factor = try AdminCodec.factor(&r, withSecret: true),
+                  let has = r.flag(), let codes = r.list(), has || codes.isEmpty else { throw .malformed("admin request") }
+            request = .enroll(user: user, uid: uid, factor: factor, importedCodes: has ? codes : nil)
+        case 5:
+            guard let user = r.short(), let uid = r.u32(), let label = r.short(), let last = r.flag() else { throw .malformed("admin request") }
+            request = .removeFactor(user: user, uid: uid, label: label, mayRemoveLast: last)
+        case 6:
+            guard let user = r.short(), let uid = r.u32(), let id = r.u64(), let iterations = r.u32(), let salt = r.short(),
+                  let hashes = r.list() else { throw .malformed("admin request") }
+            request = .replaceRecovery(user: user, uid: uid, set: RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: hashes))
+        case 7:
+            guard let user = r.short() else { throw .malformed("admin request") }
+            request = .unlock(user: user)
+        case 8:
+            guard let user = r.short() else { throw .malformed("admin request") }
+            request = .purge(user: user)
+        default:
+            throw .malformed("admin request")
+        }
+        guard r.atEnd else { throw .malformed("admin request") }
+        return request
+    }
+}
+
+/// pam-totpd's answer to an `AdminRequest`.
+public enum AdminReply: Equatable, Sendable {
+    /// `checkEnrollable` passed.
+    case done
+    /// `enroll`: recovery codes left out; `removeFactor`: factors left; `replaceRecovery` and
+    /// `purge`: 1 (replaced, purged) or 0.
+    case number(Int64)
+    /// `status`: the record and state without any secret (a placeholder stands in for each
+    /// factor's secret and each recovery hash), nil if the store holds nothing for the user.
+    case status(UserStatus?)
+    /// `users`: a page of names; `more` when names after the last one remain.
+    case users([[UInt8]], more: Bool)
+    case unlocked(UnlockResult)
+    case failed(MFAError)
+    /// Not for this caller (only root manages enrolments through the daemon).
+    case refused(Message)
+
+    /// At most this many bytes of names go in one `users` page.
+    public static let usersPageBytes = 3_000
+
+    public func encoded() -> [UInt8] {
+        var b: [UInt8] = []
+        switch self {
+        case .done:
+            b.append(0)
+        case .number(let n):
+            b.append(1); Writer.u64(UInt64(bitPattern: n), &b)
+        case .status(let status):
+            b.append(2)
+            if let status { b.append(1); AdminCodec.write(status, &b) } else { b.append(0) }
+        case .users(let names, let more):
+            b.append(3); b.append(more ? 1 : 0)
+            Writer.u16(UInt16(truncatingIfNeeded: min(names.count, 65535)), &b)
+            for n in names.prefix(65535) { Writer.short(Array(n.prefix(255)), &b) }
+        case .unlocked(let u):
+            b.append(4); Writer.u32(u.failures, &b); Writer.u64(UInt64(bitPattern: u.lockedUntil), &b); b.append(u.rebuilt ? 1 : 0)
+        case .failed(let e):
+            b.append(5); Writer.error(e, &b)
+        case .refused(let why):
+            b.append(6); Writer.long(Array(why.bytes.prefix(1024)), &b)
+        }
+        // A status is bounded by 32 factors of 64-byte labels (~3.7 KB) and a users page by
+        // `usersPageBytes`; anything larger is an error rather than a cut frame.
+        return DaemonProtocol.frame(DaemonProtocol.adminReplyMagic, b)
+            ?? AdminReply.failed(.daemon("reply too large")).encoded()
+    }
+
+    public static func decode(_ frame: [UInt8]) throws(MFAError) -> AdminReply {
+        guard var r = DaemonProtocol.adminBody(frame, reply: true), let kind = r.u8() else { throw .malformed("admin reply") }
+        let reply: AdminReply
+        switch kind {
+        case 0:
+            reply = .done
+        case 1:
+            guard let n = r.u64() else { throw .malformed("admin reply") }
+            reply = .number(Int64(bitPattern: n))
+        case 2:
+            guard let present = r.flag() else { throw .malformed("admin reply") }
+            reply = .status(present ? try AdminCodec.status(&r) : nil)
+        case 3:
+            guard let more = r.flag(), let count = r.u16() else { throw .malformed("admin reply") }
+            var names: [[UInt8]] = []
+            for _ in 0..<Int(count) {
+                guard let n = r.short() else { throw .malformed("admin reply") }
+                names.append(n)
+            }
+            reply = .users(names, more: more)
+        case 4:
+            guard let failures = r.u32(), let until = r.u64(), let rebuilt = r.flag() else { throw .malformed("admin reply") }
+            reply = .unlocked(UnlockResult(failures: failures, lockedUntil: Int64(bitPattern: until), rebuilt: rebuilt))
+        case 5:
+            guard let e = r.error() else { throw .malformed("admin reply") }
+            reply = .failed(e)
+        case 6:
+            guard let why = r.long() else { throw .malformed("admin reply") }
+            reply = .refused(Message(why))
+        default:
+            throw .malformed("admin reply")
+        }
+        guard r.atEnd else { throw .malformed("admin reply") }
+        return reply
+    }
+}
+
+/// The pieces both admin frames share.
+enum AdminCodec {
+    /// What stands in for a secret or a recovery hash in a status: it never leaves the daemon.
+    static var placeholderSecret: [UInt8] { [UInt8](repeating: 0, count: 10) }
+
+    static func algorithmByte(_ a: HashAlgorithm) -> UInt8 {
+        switch a {
+        case .sha1: return 1
+        case .sha256: return 2
+        case .sha512: return 3
+        }
+    }
+
+    static func algorithm(_ b: UInt8) -> HashAlgorithm? {
+        switch b {
+        case 1: return .sha1
+        case 2: return .sha256
+        case 3: return .sha512
+        default: return nil
+        }
+    }
+
+    /// A factor: label, parameters, created, enrolled step, and (`withSecret`) its secret; a
+    /// status's factors carry none and get the placeholder.
+    static func factor(_ r: inout Reader, withSecret: Bool) throws(MFAError) -> Factor? {
+        guard let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
+              let created = r.u64(), let enrolledStep = r.u64() else { return nil }
+        var secret = placeholderSecret
+        if withSecret {
+            guard let s = r.short() else { return nil }
+            secret = s
+        }
+        do throws(MFAError) {
+            return try Factor(label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
+                              created: Int64(bitPattern: created), enrolledStep: enrolledStep, secret: secret)
+        } catch {
+            throw .malformed("admin factor")
+        }
+    }
+
+    static func write(_ s: UserStatus, _ b: inout [UInt8]) {
+        b.append(s.record.uid == nil ? 0 : 1); Writer.u32(s.record.uid ?? 0, &b)
+        let factors = s.record.factors.prefix(255)
+        b.append(UInt8(truncatingIfNeeded: factors.count))
+        for f in factors {
+            Writer.short(Array(f.label.prefix(255)), &b); b.append(algorithmByte(f.parameters.algorithm))
+            b.append(UInt8(truncatingIfNeeded: f.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: f.parameters.period), &b)
+            Writer.u64(UInt64(bitPattern: f.created), &b); Writer.u64(f.enrolledStep, &b)
+        }
+        if let set = s.record.recovery {
+            b.append(1); Writer.u64(set.id, &b); Writer.u32(UInt32(clamping: max(set.iterations, 0)), &b)
+            b.append(UInt8(truncatingIfNeeded: min(set.hashes.count, 255)))
+        } else {
+            b.append(0); Writer.u64(0, &b); Writer.u32(0, &b); b.append(0)
+        }
+        let st = s.state
+        Writer.u64(st.sequence, &b); Writer.u32(st.failures, &b); Writer.u64(UInt64(bitPattern: st.lockedUntil), &b)
+        Writer.u64(st.recoverySet, &b); Writer.u32(st.recoveryUsed, &b); Writer.u32(st.successProcess, &b)
+        let steps = st.lastSteps.prefix(255)
+        b.append(UInt8(truncatingIfNeeded: steps.count))
+        for e in steps { Writer.u64(e.key, &b); Writer.u64(e.step, &b); Writer.u64(UInt64(bitPattern: e.drift), &b) }
+    }
+
+    static func status(_ r: inout Reader) throws(MFAError) -> UserStatus {
+        guard let hasUID = r.flag(), let uid = r.u32(), let count = r.u8() else { throw .malformed("admin status") }
+        var record = UserRecord(uid: hasUID ? uid : nil)
+        for _ in 0..<Int(count) {
+            guard let f = try factor(&r, withSecret: false) else { throw .malformed("admin status") }
+            record.factors.append(f)
+        }
+        guard let hasSet = r.flag(), let setID = r.u64(), let iterations = r.u32(), let codes = r.u8() else { throw .malformed("admin status") }
+        if hasSet {
+            record.recovery = RecoverySet(id: setID, iterations: Int(iterations), salt: [],
+                                          hashes: [[UInt8]](repeating: [], count: Int(codes)))
+        }
+        var st = UserState()
+        guard let sequence = r.u64(), let failures = r.u32(), let until = r.u64(), let recoverySet = r.u64(),
+              let recoveryUsed = r.u32(), let process = r.u32(), let steps = r.u8() else { throw .malformed("admin status") }
+        st.sequence = sequence; st.failures = failures; st.lockedUntil = Int64(bitPattern: until)
+        st.recoverySet = recoverySet; st.recoveryUsed = recoveryUsed; st.successProcess = process
+        for _ in 0..<Int(steps) {
+            guard let key = r.u64(), let step = r.u64(), let drift = r.u64() else { throw .malformed("admin status") }
+            st.lastSteps.append((key: key, step: step, drift: Int64(bitPattern: drift)))
+        }
+        return UserStatus(record: record, state: st)
+    }
+}
+
+extension Reader {
+    /// A byte that must be 0 or 1.
+    mutating func flag() -> Bool? {
+        guard let b = u8(), b <= 1 else { return nil }
+        return b == 1
+    }
+
+    /// A count byte, then that many short fields.
+    mutating func list() -> [[UInt8]]? {
+        guard let n = u8() else { return nil }
+        var out: [[UInt8]] = []
+        for _ in 0..<Int(n) {
+            guard let item = short() else { return nil }
+            out.append(item)
+        }
+        return out
+    }
+}

@@ -1,0 +1,227 @@
+import XCTest
+import TestSupport
+@testable import MFACore
+
+/// totp-enroll ↔ pam-totpd (AdminProtocol, DaemonStore, DaemonService.handleAdmin), without a
+/// socket: the codec, who may ask, and the whole store contract through the codec.
+final class AdminProtocolTests: XCTestCase {
+    let user = Array("alice".utf8)
+    let secret = Array("12345678901234567890".utf8)
+
+    func factor(_ label: String = "phone", secret: [UInt8]? = nil) throws -> Factor {
+        try Factor(label: Array(label.utf8), parameters: try OTPParameters(algorithm: .sha256, digits: 8, period: 60),
+                   created: 1_700_000_000, enrolledStep: 28_333_333, secret: secret ?? self.secret)
+    }
+
+    func testEveryRequestRoundTrips() throws {
+        var rng = SplitMix64(seed: 3)
+        let (codes, set) = RecoverySet.generate(count: 32, iterations: 1_000, using: &rng)
+        let requests: [AdminRequest] = [
+            .status(user: user), .users(after: []), .users(after: Array("bob".utf8)),
+            .checkEnrollable(user: user, uid: 1000, label: Array("phone".utf8), secret: nil),
+            .checkEnrollable(user: user, uid: 1000, label: Array("phone".utf8), secret: secret),
+            .enroll(user: user, uid: 1000, factor: try factor(), importedCodes: nil),
+            .enroll(user: user, uid: 4_000_000_000, factor: try factor(secret: [UInt8](repeating: 7, count: 128)), importedCodes: codes),
+            .enroll(user: user, uid: 1000, factor: try factor(), importedCodes: []),
+            .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
+            .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: false),
+            .replaceRecovery(user: user, uid: 1000, set: set), .unlock(user: user), .purge(user: user),
+        ]
+        for r in requests {
+            let frame = try XCTUnwrap(r.encoded(), "\(r)")
+            XCTAssertEqual(DaemonProtocol.adminFrameLength(header: frame.prefix(6), reply: false), frame.count)
+            XCTAssertNil(DaemonProtocol.frameLength(header: frame.prefix(6), reply: false), "not a module request")
+            XCTAssertThrowsError(try DaemonRequest.decode(frame), "the module's decoder refuses it")
+            XCTAssertEqual(try AdminRequest.decode(frame), r)
+        }
+        // Fields that do not fit are refused, never cut.
+        XCTAssertNil(AdminRequest.status(user: [UInt8](repeating: 0x61, count: 256)).encoded())
+        XCTAssertNil(AdminRequest.enroll(user: user, uid: 1, factor: try factor(), importedCodes: [[UInt8]](repeating: [0x31], count: 256)).encoded())
+    }
+
+    /// A status leaves the daemon without any secret or recovery hash: the frame does not hold
+    /// the bytes, and what decodes has placeholders.
+    func testAStatusCarriesNoSecret() throws {
+        var rng = SplitMix64(seed: 5)
+        let (_, set) = RecoverySet.generate(count: 10, iterations: 1_000, using: &rng)
+        var record = UserRecord(uid: 1000, id: 9, factors: [try factor(), try factor("key", secret: [UInt8](repeating: 0xA5, count: 64))], recovery: set)
+        record.factors[0].secret = secret
+        var state = UserState()
+        state.sequence = 12
+        state.failures = 3
+        state.lockedUntil = 1_700_000_600
+        state.recoverySet = set.id
+        state.recoveryUsed = 0b101
+        state.successProcess = 4321
+        state.setLastStep(28_333_340, forLabel: Array("phone".utf8), drift: -2)
+        let status = UserStatus(record: record, state: state)
+        let frame = AdminReply.status(status.withoutSecrets()).encoded()
+        let raw = AdminReply.status(status).encoded()
+        XCTAssertEqual(frame, raw, "the encoder itself never writes a secret")
+        for needle in [secret, [UInt8](repeating: 0xA5, count: 16), set.salt, set.hashes[0]] {
+            XCTAssertFalse(contains(frame, needle), "the frame holds secret material")
+        }
+        guard case .status(let back?) = try AdminReply.decode(frame) else { return XCTFail("status") }
+        XCTAssertEqual(back.state, state)
+        XCTAssertEqual(back.record.uid, 1000)
+        XCTAssertEqual(back.record.factors.map(\.label), record.factors.map(\.label))
+        XCTAssertEqual(back.record.factors.map(\.parameters), record.factors.map(\.parameters))
+        XCTAssertEqual(back.record.factors.map(\.enrolledStep), record.factors.map(\.enrolledStep))
+        XCTAssertTrue(back.record.factors.allSatisfy { $0.secret == AdminCodec.placeholderSecret })
+        XCTAssertEqual(back.record.recovery?.id, set.id)
+        XCTAssertEqual(back.record.recovery?.hashes.count, 10)
+        XCTAssertEqual(back.record.recovery?.hashes.allSatisfy(\.isEmpty), true)
+        // The largest status (32 factors with 64-byte labels, each used) fits one frame.
+        var big = UserRecord(uid: 1)
+        var bigState = UserState()
+        for i in 0..<UserRecord.maxFactors {
+            let label = Array(String(format: "%02d", i).utf8) + [UInt8](repeating: 0x78, count: 62)
+            big.factors.append(try Factor(label: label, parameters: .default, created: 1, secret: secret))
+            bigState.setLastStep(UInt64(i), forLabel: label)
+        }
+        guard case .status(let b?) = try AdminReply.decode(AdminReply.status(UserStatus(record: big, state: bigState)).encoded()) else {
+            return XCTFail("the largest status")
+        }
+        XCTAssertEqual(b.record.factors.count, UserRecord.maxFactors)
+    }
+
+    func testEveryReplyKindRoundTrips() throws {
+        let replies: [AdminReply] = [
+            .done, .number(0), .number(-1), .number(Int64.max), .status(nil),
+            .users([], more: false), .users([user, Array("bob".utf8)], more: true),
+            .unlocked(UnlockResult(failures: 100, lockedUntil: 1_700_000_000, rebuilt: true)),
+            .failed(.invalidParameters("a factor with this name already exists; choose another name")),
+            .failed(.daemon("database unavailable")), .failed(.invalidUserName), .refused("needs root"),
+        ]
+        for r in replies {
+            let frame = r.encoded()
+            XCTAssertEqual(DaemonProtocol.adminFrameLength(header: frame.prefix(6), reply: true), frame.count)
+            XCTAssertEqual(try AdminReply.decode(frame), r)
+        }
+    }
+
+    /// Every truncation, an extra byte, and any flag byte other than 0 or 1: an error, never a trap.
+    func testMalformedFramesAreRejected() throws {
+        let request = try XCTUnwrap(AdminRequest.enroll(user: user, uid: 1, factor: try factor(), importedCodes: [Array("123".utf8)]).encoded())
+        let reply = AdminReply.unlocked(UnlockResult(failures: 1, lockedUntil: 2, rebuilt: false)).encoded()
+        for n in 0..<request.count { XCTAssertThrowsError(try AdminRequest.decode(Array(request.prefix(n))), "cut at \(n)") }
+        for n in 0..<reply.count { XCTAssertThrowsError(try AdminReply.decode(Array(reply.prefix(n))), "cut at \(n)") }
+        var longer = request + [0]
+        longer[5] &+= 1
+        XCTAssertThrowsError(try AdminRequest.decode(longer), "a byte left over")
+        var badFlag = reply
+        badFlag[badFlag.count - 1] = 2
+        XCTAssertThrowsError(try AdminReply.decode(badFlag), "a flag that is not 0 or 1")
+        var unknownOp = request
+        unknownOp[6] = 9
+        XCTAssertThrowsError(try AdminRequest.decode(unknownOp))
+        XCTAssertThrowsError(try AdminReply.decode(request), "a request is not a reply")
+        // A factor out of range inside an otherwise well-formed frame.
+        var badDigits = request
+        let digitsAt = 6 + 1 + 1 + user.count + 4 + 1 + 5 + 1
+        XCTAssertEqual(badDigits[digitsAt], 8)
+        badDigits[digitsAt] = 9
+        XCTAssertThrowsError(try AdminRequest.decode(badDigits))
+    }
+
+    /// Only root manages enrolments through the daemon: anyone else is refused and nothing
+    /// changes, even for their own account (they would skip totp-enroll's re-authentication).
+    func testACallerWithoutRootIsRefusedAndNothingChanges() throws {
+        let dir = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(dir) }
+        let path = dir.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(path, 0o700), 0)
+        let store = try Store(path: Array(path.utf8))
+        var rng = SplitMix64(seed: 1)
+        try store.enroll(user: user, accountUID: 1000, factor: try factor(), using: &rng)
+        var site = ModuleOptions()
+        site.store = Array(path.utf8)
+        let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
+        let own = PeerCredentials(uid: 1000, pid: 77)
+        for request in [AdminRequest.purge(user: user), .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
+                        .enroll(user: user, uid: 1000, factor: try factor("extra", secret: Array("abcdefghijabcdefghij".utf8)), importedCodes: nil),
+                        .unlock(user: user), .status(user: user), .users(after: [])] {
+            let (reply, log) = service.handleAdmin(request, peer: own, at: 1_700_000_000, using: &rng)
+            guard case .refused = reply else { return XCTFail("\(request): \(reply)") }
+            XCTAssertTrue(log.string.contains("refused"), log.string)
+        }
+        XCTAssertEqual(try store.status(user: user)?.record.factors.map(\.label), [Array("phone".utf8)])
+        // Root is answered.
+        guard case .status(let s?) = service.handleAdmin(.status(user: user), peer: PeerCredentials(uid: 0, pid: 1), at: 0, using: &rng).reply else {
+            return XCTFail("root's status")
+        }
+        XCTAssertEqual(s.record.factors.first?.secret, AdminCodec.placeholderSecret)
+        // A name that cannot be a record name is an error, not a path.
+        guard case .failed(.invalidUserName) = service.handleAdmin(.purge(user: Array("../x".utf8)), peer: PeerCredentials(uid: 0, pid: 1),
+                                                                    at: 0, using: &rng).reply else { return XCTFail("../x") }
+    }
+
+    /// The store interface's whole contract through DaemonStore: every operation encoded,
+    /// answered by DaemonService on a file store, decoded — what totp-enroll relies on in fleet
+    /// mode behaves as the store itself does.
+    func testTheStoreContractHoldsThroughTheDaemon() throws {
+        let dir = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(dir) }
+        let path = dir.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(path, 0o700), 0)
+        var site = ModuleOptions()
+        site.store = Array(path.utf8)
+        let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
+        let root = PeerCredentials(uid: 0, pid: 4242)
+        var exchanged = 0
+        let exchange: DaemonStore.Exchange = { (frame, now) throws(MFAError) -> [UInt8] in
+            exchanged += 1
+            if DaemonProtocol.adminFrameLength(header: frame.prefix(6), reply: false) != nil {
+                var rng = SystemRandomNumberGenerator()
+                return service.handleAdmin(try AdminRequest.decode(frame), peer: root, at: now, using: &rng).reply.encoded()
+            }
+            let request = try DaemonRequest.decode(frame)
+            // The account the contract's lookups give: NSS in the daemon.
+            return service.handle(request, peer: root, at: now) { (name) throws(MFAError) -> Account? in
+                Account(name: name, uid: 4242)
+            }.reply.encoded()
+        }
+        try StoreContract<DaemonStore> { DaemonStore(storePath: Array(path.utf8), exchange: exchange) }.run()
+        XCTAssertGreaterThan(exchanged, 50)
+    }
+
+    /// `users` comes in pages; the client reads them all, in order, whatever their size.
+    func testUsersArePaged() throws {
+        let dir = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(dir) }
+        let path = dir.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(path, 0o700), 0)
+        let files = try Store(path: Array(path.utf8))
+        var rng = SplitMix64(seed: 9)
+        var names: [String] = []
+        for i in 0..<60 {
+            let name = "user" + String(format: "%03d", i) + String(repeating: "x", count: 120)
+            names.append(name)
+            try files.enroll(user: Array(name.utf8), accountUID: UInt32(2000 + i),
+                             factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 1,
+                                                secret: Array("abcdefghij".utf8) + [UInt8(i), 1, 2, 3, 4, 5, 6, 7, 8, 9]), using: &rng)
+        }
+        var site = ModuleOptions()
+        site.store = Array(path.utf8)
+        let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
+        var pages = 0
+        let store = DaemonStore(storePath: site.store) { (frame, now) throws(MFAError) -> [UInt8] in
+            pages += 1
+            var rng = SystemRandomNumberGenerator()
+            return service.handleAdmin(try AdminRequest.decode(frame), peer: PeerCredentials(uid: 0, pid: 1), at: now, using: &rng).reply.encoded()
+        }
+        XCTAssertEqual(try store.users().map { String(decoding: $0, as: UTF8.self) }, names)
+        XCTAssertGreaterThanOrEqual(pages, 60 * 128 / AdminReply.usersPageBytes)
+        // A daemon whose pages do not move forward is an error, not a loop.
+        let stuck = DaemonStore(storePath: site.store) { (_, _) throws(MFAError) -> [UInt8] in
+            AdminReply.users([Array("a".utf8)], more: true).encoded()
+        }
+        XCTAssertThrowsError(try stuck.users())
+    }
+
+    func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= haystack.count else { return false }
+        for i in 0...(haystack.count - needle.count) where Array(haystack[i..<(i + needle.count)]) == needle { return true }
+        return false
+    }
+}
