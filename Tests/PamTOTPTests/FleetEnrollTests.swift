@@ -200,6 +200,36 @@ final class FleetEnrollTests: XCTestCase {
         assertNothingLocal()
     }
 
+    /// Root on one host cannot change the factors of a user enrolled elsewhere without that
+    /// user's code through this host (migration 008: a compromised host would otherwise add its
+    /// own factor for everyone); the admin daemon can, and so can the host once the user logged
+    /// in through it.
+    func testRootOnAHostNeedsTheUsersCodeOrTheAdminRole() throws {
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+        var rng = SystemRandomNumberGenerator()
+        try owner.enroll(user: Array("root".utf8), accountUID: 0,
+                         factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0,
+                                            secret: try Base32.decode(Array(phoneB32.utf8))), importedCodes: nil, using: &rng)
+        awayFromStepBoundary(margin: 5)
+        let add = ["enroll", "--user", "root", "--name", "key", "--secret", "-", "--code", try code(keyB32), "--quiet"]
+        let refused = try enroll(add, input: keyB32 + "\n")
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.stderr.contains("needs a current code of that user"), refused.stderr)
+        for args in [["remove", "phone", "--user", "root"], ["recovery-codes", "--user", "root"]] {
+            let r = try enroll(args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.contains("needs a current code of that user"), "\(args): \(r.stderr)")
+        }
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors"), "1")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.recovery"), "0")
+        let byAdmin = try enroll(add, config: admin.config, input: keyB32 + "\n")
+        XCTAssertEqual(byAdmin.status, 0, byAdmin.stderr)
+        guard case .success? = try login("root", try code(phoneB32, offset: 1)) else { return XCTFail("root logs in through the host") }
+        let removed = try enroll(["remove", "key", "--user", "root"])
+        XCTAssertEqual(removed.status, 0, removed.stderr)
+        XCTAssertEqual(try sql("SELECT string_agg(label, ',') FROM pam_totp.factors"), "phone")
+    }
+
     /// pam-totpd down: a clear error naming it, and nothing written anywhere.
     func testDaemonDownIsAClearErrorAndNothingIsWrittenLocally() throws {
         host.cleanup()

@@ -229,8 +229,8 @@ final class FleetSQLTests: XCTestCase {
             SELECT outcome FROM pam_totp.login('tina', 1010, '000000', 1, 10, 300, false);
             SELECT outcome FROM pam_totp.login('tina', 1010, '12345678', 1, 10, 300, false);
             SELECT outcome FROM pam_totp.verify('tina', '000000', 1, 10, 300, false);
-            SELECT pam_totp.enroll('tina', 1010, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899');
-            SELECT count(*) FROM pam_totp.list_factors('tina');
+            SELECT pam_totp.enroll('tom', 1011, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899');
+            SELECT count(*) FROM pam_totp.list_factors('tom');
             """
         let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
                                 "-U", "host_t", "-d", db, "-c", attack])
@@ -238,7 +238,7 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertFalse(heard.contains(secretHex), "the host read a secret: \(heard)")
         XCTAssertFalse(heard.contains("STOLEN"), "the host's pg_temp code ran inside a SECURITY DEFINER function: \(heard)")
         XCTAssertEqual(r.status, 0, heard)
-        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "wrong", "2"])
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "wrong", "1"])
         // And structurally: every function in our schemas puts pg_temp last.
         XCTAssertEqual(try sql("""
             SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
