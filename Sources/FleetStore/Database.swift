@@ -123,9 +123,12 @@ public enum Migrator {
     }
 }
 
-/// What `PostgresStore.lookup` keeps for `authenticate`.
+/// What `PostgresStore.lookup` keeps for `authenticate`: the name, and the uid the lookup
+/// checked the record against (`authenticate` checks it again, in the same statement as the
+/// verdict).
 public struct FleetEnrolled {
     let name: String
+    let uid: UInt32
 }
 
 /// The store interface (docs/ARCHITECTURE.md §2.2) on PostgreSQL: every operation is one call of
@@ -134,8 +137,8 @@ public struct FleetEnrolled {
 public final class PostgresStore: TOTPStore {
     public typealias Enrolled = FleetEnrolled
     public let pool: ConnectionPool
-    /// Tests and the owner role only: verify at the caller's clock (verify_at, which a host
-    /// role may not execute). Production uses the database's clock (verify).
+    /// Tests and the owner role only: verify at the caller's clock (login_at, which a host
+    /// role may not execute). Production uses the database's clock (login).
     public let callerClock: Bool
 
     public init(pool: ConnectionPool, callerClock: Bool = false) {
@@ -163,7 +166,7 @@ public final class PostgresStore: TOTPStore {
         guard let value = rows.first?.first, let v = value, let recordUID = UInt32(v) else { return .unenrolled }
         let uid = try account()?.uid
         guard uid == recordUID else { return .otherAccount(recordUID: recordUID) }
-        return .enrolled(FleetEnrolled(name: name))
+        return .enrolled(FleetEnrolled(name: name, uid: recordUID))
     }
 
     /// One login in one statement (pam_totp.login): enrolled for this account's uid, and the
@@ -176,23 +179,24 @@ public final class PostgresStore: TOTPStore {
         return verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
     }
 
+    /// After `lookup`: `login` with the uid the lookup saw, so the verdict is bound to that
+    /// account in the same statement (a record purged and enrolled again for another uid in
+    /// between is unenrolled, never verified); hosts are not granted `verify` (migration 007).
     public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrolled: FleetEnrolled) -> AuthOutcome {
-        verdict(name: enrolled.name, uid: nil, answer: answer, at: unixTime, options: options)
+        verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
     }
 
-    /// verify (uid nil: `lookup` already checked the account) or login, on the database's clock
-    /// or, for tests, the caller's.
-    func verdict(name: String, uid: PQValue?, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
+    /// login, on the database's clock or, for tests, the caller's (login_at).
+    func verdict(name: String, uid: PQValue, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
         // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
         let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
-        var params: [PQValue] = [.text(name)]
-        if let uid { params.append(uid) }
+        var params: [PQValue] = [.text(name), uid]
         params.append(.text(clean ? String(decoding: answer, as: UTF8.self) : "x"))
         if callerClock { params.append(.text(String(unixTime))) }
         params += [.text(String(options.adjacentIntervals)), .text(String(options.maxFailures)),
                    .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
-        let function = (uid == nil ? "verify" : "login") + (callerClock ? "_at" : "")
+        let function = "login" + (callerClock ? "_at" : "")
         let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
         let sql = "SELECT * FROM pam_totp.\(function)(\(placeholders))"
         let rows: [[String?]]
