@@ -93,6 +93,7 @@ public enum Migrator {
         do throws(PQError) {
             // One migrator at a time, cluster-wide for this database.
             _ = try c.execute("SELECT pg_advisory_xact_lock(727716180)")
+            try refuseForeignObjects(c)
             _ = try c.execute("CREATE SCHEMA IF NOT EXISTS pam_totp")
             _ = try c.execute("REVOKE ALL ON SCHEMA pam_totp FROM PUBLIC")
             _ = try c.execute("""
@@ -119,6 +120,61 @@ public enum Migrator {
         } catch {
             _ = try? c.execute("ROLLBACK")
             throw error
+        }
+    }
+}
+
+extension Migrator {
+    /// What init-database finds already there and must not build on (nothing is changed: the
+    /// caller rolls back). The roles are cluster-wide and every host's role will be a member of
+    /// one: a pam_totp_host or pam_totp_admin that can log in, is a superuser, may create roles,
+    /// databases or replicate, bypasses row security or is itself a member of another role was
+    /// not made by init-database, and hosts would inherit what it has. On a database with no
+    /// pam_totp version yet, a schema pam_totp or pam_totp_crypto that someone else owns, or on
+    /// which another role may CREATE, was made by someone else, who could replace the
+    /// functions (hmac() among them) that the secrets go through.
+    static func refuseForeignObjects(_ c: PQConnection) throws(PQError) {
+        func refuse(_ why: String) -> PQError {
+            PQError(message: why + "; nothing was changed", sqlState: nil, connectionLost: false, sent: true)
+        }
+        let roles = try c.execute("""
+            SELECT r.rolname,
+                   concat_ws(', ', CASE WHEN r.rolcanlogin THEN 'LOGIN' END, CASE WHEN r.rolsuper THEN 'SUPERUSER' END,
+                             CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END, CASE WHEN r.rolcreatedb THEN 'CREATEDB' END,
+                             CASE WHEN r.rolreplication THEN 'REPLICATION' END, CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
+                             (SELECT 'member of ' || string_agg(g.rolname, ' and ' ORDER BY g.rolname)
+                                FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid))
+              FROM pg_roles r WHERE r.rolname IN ('pam_totp_host', 'pam_totp_admin') ORDER BY r.rolname
+            """)
+        for row in roles {
+            guard let name = row.first ?? nil, row.count == 2, let what = row[1], !what.isEmpty else { continue }
+            throw refuse("role \(name) already exists and is not what init-database makes (a NOLOGIN role that is a member of no role): it has \(what); "
+                         + "drop it, or remove that (ALTER ROLE \(name) NOLOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB NOREPLICATION NOBYPASSRLS, REVOKE its memberships)")
+        }
+        let versionTable = try c.execute("SELECT to_regclass('pam_totp.schema_version') IS NOT NULL")
+        var version = 0
+        if versionTable.first?.first ?? nil == "t" {
+            let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
+            version = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
+        }
+        guard version == 0 else { return }
+        let schemas = try c.execute("""
+            SELECT n.nspname, pg_get_userbyid(n.nspowner),
+                   (SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END, ' and ')
+                      FROM aclexplode(n.nspacl) a WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner)
+              FROM pg_namespace n WHERE n.nspname IN ('pam_totp', 'pam_totp_crypto') ORDER BY n.nspname
+            """)
+        let me = try c.execute("SELECT current_user").first?.first ?? nil
+        for row in schemas where row.count == 3 {
+            guard let name = row[0], let owner = row[1] else { continue }
+            if owner != me {
+                throw refuse("schema \(name) already exists, owned by \(owner), but this database has no pam_totp schema version yet: "
+                             + "init-database creates it as the role it runs as (\(me ?? "?")); drop the schema or check who made it")
+            }
+            if let others = row[2] {
+                throw refuse("schema \(name) already exists and \(others) may create objects in it: "
+                             + "REVOKE CREATE ON SCHEMA \(name) FROM \(others), or drop the schema")
+            }
         }
     }
 }
