@@ -93,6 +93,7 @@ public enum Migrator {
         do throws(PQError) {
             // One migrator at a time, cluster-wide for this database.
             _ = try c.execute("SELECT pg_advisory_xact_lock(727716180)")
+            try refuseForeignObjects(c)
             _ = try c.execute("CREATE SCHEMA IF NOT EXISTS pam_totp")
             _ = try c.execute("REVOKE ALL ON SCHEMA pam_totp FROM PUBLIC")
             _ = try c.execute("""
@@ -123,9 +124,67 @@ public enum Migrator {
     }
 }
 
-/// What `PostgresStore.lookup` keeps for `authenticate`.
+extension Migrator {
+    /// What init-database finds already there and must not build on (nothing is changed: the
+    /// caller rolls back). The roles are cluster-wide and every host's role will be a member of
+    /// one: a pam_totp_host or pam_totp_admin that can log in, is a superuser, may create roles,
+    /// databases or replicate, bypasses row security or is itself a member of another role was
+    /// not made by init-database, and hosts would inherit what it has. On a database with no
+    /// pam_totp version yet, a schema pam_totp or pam_totp_crypto that someone else owns, or on
+    /// which another role may CREATE, was made by someone else, who could replace the
+    /// functions (hmac() among them) that the secrets go through.
+    static func refuseForeignObjects(_ c: PQConnection) throws(PQError) {
+        func refuse(_ why: String) -> PQError {
+            PQError(message: why + "; nothing was changed", sqlState: nil, connectionLost: false, sent: true)
+        }
+        let roles = try c.execute("""
+            SELECT r.rolname,
+                   concat_ws(', ', CASE WHEN r.rolcanlogin THEN 'LOGIN' END, CASE WHEN r.rolsuper THEN 'SUPERUSER' END,
+                             CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END, CASE WHEN r.rolcreatedb THEN 'CREATEDB' END,
+                             CASE WHEN r.rolreplication THEN 'REPLICATION' END, CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
+                             (SELECT 'member of ' || string_agg(g.rolname, ' and ' ORDER BY g.rolname)
+                                FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid))
+              FROM pg_roles r WHERE r.rolname IN ('pam_totp_host', 'pam_totp_admin') ORDER BY r.rolname
+            """)
+        for row in roles {
+            guard let name = row.first ?? nil, row.count == 2, let what = row[1], !what.isEmpty else { continue }
+            throw refuse("role \(name) already exists and is not what init-database makes (a NOLOGIN role that is a member of no role): it has \(what); "
+                         + "drop it, or remove that (ALTER ROLE \(name) NOLOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB NOREPLICATION NOBYPASSRLS, REVOKE its memberships)")
+        }
+        let versionTable = try c.execute("SELECT to_regclass('pam_totp.schema_version') IS NOT NULL")
+        var version = 0
+        if versionTable.first?.first ?? nil == "t" {
+            let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
+            version = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
+        }
+        guard version == 0 else { return }
+        let schemas = try c.execute("""
+            SELECT n.nspname, pg_get_userbyid(n.nspowner),
+                   (SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END, ' and ')
+                      FROM aclexplode(n.nspacl) a WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner)
+              FROM pg_namespace n WHERE n.nspname IN ('pam_totp', 'pam_totp_crypto') ORDER BY n.nspname
+            """)
+        let me = try c.execute("SELECT current_user").first?.first ?? nil
+        for row in schemas where row.count == 3 {
+            guard let name = row[0], let owner = row[1] else { continue }
+            if owner != me {
+                throw refuse("schema \(name) already exists, owned by \(owner), but this database has no pam_totp schema version yet: "
+                             + "init-database creates it as the role it runs as (\(me ?? "?")); drop the schema or check who made it")
+            }
+            if let others = row[2] {
+                throw refuse("schema \(name) already exists and \(others) may create objects in it: "
+                             + "REVOKE CREATE ON SCHEMA \(name) FROM \(others), or drop the schema")
+            }
+        }
+    }
+}
+
+/// What `PostgresStore.lookup` keeps for `authenticate`: the name, and the uid the lookup
+/// checked the record against (`authenticate` checks it again, in the same statement as the
+/// verdict).
 public struct FleetEnrolled {
     let name: String
+    let uid: UInt32
 }
 
 /// The store interface (docs/ARCHITECTURE.md §2.2) on PostgreSQL: every operation is one call of
@@ -134,8 +193,8 @@ public struct FleetEnrolled {
 public final class PostgresStore: TOTPStore {
     public typealias Enrolled = FleetEnrolled
     public let pool: ConnectionPool
-    /// Tests and the owner role only: verify at the caller's clock (verify_at, which a host
-    /// role may not execute). Production uses the database's clock (verify).
+    /// Tests and the owner role only: verify at the caller's clock (login_at, which a host
+    /// role may not execute). Production uses the database's clock (login).
     public let callerClock: Bool
 
     public init(pool: ConnectionPool, callerClock: Bool = false) {
@@ -168,7 +227,7 @@ public final class PostgresStore: TOTPStore {
         guard let value = rows.first?.first, let v = value, let recordUID = UInt32(v) else { return .unenrolled }
         let uid = try account()?.uid
         guard uid == recordUID else { return .otherAccount(recordUID: recordUID) }
-        return .enrolled(FleetEnrolled(name: name))
+        return .enrolled(FleetEnrolled(name: name, uid: recordUID))
     }
 
     /// One login in one statement (pam_totp.login): enrolled for this account's uid, and the
@@ -181,23 +240,24 @@ public final class PostgresStore: TOTPStore {
         return verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
     }
 
+    /// After `lookup`: `login` with the uid the lookup saw, so the verdict is bound to that
+    /// account in the same statement (a record purged and enrolled again for another uid in
+    /// between is unenrolled, never verified); hosts are not granted `verify` (migration 007).
     public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrolled: FleetEnrolled) -> AuthOutcome {
-        verdict(name: enrolled.name, uid: nil, answer: answer, at: unixTime, options: options)
+        verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
     }
 
-    /// verify (uid nil: `lookup` already checked the account) or login, on the database's clock
-    /// or, for tests, the caller's.
-    func verdict(name: String, uid: PQValue?, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
+    /// login, on the database's clock or, for tests, the caller's (login_at).
+    func verdict(name: String, uid: PQValue, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
         // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
         let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
-        var params: [PQValue] = [.text(name)]
-        if let uid { params.append(uid) }
+        var params: [PQValue] = [.text(name), uid]
         params.append(.text(clean ? String(decoding: answer, as: UTF8.self) : "x"))
         if callerClock { params.append(.text(String(unixTime))) }
         params += [.text(String(options.adjacentIntervals)), .text(String(options.maxFailures)),
                    .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
-        let function = (uid == nil ? "verify" : "login") + (callerClock ? "_at" : "")
+        let function = "login" + (callerClock ? "_at" : "")
         let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
         let sql = "SELECT * FROM pam_totp.\(function)(\(placeholders))"
         let rows: [[String?]]

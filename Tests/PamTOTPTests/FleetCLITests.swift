@@ -48,6 +48,63 @@ final class FleetCLITests: XCTestCase {
         XCTAssertTrue(bad.stderr.contains("init-database failed"), bad.stderr)
     }
 
+    /// What init-database did not make, it does not build on: a schema of ours that someone
+    /// else owns (or may create in) on a database without our schema yet (its owner could swap
+    /// the functions the secrets go through, hmac() among them), and a pam_totp_host or
+    /// pam_totp_admin role that can log in, is a superuser, may create roles or databases, or is
+    /// a member of another role (every host's role inherits from it). Each is refused with a
+    /// clear error and changes nothing; what it does make itself (a schema the same role
+    /// created first, NOLOGIN roles) is fine.
+    func testInitDatabaseRefusesSchemasAndRolesItDidNotMake() throws {
+        try cluster.psql("CREATE ROLE mallory")
+        func snapshot(_ database: String) throws -> String {
+            try cluster.psql("""
+                SELECT (SELECT coalesce(string_agg(nspname || ':' || pg_get_userbyid(nspowner) || ':' || coalesce(nspacl::text, ''), ' ' ORDER BY nspname), '')
+                          FROM pg_namespace WHERE nspname LIKE 'pam_totp%')
+                    || ' | ' || (SELECT coalesce(string_agg(rolname || ':' || rolcanlogin || rolsuper || rolcreaterole || rolcreatedb, ' ' ORDER BY rolname), '')
+                                   FROM pg_roles WHERE rolname LIKE 'pam_totp%')
+                    || ' | ' || (SELECT count(*) FROM pg_extension)
+                    || ' | ' || (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname LIKE 'pam_totp%')
+                    || ' | ' || (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'pam_totp%')
+                    || ' | ' || (SELECT count(*) FROM pg_auth_members)
+                """, database: database)
+        }
+        let cases: [(setup: String, migratedFirst: Bool, cleanup: String, want: String)] = [
+            ("CREATE SCHEMA pam_totp AUTHORIZATION mallory", false, "", "schema pam_totp already exists, owned by mallory"),
+            ("CREATE SCHEMA pam_totp_crypto AUTHORIZATION mallory", false, "", "schema pam_totp_crypto already exists, owned by mallory"),
+            ("CREATE SCHEMA pam_totp; GRANT CREATE ON SCHEMA pam_totp TO mallory", false, "", "mallory may create objects in it"),
+            ("CREATE SCHEMA pam_totp_crypto; GRANT CREATE ON SCHEMA pam_totp_crypto TO PUBLIC", false, "", "PUBLIC may create objects in it"),
+            ("CREATE ROLE pam_totp_host LOGIN", false, "DROP ROLE pam_totp_host", "role pam_totp_host already exists"),
+            ("CREATE ROLE pam_totp_admin NOLOGIN SUPERUSER", false, "DROP ROLE pam_totp_admin", "it has SUPERUSER"),
+            ("CREATE ROLE pam_totp_host NOLOGIN CREATEROLE", false, "DROP ROLE pam_totp_host", "it has CREATEROLE"),
+            ("CREATE ROLE pam_totp_host NOLOGIN; GRANT pg_read_all_data TO pam_totp_host", false, "DROP ROLE pam_totp_host",
+             "it has member of pg_read_all_data"),
+            // Roles are checked on every run, an upgrade's or a second database's too.
+            ("ALTER ROLE pam_totp_host LOGIN", true, "ALTER ROLE pam_totp_host NOLOGIN", "it has LOGIN"),
+        ]
+        for (i, c) in cases.enumerated() {
+            let database = "refuse\(i)"
+            try cluster.psql("CREATE DATABASE \(database)")
+            if c.migratedFirst { _ = try Migrator.migrate(conninfo: cluster.conninfo(database: database)) }
+            try cluster.psql(c.setup, database: database)
+            let before = try snapshot(database)
+            let r = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: database)])
+            XCTAssertNotEqual(r.status, 0, "\(c.setup): init-database went ahead: \(r.stdout)")
+            XCTAssertTrue(r.stderr.contains("init-database failed") && r.stderr.contains(c.want) && r.stderr.contains("nothing was changed"),
+                          "\(c.setup): \(r.stderr)")
+            XCTAssertEqual(try snapshot(database), before, "\(c.setup): something changed")
+            if !c.cleanup.isEmpty { try cluster.psql(c.cleanup) }
+        }
+        // The same role having made the schema first, and the NOLOGIN roles that exist (made for
+        // the last case's database): fine.
+        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pam_totp_%' AND NOT rolcanlogin"), "2")
+        try cluster.psql("CREATE DATABASE fine")
+        try cluster.psql("CREATE SCHEMA pam_totp", database: "fine")
+        let ok = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: "fine")])
+        XCTAssertEqual(ok.status, 0, ok.stderr)
+        XCTAssertTrue(ok.stdout.contains("from version 0 to \(Migrations.all.count)"), ok.stdout)
+    }
+
     /// A password in --admin is on the command line, which every local user can read
     /// (/proc/PID/cmdline, ps) while it runs: refused before connecting, never echoed.
     func testInitDatabaseRefusesAPasswordOnTheCommandLine() throws {

@@ -215,6 +215,98 @@ final class FleetDaemonTests: XCTestCase {
 
     /// The module as sshd runs it (root), with backend = postgresql: it asks pam-totpd even as
     /// root (its own store path is not even there) and maps an outage to PAM_AUTHINFO_UNAVAIL.
+    /// The daemon works on the account's canonical name with the database too (rule 14,
+    /// docs/ARCHITECTURE.md): a spelling a directory resolves to root ("ROOT", "root ": LDAP's
+    /// caseIgnoreMatch, nslcd `ignorecase`, sssd `case_sensitive = false`) is root's record,
+    /// never "unenrolled", which nullok lets through on the password alone. This machine's NSS
+    /// (files, systemd) resolves no other spelling, so the directory here is a small NSS
+    /// module doing what such a directory does, loaded by glibc into a third pam-totpd through
+    /// an nsswitch.conf bind-mounted in a private mount namespace (the system's stays as is).
+    func testASpellingNSSResolvesToRootIsRootsRecord() throws {
+        let host = try DaemonFixture()
+        hosts.append(host)
+        let dir = host.root.appendingPathComponent("nss")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: false)
+        try """
+            #include <nss.h>
+            #include <pwd.h>
+            #include <string.h>
+            #include <strings.h>
+            #include <errno.h>
+            /* As a case-insensitive directory answers: root in any case, trailing spaces ignored. */
+            enum nss_status _nss_pamtotpci_getpwnam_r(const char *name, struct passwd *pw, char *buf, size_t len, int *errnop) {
+                size_t n = strlen(name);
+                while (n > 0 && name[n - 1] == ' ') n--;
+                if (n != 4 || strncasecmp(name, "root", 4) != 0) return NSS_STATUS_NOTFOUND;
+                static const char text[] = "root\0x\0root\0/root\0/bin/sh";
+                if (len < sizeof text) { *errnop = ERANGE; return NSS_STATUS_TRYAGAIN; }
+                memcpy(buf, text, sizeof text);
+                pw->pw_name = buf; pw->pw_passwd = buf + 5; pw->pw_gecos = buf + 7; pw->pw_dir = buf + 12; pw->pw_shell = buf + 18;
+                pw->pw_uid = 0; pw->pw_gid = 0;
+                return NSS_STATUS_SUCCESS;
+            }
+
+            """.write(to: dir.appendingPathComponent("nss.c"), atomically: true, encoding: .utf8)
+        let cc = try runCommand(["cc", "-shared", "-fPIC", "-o", dir.appendingPathComponent("libnss_pamtotpci.so.2").path,
+                                 dir.appendingPathComponent("nss.c").path])
+        XCTAssertEqual(cc.status, 0, cc.stderr)
+        let nsswitch = try String(contentsOfFile: "/etc/nsswitch.conf", encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("passwd:") ? "passwd: files pamtotpci" : String($0) }.joined(separator: "\n")
+        try nsswitch.write(to: dir.appendingPathComponent("nsswitch.conf"), atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(dir.appendingPathComponent("nsswitch.conf").path, 0o644), 0)
+        let launcher = ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                        "mount --bind \(dir.path)/nsswitch.conf /etc/nsswitch.conf && LD_LIBRARY_PATH=\(dir.path) exec \"$0\" \"$@\""]
+        // That directory resolves both spellings to root; the system's NSS resolves neither.
+        for spelling in ["ROOT", "root "] {
+            XCTAssertEqual(try runCommand(launcher + ["/usr/bin/getent", "passwd", spelling]).stdout, "root:x:0:0:root:/root:/bin/sh\n", spelling)
+            XCTAssertNotEqual(try runCommand(["getent", "passwd", spelling]).status, 0, "the system's NSS resolves \(spelling)")
+        }
+        try sql("DROP ROLE IF EXISTS pamtotp_fleet_host_c; CREATE ROLE pamtotp_fleet_host_c LOGIN; GRANT pam_totp_host TO pamtotp_fleet_host_c")
+        try """
+            backend = postgresql
+            postgresql = \(cluster.conninfo(user: "pamtotp_fleet_host_c", database: db))
+            adjacent_intervals = 10
+            max_failures = 100
+            lockout = 0
+            nullok
+
+            """.write(toFile: host.config, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(host.config, 0o644), 0)
+        try host.start(launcher: launcher)
+        func askC(_ op: DaemonOperation, _ user: String, _ answer: String) throws -> DaemonReply {
+            var o = ModuleOptions()
+            o.backend = .postgresql
+            o.adjacentIntervals = 10
+            o.maxFailures = 100
+            o.lockoutSeconds = 0
+            o.nullok = true
+            let frame = try XCTUnwrap(DaemonRequest(operation: op, service: Array("fleet-test".utf8), user: Array(user.utf8),
+                                                    options: o, answer: Array(answer.utf8)).encoded())
+            let fd = DaemonTests.connectTo(host.socketPath)
+            guard fd >= 0 else { throw ClusterError("connect to host c") }
+            defer { close(fd) }
+            XCTAssertTrue(DaemonTests.send(fd, frame))
+            return try DaemonReply.decode(try XCTUnwrap(DaemonTests.readAll(fd), "no reply: \(host.output)"))
+        }
+        let before = try failures()
+        for spelling in ["ROOT", "root "] {
+            XCTAssertEqual(try askC(.lookup, spelling, ""), .enrolled, "\(spelling) is root's record: \(host.output)")
+            let r = try askC(.authenticate, spelling, try codeOutsideWindow(secret))
+            guard case .outcome(.wrongCode(false, _, _)) = r else { return XCTFail("\(spelling): a wrong code is a wrong code for root, got \(r)") }
+        }
+        XCTAssertEqual(try failures(), before + 2, "both wrong answers count against root")
+        let c = try code(offset: 2)
+        XCTAssertTrue(isSuccess(try askC(.authenticate, "root ", c)), "root's code through the spelling 'root '")
+        guard case .outcome(.wrongCode(replayed: true, _, _)) = try askC(.authenticate, "ROOT", c) else {
+            return XCTFail("the code just used for 'root ' is used for 'ROOT'")
+        }
+        guard case .outcome(.wrongCode(replayed: true, _, _)) = try ask(0, answer: c).reply else {
+            return XCTFail("and for root on host A")
+        }
+        // A name no directory knows stays unenrolled (nullok's case), as before.
+        XCTAssertEqual(try askC(.authenticate, "ROOTX", "000000"), .outcome(.unenrolled))
+    }
+
     func testModuleAsRootGoesThroughTheDaemonInFleetMode() throws {
         let service = "pam_totp_fleet_\(getpid())"
         try "auth required \(moduleURL.path) config=\(hosts[0].config) store=/nonexistent-fleet-store\n"

@@ -8,7 +8,8 @@ import XCTest
 /// namespaces made here (pamtotp-fleet-*), a veth pair from each host's to the database's, the
 /// server listening only on its veth addresses with TLS, each pam-totpd in its host's namespace
 /// with `sslmode=verify-full` and a client certificate for its own host role. A code used on A
-/// is refused on B, 20 concurrent logins with one code over both give one success per round,
+/// is refused on B, 20 concurrent logins with one code over both give one success in each of 100
+/// rounds (each round its own factor and step, no waiting for the clock),
 /// and failures are counted exactly across hosts. Everything is removed in tearDown.
 final class FleetNetnsTests: XCTestCase {
     var cluster: PostgresCluster?
@@ -18,6 +19,11 @@ final class FleetNetnsTests: XCTestCase {
     let db = "fleet"
     let tag = String(getpid() % 100_000)
     let secret = Array("fleetnetnssecret1234".utf8)
+    /// Factors of root's used only by the race rounds. One factor with window ±10 gives about
+    /// 21 steps above its last used one; these give 100 rounds distinct (factor, step) pairs
+    /// without waiting for the clock (a user may have 32 factors).
+    let raceSecrets = (0..<8).map { Array("fleetnetnsrace\($0)-secret".utf8) }
+    let window: Int64 = 10
     var roles: [String] { ["pamtotp_fleet_ns_a", "pamtotp_fleet_ns_b"] }
     func dbAddress(_ i: Int) -> String { "10.231.\(i + 1).1" }
 
@@ -97,10 +103,12 @@ final class FleetNetnsTests: XCTestCase {
             try host.start(launcher: ["/usr/sbin/ip", "netns", "exec", namespaces[1 + i]])
         }
         var rng = SystemRandomNumberGenerator()
-        try PostgresStore(pool: ConnectionPool(conninfo: c.conninfo(database: db)))
-            .enroll(user: Array("root".utf8), accountUID: 0,
-                    factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0, secret: secret),
-                    importedCodes: nil, using: &rng)
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: c.conninfo(database: db)))
+        for (label, s) in [("phone", secret)] + raceSecrets.enumerated().map({ ("race\($0.offset)", $0.element) }) {
+            try owner.enroll(user: Array("root".utf8), accountUID: 0,
+                             factor: try Factor(label: Array(label.utf8), parameters: .default, created: 0, secret: s),
+                             importedCodes: nil, using: &rng)
+        }
     }
 
     override func tearDown() {
@@ -129,6 +137,17 @@ final class FleetNetnsTests: XCTestCase {
     }
 
     func code(_ offset: Int64) throws -> String { String(decoding: try currentCode(secret, offsetSteps: offset), as: UTF8.self) }
+    /// A code no factor of root's has anywhere near the window.
+    func wrongCode() throws -> String {
+        var taken = Set<String>()
+        for s in [secret] + raceSecrets {
+            for o in -(window + 3)...(window + 3) { taken.insert(String(decoding: try currentCode(s, offsetSteps: o), as: UTF8.self)) }
+        }
+        while true {
+            let candidate = String(format: "%06u", UInt32.random(in: 0..<1_000_000))
+            if !taken.contains(candidate) { return candidate }
+        }
+    }
     func isSuccess(_ r: DaemonReply?) -> Bool { if case .outcome(.success)? = r { return true }; return false }
     func failures() throws -> String { try cluster!.psql("SELECT failures FROM pam_totp.users WHERE name = 'root'", database: db) }
 
@@ -142,33 +161,84 @@ final class FleetNetnsTests: XCTestCase {
             SELECT string_agg(a.usename || '@' || host(a.client_addr) || ':' || s.ssl, ' ' ORDER BY a.usename)
               FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.usename LIKE 'pamtotp_fleet_ns_%'
             """, database: db), "\(roles[0])@10.231.1.2:true \(roles[1])@10.231.2.2:true")
-        // 20 concurrent logins with one code over both hosts: one success per round.
-        var perRound: [Int] = []
-        for round in 1...8 {
-            let c = try code(Int64(round - 3))
+        // 20 concurrent logins with one code over both hosts: one success per round, 100 rounds.
+        // Each round has its own (factor, step): the step above every step used before on that
+        // factor, and at least `margin` steps inside the window around the current step, checked
+        // again at each round, so a 30 s boundary crossed during the test cannot push it out.
+        // A code that any factor (phone included) would accept at another step in reach is
+        // skipped: that would be a second valid login, not a race.
+        let rounds = 100, margin: Int64 = 2
+        let all = [secret] + raceSecrets
+        func hotp(_ s: [UInt8], _ step: Int64) throws -> String {
+            String(decoding: try TOTP.code(secret: s, parameters: .default, at: step * 30), as: UTF8.self)
+        }
+        let start = Date()
+        var next = [Int64](repeating: 0, count: raceSecrets.count)  // per race factor: lowest step not yet used
+        var perRound: [Int] = [], hostOfSuccess: [Int] = [0, 0], plan: [(factor: Int, step: Int64)] = []
+        for round in 1...rounds {
+            let now = Int64(time(nil)) / 30
+            // The lowest usable step of any race factor, steps skipped for a colliding code.
+            var choice: (factor: Int, step: Int64, code: String)?
+            while choice == nil {
+                let candidates = (0..<raceSecrets.count).map { ($0, max(next[$0], now - window + margin)) }
+                    .filter { $0.1 <= now + window - margin }
+                guard let (f, step) = candidates.min(by: { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }) else {
+                    return XCTFail("round \(round): no (factor, step) left in the window: rounds took too long")
+                }
+                next[f] = step + 1
+                let c = try hotp(raceSecrets[f], step)
+                var clash = false
+                for (i, s) in all.enumerated() {
+                    for other in (now - window - margin)...(now + window + margin) where !(i == f + 1 && other == step) {
+                        if try hotp(s, other) == c { clash = true }
+                    }
+                }
+                if !clash { choice = (f, step, c) }
+            }
+            guard let (f, step, c) = choice else { return XCTFail("round \(round)") }
+            XCTAssertTrue(abs(step - now) <= window - margin, "round \(round): step \(step) at \(now)")
+            plan.append((f, step))
             let results = Slots(20)
             let group = DispatchGroup()
+            let gate = DispatchSemaphore(value: 0)
             for w in 0..<20 {
                 group.enter()
                 Thread.detachNewThread {
+                    gate.wait()  // all 20 go at once
                     let r = try? self.ask(w % 2, answer: c)
                     results.set(w, r == nil ? -1 : (self.isSuccess(r) ? 1 : 0))
                     group.leave()
                 }
             }
+            for _ in 0..<20 { gate.signal() }
             XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
-            XCTAssertFalse(results.all.contains(-1))
-            perRound.append(results.all.filter { $0 == 1 }.count)
+            let values = results.all
+            XCTAssertFalse(values.contains(-1), "round \(round): a request failed")
+            perRound.append(values.filter { $0 == 1 }.count)
+            for (w, v) in values.enumerated() where v == 1 { hostOfSuccess[w % 2] += 1 }
         }
-        XCTAssertEqual(perRound, Array(repeating: 1, count: 8))
+        let elapsed = Date().timeIntervalSince(start)
+        XCTAssertEqual(perRound.count, rounds)
+        XCTAssertEqual(perRound, Array(repeating: 1, count: rounds), "exactly one success in each round")
+        XCTAssertEqual(Set(plan.map { "\($0.factor):\($0.step)" }).count, rounds, "every round had its own (factor, step)")
+        // The database agrees: each race factor's last step is the highest step a round gave it.
+        for f in 0..<raceSecrets.count {
+            let used = plan.filter { $0.factor == f }.map(\.step).max()
+            XCTAssertEqual(try cluster!.psql("SELECT last_step FROM pam_totp.list_factors('root') WHERE label = 'race\(f)'", database: db),
+                           used.map { String($0) } ?? "0", "race\(f)")
+        }
+        let histogram = Dictionary(grouping: perRound, by: { $0 }).mapValues(\.count).sorted { $0.key < $1.key }
+            .map { "\($0.key) success: \($0.value) rounds" }.joined(separator: ", ")
+        print("fleet netns: \(rounds) rounds x 20 concurrent logins over two hosts in \(String(format: "%.1f", elapsed)) s; "
+              + "successes per round \(perRound); histogram: \(histogram); successes on host A \(hostOfSuccess[0]), B \(hostOfSuccess[1]); "
+              + "factors used \(Dictionary(grouping: plan, by: \.factor).mapValues(\.count).sorted { $0.key < $1.key }.map { "race\($0.key)x\($0.value)" })")
         // Failures counted exactly across hosts.
         _ = try ask(0, answer: try code(6))  // a success: the count starts at 0
         for i in 0..<10 {
-            guard case .outcome(.wrongCode(false, let f, _)) = try ask(i % 2, answer: try codeOutsideWindow(secret)) else { return XCTFail("wrong \(i)") }
+            guard case .outcome(.wrongCode(false, let f, _)) = try ask(i % 2, answer: try wrongCode()) else { return XCTFail("wrong \(i)") }
             XCTAssertEqual(f, UInt32(i + 1))
         }
         XCTAssertEqual(try failures(), "10")
-        print("fleet netns: two hosts over veth with verify-full: 8 rounds x 20 concurrent logins, successes per round \(perRound)")
     }
 }
 

@@ -171,9 +171,28 @@ final class FleetSQLTests: XCTestCase {
               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('host_a', p.oid, 'EXECUTE') ORDER BY p.proname
             """).split(separator: "\n").map(String.init)
-        XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) },
-                       ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "login", "remove_factor",
-                        "replace_recovery", "user_status", "verify"])
+        // verify (no uid: whichever account a record belongs to) is no host's since migration 007.
+        let hostFunctions = ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "login",
+                             "remove_factor", "replace_recovery", "user_status"]
+        XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) }, hostFunctions)
+        for who in ["pam_totp_host", "host_a"] {
+            XCTAssertEqual(try sql("""
+                SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                 WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
+                """), hostFunctions.joined(separator: ","), who)
+        }
+        for who in ["pam_totp_admin", "admin_a"] {
+            XCTAssertEqual(try sql("""
+                SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                 WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
+                """), (hostFunctions + ["all_status", "purge", "unlock"]).sorted().joined(separator: ","), who)
+        }
+        // The grants themselves, as the catalogue holds them: verify's ACL is its owner's alone.
+        XCTAssertEqual(try sql("""
+            SELECT coalesce(string_agg(a.grantee::regrole::text, ',' ORDER BY a.grantee::regrole::text), '')
+              FROM pg_proc p, aclexplode(p.proacl) a
+             WHERE p.oid = 'pam_totp.verify(text,text,integer,integer,bigint,boolean)'::regprocedure AND a.grantee <> p.proowner
+            """), "")
         for f in executable {
             XCTAssertFalse(f.contains("bytea"), "returns bytes: \(f)")
             XCTAssertTrue(f.contains(":true:"), "not SECURITY DEFINER: \(f)")
@@ -184,9 +203,10 @@ final class FleetSQLTests: XCTestCase {
             SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'pam_totp' AND p.prosecdef AND NOT coalesce(array_to_string(p.proconfig, ';') LIKE 'search_path=%', false)
             """), "0")
-        // And as the host itself: the tables, the clock-taking verifier, hmac, unlock and purge are refused.
+        // And as the host itself: the tables, the clock-taking verifiers, verify (no uid), hmac, unlock and purge are refused.
         for forbidden in ["SELECT secret FROM pam_totp.factors", "SELECT * FROM pam_totp.users", "SELECT * FROM pam_totp.recovery",
                           "SELECT * FROM pam_totp.verify_at('u', '123456', 0, 1, 10, 300, false)",
+                          "SELECT * FROM pam_totp.verify('u', '123456', 1, 10, 300, false)",
                           "SELECT * FROM pam_totp.login_at('u', 0, '123456', 0, 1, 10, 300, false)",
                           "SELECT pam_totp.hotp('\\x3132333435363738393031323334353637383930'::bytea, 1, 'sha1', 6)",
                           "SELECT pam_totp_crypto.hmac('a'::bytea, 'b'::bytea, 'sha1')",
@@ -198,7 +218,7 @@ final class FleetSQLTests: XCTestCase {
         }
         // What the host may do works, and the admin's extras work for the admin.
         try sql("SELECT pam_totp.enroll('carol', 1000, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')", user: "host_a")
-        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('carol', '000000', 1, 10, 300, false)", user: "host_a"), "wrong")
+        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.login('carol', 1000, '000000', 1, 10, 300, false)", user: "host_a"), "wrong")
         XCTAssertEqual(try sql("SELECT label || ' ' || algorithm FROM pam_totp.list_factors('carol')", user: "host_a"), "phone sha1")
         XCTAssertEqual(try sql("SELECT failures FROM pam_totp.unlock('carol')", user: "admin_a"), "1")
         XCTAssertEqual(try sql("SELECT pam_totp.purge('carol')", user: "admin_a"), "t")
@@ -228,7 +248,6 @@ final class FleetSQLTests: XCTestCase {
             CREATE TABLE pg_temp.settings (max_window int);
             SELECT outcome FROM pam_totp.login('tina', 1010, '000000', 1, 10, 300, false);
             SELECT outcome FROM pam_totp.login('tina', 1010, '12345678', 1, 10, 300, false);
-            SELECT outcome FROM pam_totp.verify('tina', '000000', 1, 10, 300, false);
             SELECT pam_totp.enroll('tom', 1011, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899');
             SELECT count(*) FROM pam_totp.list_factors('tom');
             """
@@ -238,7 +257,7 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertFalse(heard.contains(secretHex), "the host read a secret: \(heard)")
         XCTAssertFalse(heard.contains("STOLEN"), "the host's pg_temp code ran inside a SECURITY DEFINER function: \(heard)")
         XCTAssertEqual(r.status, 0, heard)
-        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "wrong", "1"])
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "1"])
         // And structurally: every function in our schemas puts pg_temp last.
         XCTAssertEqual(try sql("""
             SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -261,9 +280,39 @@ final class FleetSQLTests: XCTestCase {
         // The host asks for 100 failures before a lockout and a 0 s lockout: the database's
         // max_failures (10) and min_lockout (300) apply.
         var last = ""
-        for _ in 1...10 { last = try sql("SELECT failures || ' ' || (locked_until > 0) FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b") }
+        for _ in 1...10 { last = try sql("SELECT failures || ' ' || (locked_until > 0) FROM pam_totp.login('dave', 1001, '000000', 10, 100, 0, false)", user: "host_b") }
         XCTAssertEqual(last, "10 true")
-        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.verify('dave', '000000', 10, 100, 0, false)", user: "host_b"), "locked")
+        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.login('dave', 1001, '000000', 10, 100, 0, false)", user: "host_b"), "locked")
+    }
+
+    /// pam-totpd's lookup-then-authenticate path as a host role: it used `verify` (a name, no
+    /// uid), which hosts no longer hold (migration 007), and checked a record that was purged
+    /// and enrolled again for another account between the two calls. Now authenticate is
+    /// `login` with the uid the lookup saw: it works as a host, and the other account's record
+    /// is unenrolled.
+    func testLookupThenAuthenticateAsAHostIsBoundToTheUIDItLookedUp() throws {
+        try makeHost("host_l")
+        let secret = Array("12345678901234567890".utf8)
+        try sql("SELECT pam_totp.enroll('lena', 1015, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("UPDATE pam_totp.settings SET max_window = 10")
+        let host = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(user: "host_l", database: db)))
+        var o = ModuleOptions()
+        o.adjacentIntervals = 10
+        func code(_ offset: Int64) throws -> [UInt8] { try TOTP.code(secret: secret, parameters: .default, at: Int64(time(nil)) + 30 * offset) }
+        func lookup(_ uid: UInt32) throws -> Enrollment<PostgresStore> {
+            try host.lookup(user: Array("lena".utf8)) { () throws(MFAError) -> Account? in Account(name: Array("lena".utf8), uid: uid) }
+        }
+        guard case .enrolled(let seen) = try lookup(1015) else { return XCTFail("lena is enrolled") }
+        guard case .success = host.authenticate(answer: try code(-2), at: 0, options: o, process: 1, enrolled: seen) else {
+            return XCTFail("a host authenticates after its lookup")
+        }
+        // Between lookup and authenticate the name is purged and enrolled for another account.
+        try sql("SELECT pam_totp.purge('lena')")
+        try sql("SELECT pam_totp.enroll('lena', 2015, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        let r = host.authenticate(answer: try code(-1), at: 0, options: o, process: 1, enrolled: seen)
+        guard case .unenrolled = r else { return XCTFail("the record of uid 2015 answered for uid 1015's lookup: \(r)") }
+        XCTAssertEqual(try sql("SELECT last_step || ' ' || (SELECT failures FROM pam_totp.user_status('lena')) FROM pam_totp.list_factors('lena')"),
+                       "0 0", "nothing recorded on the other account's record")
     }
 
     /// PL/pgSQL bodies compile with the caller's settings: a host with
@@ -275,8 +324,8 @@ final class FleetSQLTests: XCTestCase {
         try makeHost("host_s")
         try sql("SELECT pam_totp.enroll('olga', 1013, 'phone', 'sha1', 8, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
         try sql("SELECT pam_totp.replace_recovery('olga', 1013, 1, 1000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
-        for call in ["SELECT outcome FROM pam_totp.verify('olga', '12345678', 1, 10, 300, false)",
-                     "SELECT outcome FROM pam_totp.login('olga', 1013, '12345678', 1, 10, 300, false)"] {
+        for call in ["SELECT outcome FROM pam_totp.login('olga', 1013, '12345678', 1, 10, 300, false)",
+                     "SELECT outcome FROM pam_totp.login('olga', 1013, '87654321', 1, 10, 300, false)"] {
             let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
                                     "-U", "host_s", "-d", db, "-c", "SET standard_conforming_strings = off", "-c", call])
             XCTAssertEqual(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "wrong", call + ": " + r.stderr)
