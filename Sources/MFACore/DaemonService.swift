@@ -89,31 +89,18 @@ public struct DaemonService<S: TOTPStore> {
             }
             return (.outcome(outcome), who + Self.describe(outcome))
         }
-        let login: Login<S>
+        // `lookup` (authenticate returned above): a name enrolled for another account is not enrolled.
+        let enrollment: Enrollment<S>
         do throws(MFAError) {
             try FileStore<LiveSystemCalls>.validate(user: user)
-            let store = try openStore(options.store)
-            login = Login(store: store, enrollment: try store.lookup(user: user, account: lookupAccount))
+            enrollment = try openStore(options.store).lookup(user: user, account: lookupAccount)
         } catch {
-            if case .invalidUserName = error {
-                login = Login(store: nil, enrollment: .unenrolled)
-            } else {
-                login = Login(store: nil, enrollment: .failed(error))
-            }
+            enrollment = error == .invalidUserName ? .unenrolled : .failed(error)
         }
-        var enrollment = login.enrollment
-        if case .otherAccount = enrollment { enrollment = .unenrolled }
-        switch request.operation {
-        case .lookup:
-            switch enrollment {
-            case .enrolled: return (.enrolled, who + "lookup: enrolled")
-            case .unenrolled, .otherAccount: return (.outcome(.unenrolled), who + "lookup: not enrolled")
-            case .failed(let e): return (.outcome(.failed(e)), who + "lookup failed")
-            }
-        case .authenticate:
-            let outcome = Login(store: login.store, enrollment: enrollment)
-                .authenticate(answer: request.answer, at: now, options: options, process: peer.pid)
-            return (.outcome(outcome), who + Self.describe(outcome))
+        switch enrollment {
+        case .enrolled: return (.enrolled, who + "lookup: enrolled")
+        case .unenrolled, .otherAccount: return (.outcome(.unenrolled), who + "lookup: not enrolled")
+        case .failed(let e): return (.outcome(.failed(e)), who + "lookup failed")
         }
     }
 
