@@ -72,6 +72,14 @@ public enum AdminRequest: Equatable, Sendable {
         }
     }
 
+    /// Whether the request changes the store (everything but status, users, check enrollable).
+    public var changesStore: Bool {
+        switch self {
+        case .status, .users, .checkEnrollable: return false
+        case .enroll, .removeFactor, .replaceRecovery, .unlock, .purge: return true
+        }
+    }
+
     /// The frame, or nil if a field does not fit (a name over 255 bytes, more than 255 codes,
     /// a frame over `maxFrameSize`).
     public func encoded() -> [UInt8]? {

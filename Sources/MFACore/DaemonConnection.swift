@@ -14,6 +14,14 @@ public enum DaemonConnection {
     /// spoken to: a socket in a directory others can write could otherwise be anyone's,
     /// collecting codes and secrets and answering "success".
     public static func exchange(_ frame: [UInt8], socket path: [UInt8], admin: Bool) throws(MFAError) -> [UInt8] {
+        var sent = false
+        return try exchange(frame, socket: path, admin: admin, sent: &sent)
+    }
+
+    /// `exchange`, telling the caller whether the whole request had been sent when it failed:
+    /// after that the daemon may have carried it out even though no reply came.
+    public static func exchange(_ frame: [UInt8], socket path: [UInt8], admin: Bool, sent: inout Bool) throws(MFAError) -> [UInt8] {
+        sent = false
         let deadline = clibc_monotonic_ms() + timeoutMilliseconds
         let fd = clibc_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + decimal(clibc_errno()) + ")") }
@@ -25,6 +33,7 @@ public enum DaemonConnection {
                           + (owner < 0 ? "unknown" : decimal(owner)) + ", not root")
         }
         try sendAll(fd, frame, deadline: deadline)
+        sent = true
         var header = try receive(fd, count: DaemonProtocol.headerSize, deadline: deadline)
         let length = admin ? DaemonProtocol.adminFrameLength(header: header, reply: true)
             : DaemonProtocol.frameLength(header: header, reply: true)

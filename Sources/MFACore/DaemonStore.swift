@@ -13,8 +13,19 @@ public struct DaemonEnrolled: Sendable {
 public final class DaemonStore: TOTPStore {
     public typealias Enrolled = DaemonEnrolled
     /// Sends one request frame and returns the whole reply frame. `now` is the caller's clock,
-    /// for a transport that has none of its own (tests); a socket ignores it.
-    public typealias Exchange = (_ frame: [UInt8], _ now: Int64) throws(MFAError) -> [UInt8]
+    /// for a transport that has none of its own (tests); a socket ignores it. `sent` is set once
+    /// the whole request is out: after that a failure leaves it open whether the daemon acted.
+    public typealias Exchange = (_ frame: [UInt8], _ now: Int64, _ sent: inout Bool) throws(MFAError) -> [UInt8]
+
+    /// How a change whose reply was lost is reported: it may or may not have been made.
+    public static func lostReply(_ error: MFAError) -> MFAError {
+        let why: Message
+        switch error {
+        case .daemon(let m), .malformed(let m): why = m
+        default: why = "no reply"
+        }
+        return .daemon(why + "; pam-totpd had the whole request, so the change may have been made: check with totp-enroll list or status")
+    }
 
     let exchange: Exchange
     /// The store path sent with a code check (the daemon's store; ignored by a database backend).
@@ -31,7 +42,18 @@ public final class DaemonStore: TOTPStore {
     func ask(_ request: AdminRequest, at now: Int64 = 0) throws(MFAError) -> AdminReply {
         guard var frame = request.encoded() else { throw .invalidParameters("the request is too large to send to pam-totpd") }
         defer { wipe(&frame) }
-        let reply = try AdminReply.decode(try exchange(frame, now))
+        // A change whose request reached the daemon and whose reply did not come back intact
+        // may have been made: never reported as a plain failure (which would mean "nothing
+        // changed").
+        var sent = false
+        let replyFrame: [UInt8]
+        do throws(MFAError) { replyFrame = try exchange(frame, now, &sent) } catch {
+            throw sent && request.changesStore ? Self.lostReply(error) : error
+        }
+        let reply: AdminReply
+        do throws(MFAError) { reply = try AdminReply.decode(replyFrame) } catch {
+            throw request.changesStore ? Self.lostReply(error) : error
+        }
         switch reply {
         case .failed(let e): throw e
         case .refused(let why): throw .daemon(why)
@@ -56,7 +78,8 @@ public final class DaemonStore: TOTPStore {
                                         answer: answer).encoded() else { return .failed(.invalidParameters("the answer is too long")) }
         defer { wipe(&frame) }
         do throws(MFAError) {
-            switch try DaemonReply.decode(try exchange(frame, unixTime)) {
+            var sent = false
+            switch try DaemonReply.decode(try exchange(frame, unixTime, &sent)) {
             case .outcome(let outcome): return outcome
             case .refused(let why): return .failed(.daemon(why))
             case .enrolled: return .failed(Self.unexpected())

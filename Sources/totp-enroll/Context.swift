@@ -100,9 +100,9 @@ extension DaemonStore {
     /// pam-totpd at `socket` (only a listener running as root is spoken to).
     static func overSocket(_ socket: String, storePath: String) -> DaemonStore {
         let path = Array(socket.utf8)
-        return DaemonStore(storePath: Array(storePath.utf8)) { (frame, _) throws(MFAError) -> [UInt8] in
+        return DaemonStore(storePath: Array(storePath.utf8)) { (frame, _, sent) throws(MFAError) -> [UInt8] in
             let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
-            return try DaemonConnection.exchange(frame, socket: path, admin: admin)
+            return try DaemonConnection.exchange(frame, socket: path, admin: admin, sent: &sent)
         }
     }
 }

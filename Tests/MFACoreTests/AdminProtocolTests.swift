@@ -169,8 +169,9 @@ final class AdminProtocolTests: XCTestCase {
         let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
         let root = PeerCredentials(uid: 0, pid: 4242)
         var exchanged = 0
-        let exchange: DaemonStore.Exchange = { (frame, now) throws(MFAError) -> [UInt8] in
+        let exchange: DaemonStore.Exchange = { (frame, now, sent) throws(MFAError) -> [UInt8] in
             exchanged += 1
+            sent = true
             if DaemonProtocol.adminFrameLength(header: frame.prefix(6), reply: false) != nil {
                 var rng = SystemRandomNumberGenerator()
                 return service.handleAdmin(try AdminRequest.decode(frame), peer: root, at: now, using: &rng).reply.encoded()
@@ -205,7 +206,7 @@ final class AdminProtocolTests: XCTestCase {
         site.store = Array(path.utf8)
         let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
         var pages = 0
-        let store = DaemonStore(storePath: site.store) { (frame, now) throws(MFAError) -> [UInt8] in
+        let store = DaemonStore(storePath: site.store) { (frame, now, _) throws(MFAError) -> [UInt8] in
             pages += 1
             var rng = SystemRandomNumberGenerator()
             return service.handleAdmin(try AdminRequest.decode(frame), peer: PeerCredentials(uid: 0, pid: 1), at: now, using: &rng).reply.encoded()
@@ -213,10 +214,45 @@ final class AdminProtocolTests: XCTestCase {
         XCTAssertEqual(try store.users().map { String(decoding: $0, as: UTF8.self) }, names)
         XCTAssertGreaterThanOrEqual(pages, 60 * 128 / AdminReply.usersPageBytes)
         // A daemon whose pages do not move forward is an error, not a loop.
-        let stuck = DaemonStore(storePath: site.store) { (_, _) throws(MFAError) -> [UInt8] in
+        let stuck = DaemonStore(storePath: site.store) { (_, _, _) throws(MFAError) -> [UInt8] in
             AdminReply.users([Array("a".utf8)], more: true).encoded()
         }
         XCTAssertThrowsError(try stuck.users())
+    }
+
+    /// A change whose reply is lost after the daemon had the whole request may have been made:
+    /// it is reported as such, never as a plain failure (which means nothing changed). A read,
+    /// or a request that never got out, is an ordinary error.
+    func testALostReplyToAChangeSaysItMayHaveBeenMade() throws {
+        func store(sent: Bool, reply: [UInt8]?) -> DaemonStore {
+            DaemonStore(storePath: Array("/x".utf8)) { (_, _, wasSent) throws(MFAError) -> [UInt8] in
+                wasSent = sent
+                guard let reply else { throw .daemon("no reply within 5 s (reading the reply)") }
+                return reply
+            }
+        }
+        func message(_ body: () throws -> Void) -> String {
+            do { try body(); return "no error" } catch {
+                if case .daemon(let m)? = error as? MFAError { return m.string }
+                return "\(error)"
+            }
+        }
+        var rng = SplitMix64(seed: 2)
+        let change: [(String, (DaemonStore) throws -> Void)] = [
+            ("enroll", { _ = try $0.enroll(user: self.user, accountUID: 1, factor: try self.factor(), importedCodes: nil, using: &rng) }),
+            ("remove", { _ = try $0.removeFactor(user: self.user, accountUID: 1, label: Array("p".utf8), mayRemoveLast: false) }),
+            ("unlock", { _ = try $0.unlock(user: self.user, at: 0) }),
+            ("purge", { _ = try $0.purge(user: self.user) }),
+        ]
+        for (name, op) in change {
+            XCTAssertTrue(message { try op(store(sent: true, reply: nil)) }.contains("may have been made"), name)
+            XCTAssertTrue(message { try op(store(sent: true, reply: [0x50, 0x54, 0x42, 0x31, 0, 1])) }.contains("may have been made"),
+                          "\(name): a cut reply")
+            let unsent = message { try op(store(sent: false, reply: nil)) }
+            XCTAssertFalse(unsent.contains("may have been made"), "\(name): never sent: \(unsent)")
+        }
+        let read = message { _ = try store(sent: true, reply: nil).status(user: self.user) }
+        XCTAssertFalse(read.contains("may have been made"), read)
     }
 
     func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
