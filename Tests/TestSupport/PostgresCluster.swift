@@ -45,6 +45,33 @@ public final class PostgresCluster {
         try start()
     }
 
+    /// A streaming-replication standby of `primary` (pg_basebackup -R over the primary's Unix
+    /// socket), in a directory of its own, reporting itself as `name` (for
+    /// synchronous_standby_names). It is started, and stays a standby until `promote()`.
+    public init(standbyOf primary: PostgresCluster, name: String) throws {
+        port = primary.port
+        launcher = primary.launcher
+        directory = try makeTemporaryDirectory("pamtotp-fleet-pg-standby")
+        chmod(directory.path, 0o755)
+        guard let pw = getpwnam("postgres") else { throw ClusterError("no postgres system user: install postgresql-15") }
+        chown(directory.path, pw.pointee.pw_uid, pw.pointee.pw_gid)
+        let source = "host=\(primary.socketDirectory) port=\(primary.port) user=postgres application_name=\(name)"
+        let backup = try runCommand(["runuser", "-u", "postgres", "--", Self.bin + "/pg_basebackup", "-d", source,
+                                     "-D", dataDirectory, "-R", "-X", "stream", "-c", "fast"])
+        guard backup.status == 0 else { removeTemporaryDirectory(directory); throw ClusterError("pg_basebackup: " + backup.stderr) }
+        // Its own socket directory, and once promoted it waits for no standby of its own (it
+        // has none); the rest of the primary's settings as copied.
+        try "unix_socket_directories = '\(socketDirectory)'\nprimary_conninfo = '\(source)'\nsynchronous_standby_names = ''\n"
+            .appendLine(to: dataDirectory + "/postgresql.conf")
+        try start()
+    }
+
+    /// Promotes a standby to primary and waits until it takes writes.
+    public func promote() throws {
+        let r = try runCommand(["runuser", "-u", "postgres", "--", Self.bin + "/pg_ctl", "-D", dataDirectory, "-w", "-t", "30", "promote"])
+        guard r.status == 0 else { throw ClusterError("pg_ctl promote: \(r.stderr)") }
+    }
+
     public func start() throws {
         // Not through Process: the server it leaves running would inherit Foundation's
         // descriptors and waitUntilExit would never return. Every descriptor above 2 is closed.
