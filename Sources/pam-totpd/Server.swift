@@ -225,6 +225,13 @@ final class RequestHandler: ChannelInboundHandler {
             var frame = frame
             defer { for i in frame.indices { frame[i] = 0 } }
             if admin {
+                // The caller gave up while this waited for a worker (its deadline is 5 s, queue
+                // included): a change made now would be reported to no one, and totp-enroll has
+                // already told its user that it failed. Do nothing, as it said.
+                guard channel.isActive else {
+                    state.logger.warning("dropped an admin request from uid \(credentials.uid) pid \(credentials.pid): the caller had gone before a worker was free")
+                    return AdminReply.failed(.daemon("the caller had gone")).encoded()
+                }
                 let request: AdminRequest
                 do {
                     request = try AdminRequest.decode(frame)
