@@ -306,6 +306,80 @@ final class FleetEnrollTests: XCTestCase {
         XCTAssertFalse(newWork && stderr.contains("were NOT saved"), "told 'NOT saved' about codes that work: \(stderr)")
     }
 
+    /// totp-enroll is set-uid root, so the kernel reports its connections as root's, which
+    /// pam-totpd's per-user caps exempt (docs/ARCHITECTURE.md §4.15): an unprivileged user
+    /// running it in a loop got root's unbounded share of the queue. Its requests must count
+    /// against the user who ran it (the peer's real uid). Replay: the user's 8 own requests
+    /// (the per-user queue cap) stuck on a row lock; their `totp-enroll list` must be "busy",
+    /// as a 9th request of theirs is, not served as root's.
+    func testTotpEnrollCountsAgainstTheUserWhoRanIt() throws {
+        try XCTSkipUnless(isRoot, "needs root: useradd, a set-uid copy, /etc/pam.d and /etc/security")
+        let fixture = try SetUIDFixture(prefix: "totpq", service: SetUIDFixture.passwordAndModuleService)
+        defer { fixture.cleanup() }
+        let siteConfig = "/etc/security/pam_totp.conf"
+        let saved = FileManager.default.contents(atPath: siteConfig)
+        defer {
+            if let saved { FileManager.default.createFile(atPath: siteConfig, contents: saved) } else { unlink(siteConfig) }
+        }
+        try (try String(contentsOfFile: host.config, encoding: .utf8)).write(toFile: siteConfig, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(siteConfig, 0o644), 0)
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+        var rng = SystemRandomNumberGenerator()
+        try owner.enroll(user: Array(fixture.user.utf8), accountUID: fixture.uid,
+                         factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0,
+                                            secret: try Base32.decode(Array(phoneB32.utf8))), importedCodes: nil, using: &rng)
+        func list() throws -> CommandResult {
+            try runCommand(["setpriv", "--reuid=\(fixture.uid)", "--regid=\(fixture.gid)", "--clear-groups", fixture.binary, "list"])
+        }
+        let idle = try list()
+        XCTAssertEqual(idle.status, 0, idle.stderr)
+        XCTAssertTrue(idle.stdout.contains("phone"), idle.stdout)
+
+        // The user's own code checks, each held by a row lock until the statement timeout (1 s):
+        // 8 of them fill the user's share of the queue for a second or so.
+        let locker = Process()
+        locker.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        locker.arguments = ["psql", "-X", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port), "-U", "postgres", "-d", db,
+                            "-c", "BEGIN; SELECT 1 FROM pam_totp.users WHERE name = '\(fixture.user)' FOR UPDATE; SELECT pg_sleep(6); COMMIT;"]
+        locker.standardOutput = FileHandle.nullDevice
+        try locker.run()
+        defer { locker.waitUntilExit() }
+        for _ in 0..<100 {
+            if (try? sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(6)%' AND state = 'active' AND pid <> pg_backend_pid()")) == "1" { break }
+            usleep(50_000)
+        }
+        var o = ModuleOptions()
+        o.backend = .postgresql
+        let frame = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("flood".utf8), user: Array(fixture.user.utf8),
+                                                options: o, answer: Array("000000".utf8)).encoded())
+        let dir = try makeTemporaryDirectory("pamtotp-fleet-flood")
+        defer { removeTemporaryDirectory(dir) }
+        XCTAssertEqual(chmod(dir.path, 0o755), 0)
+        let framePath = dir.appendingPathComponent("frame").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: framePath, contents: Data(frame)))
+        XCTAssertEqual(chmod(framePath, 0o644), 0)
+        let flood = Process()
+        flood.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        flood.arguments = ["setpriv", "--reuid=\(fixture.uid)", "--regid=\(fixture.gid)", "--clear-groups", "/usr/bin/python3", "-c", """
+            import socket, sys, time
+            frame = open(sys.argv[2], 'rb').read()
+            held = []
+            for _ in range(8):
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(frame); held.append(s)
+            print('sent', flush=True)
+            time.sleep(4)
+            """, host.socketPath, framePath]
+        let out = Pipe()
+        flood.standardOutput = out
+        try flood.run()
+        defer { flood.waitUntilExit() }
+        _ = out.fileHandleForReading.availableData  // "sent"
+        usleep(100_000)
+        let busy = try list()
+        XCTAssertNotEqual(busy.status, 0, "served as root's while the user's share was full: \(busy.stdout)")
+        XCTAssertTrue(busy.stderr.contains("busy"), busy.stderr)
+    }
+
     /// pam-totpd down: a clear error naming it, and nothing written anywhere.
     func testDaemonDownIsAClearErrorAndNothingIsWrittenLocally() throws {
         host.cleanup()
