@@ -17,14 +17,26 @@ public final class DaemonStore: TOTPStore {
     /// the whole request is out: after that a failure leaves it open whether the daemon acted.
     public typealias Exchange = (_ frame: [UInt8], _ now: Int64, _ sent: inout Bool) throws(MFAError) -> [UInt8]
 
-    /// How a change whose reply was lost is reported: it may or may not have been made.
-    public static func lostReply(_ error: MFAError) -> MFAError {
+    /// What a change pam-totpd did not confirm carries: its request was out (or the daemon
+    /// reported its own store unavailable), so it may have been made all the same.
+    public static let unconfirmedNote = " — pam-totpd did not confirm the change, so it may or may not have been made"
+
+    /// A change's error, marked as unconfirmed.
+    public static func unconfirmed(_ error: MFAError) -> MFAError {
         let why: Message
         switch error {
-        case .daemon(let m), .malformed(let m): why = m
+        case .daemon(let m): why = m
+        case .malformed(let m): why = "a malformed reply (" + m + ")"
         default: why = "no reply"
         }
-        return .daemon(why + "; pam-totpd had the whole request, so the change may have been made: check with totp-enroll list or status")
+        return .daemon(why + Message(Array(unconfirmedNote.utf8)))
+    }
+
+    /// Whether `error` leaves it open whether a change was made (`unconfirmed`).
+    public static func isUnconfirmed(_ error: MFAError) -> Bool {
+        guard case .daemon(let m) = error else { return false }
+        let note = Array(unconfirmedNote.utf8)
+        return m.bytes.count >= note.count && Array(m.bytes.suffix(note.count)) == note
     }
 
     let exchange: Exchange
@@ -48,14 +60,18 @@ public final class DaemonStore: TOTPStore {
         var sent = false
         let replyFrame: [UInt8]
         do throws(MFAError) { replyFrame = try exchange(frame, now, &sent) } catch {
-            throw sent && request.changesStore ? Self.lostReply(error) : error
+            throw sent && request.changesStore ? Self.unconfirmed(error) : error
         }
         let reply: AdminReply
         do throws(MFAError) { reply = try AdminReply.decode(replyFrame) } catch {
-            throw request.changesStore ? Self.lostReply(error) : error
+            throw request.changesStore ? Self.unconfirmed(error) : error
         }
         switch reply {
-        case .failed(let e): throw e
+        case .failed(let e):
+            // The daemon's store unavailable (a database connection lost with the statement
+            // sent) is no proof that nothing changed either.
+            if request.changesStore, case .daemon = e { throw Self.unconfirmed(e) }
+            throw e
         case .refused(let why): throw .daemon(why)
         default: return reply
         }

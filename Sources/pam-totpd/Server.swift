@@ -126,6 +126,8 @@ final class RequestHandler: ChannelInboundHandler {
     private var received: [UInt8] = []
     private var expected: Int? = nil
     private var peer: PeerCred? = nil
+    /// Whom this connection's share of the limits is charged to (`chargedUID`).
+    private var charged: UInt32 = 0
     private var admitted = false
     private var answered = false
     private var timeout: Scheduled<Void>? = nil
@@ -146,11 +148,12 @@ final class RequestHandler: ChannelInboundHandler {
             case .success(let cred):
                 self.peer = cred
                 guard channel.isActive else { return }  // gone already: nothing to count
-                if self.state.admit(uid: cred.uid) {
+                self.charged = Self.chargedUID(cred)
+                if self.state.admit(uid: self.charged) {
                     self.admitted = true
                     self.process(context: context)  // a request that arrived with the connection
                 } else {
-                    self.state.logger.warning("refused a connection from uid \(cred.uid) pid \(cred.pid): too many open connections")
+                    self.state.logger.warning("refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(self.charged)): too many open connections")
                     channel.close(promise: nil)
                 }
             case .failure:
@@ -162,7 +165,7 @@ final class RequestHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         timeout?.cancel()
-        if admitted, let peer { state.release(uid: peer.uid) }
+        if admitted { state.release(uid: charged) }
         admitted = false
         context.fireChannelInactive()
     }
@@ -203,6 +206,27 @@ final class RequestHandler: ChannelInboundHandler {
         received = []
     }
 
+    /// Whom a connection's share of the limits (connections, queue) is charged to: the uid the
+    /// kernel reports, except that a set-uid root program — totp-enroll, su, sudo — is charged
+    /// to the user who ran it (its real uid, from /proc), so running one in a loop gets that
+    /// user's share, not root's unbounded one (docs/ARCHITECTURE.md §4.15). Who may do what
+    /// still goes by the uid the kernel reports. Unreadable (the process is gone): root.
+    static func chargedUID(_ cred: PeerCred) -> UInt32 {
+        guard cred.uid == 0, cred.pid > 0 else { return cred.uid }
+        let fd = open("/proc/\(cred.pid)/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = read(fd, &buffer, buffer.count)
+        guard n > 0 else { return 0 }
+        // "Uid:\treal\teffective\tsaved\tfilesystem"
+        for line in buffer[0..<min(n, buffer.count)].split(separator: 0x0A) where line.starts(with: Array("Uid:".utf8)) {
+            guard let real = line.dropFirst(4).split(whereSeparator: { $0 == 0x09 || $0 == 0x20 }).first else { return 0 }
+            return UInt32(String(decoding: real, as: UTF8.self)) ?? 0
+        }
+        return 0
+    }
+
     /// Once the whole frame is in and the caller is known: the work on a worker thread, the
     /// reply back on the event loop.
     private func process(context: ChannelHandlerContext) {
@@ -214,17 +238,25 @@ final class RequestHandler: ChannelInboundHandler {
         let channel = context.channel
         let state = self.state
         let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
-        guard state.enqueue(uid: peer.uid) else {
-            state.logger.warning("busy: refused a request from uid \(peer.uid)")
+        let charged = self.charged
+        guard state.enqueue(uid: charged) else {
+            state.logger.warning("busy: refused a request from uid \(peer.uid) (charged to uid \(charged))")
             send(channel, admin ? AdminReply.failed(.daemon("busy")).encoded() : DaemonReply.outcome(.failed(.daemon("busy"))).encoded())
             return
         }
         let credentials = PeerCredentials(uid: peer.uid, pid: UInt32(bitPattern: peer.pid))
         let work = state.pool.runIfActive(eventLoop: context.eventLoop) { () -> [UInt8] in
-            defer { state.dequeue(uid: credentials.uid) }
+            defer { state.dequeue(uid: charged) }
             var frame = frame
             defer { for i in frame.indices { frame[i] = 0 } }
             if admin {
+                // The caller gave up while this waited for a worker (its deadline is 5 s, queue
+                // included): a change made now would be reported to no one, and totp-enroll has
+                // already told its user that it failed. Do nothing, as it said.
+                guard channel.isActive else {
+                    state.logger.warning("dropped an admin request from uid \(credentials.uid) pid \(credentials.pid): the caller had gone before a worker was free")
+                    return AdminReply.failed(.daemon("the caller had gone")).encoded()
+                }
                 let request: AdminRequest
                 do {
                     request = try AdminRequest.decode(frame)

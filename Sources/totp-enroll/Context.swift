@@ -132,21 +132,59 @@ enum EnrolStore {
         var rng = SystemRandomNumberGenerator()
         switch self {
         case .files(let s): return try s.enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, using: &rng)
-        case .daemon(let s): return try s.enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, using: &rng)
+        case .daemon(let s):
+            do throws(MFAError) {
+                return try s.enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, using: &rng)
+            } catch {
+                // (How many imported codes were left out is not known then: 0.)
+                try Self.unconfirmed(error, s, user) { status in
+                    status?.record.factor(labelled: factor.label).map { $0.created == factor.created && $0.enrolledStep == factor.enrolledStep } ?? false
+                }
+                return 0
+            }
         }
     }
     func removeFactor(user: [UInt8], accountUID: UInt32, label: [UInt8], mayRemoveLast: Bool) throws(MFAError) -> Int {
         switch self {
         case .files(let s): return try s.removeFactor(user: user, accountUID: accountUID, label: label, mayRemoveLast: mayRemoveLast)
-        case .daemon(let s): return try s.removeFactor(user: user, accountUID: accountUID, label: label, mayRemoveLast: mayRemoveLast)
+        case .daemon(let s):
+            do throws(MFAError) {
+                return try s.removeFactor(user: user, accountUID: accountUID, label: label, mayRemoveLast: mayRemoveLast)
+            } catch {
+                var left = 0
+                try Self.unconfirmed(error, s, user) { status in
+                    left = status?.record.factors.count ?? 0
+                    return status?.record.factor(labelled: label) == nil
+                }
+                return left
+            }
         }
     }
     func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
         switch self {
         case .files(let s): return try s.replaceRecovery(user: user, accountUID: accountUID, set: set)
-        case .daemon(let s): return try s.replaceRecovery(user: user, accountUID: accountUID, set: set)
+        case .daemon(let s):
+            do throws(MFAError) {
+                return try s.replaceRecovery(user: user, accountUID: accountUID, set: set)
+            } catch {
+                try Self.unconfirmed(error, s, user) { $0?.record.recovery?.id == set.id }
+                return true
+            }
         }
     }
+
+    /// Fleet mode: a change pam-totpd did not confirm (`DaemonStore.isUnconfirmed`: its request
+    /// was out when the reply was lost, or the daemon's database connection failed) may have
+    /// been made all the same. Returns if the user's status shows it (`made`); else throws the
+    /// error, which says so: nobody is told "nothing was changed" about a change that may be in
+    /// the database. Any other error is thrown as it is (nothing changed).
+    static func unconfirmed(_ error: MFAError, _ s: DaemonStore, _ user: [UInt8],
+                            made: (UserStatus?) -> Bool) throws(MFAError) {
+        guard DaemonStore.isUnconfirmed(error) else { throw error }
+        if let status = try? s.status(user: user), made(status) { return }
+        throw error
+    }
+
     func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
         switch self { case .files(let s): return try s.unlock(user: user, at: now); case .daemon(let s): return try s.unlock(user: user, at: now) }
     }

@@ -41,10 +41,14 @@ func issueRecoveryCodes(store: EnrolStore, context: CallerContext, replacing: Bo
     if let e = writeOut(text) {
         throw CLIError("could not write the new codes (\(String(cString: strerror(e)))): nothing was changed, the previous codes still work")
     }
-    do {
-        _ = try storeCall { () throws(MFAError) in try store.replaceRecovery(user: context.user, accountUID: context.uid, set: set) }
+    do throws(MFAError) {
+        _ = try store.replaceRecovery(user: context.user, accountUID: context.uid, set: set)
     } catch {
-        throw CLIError("\(error): the codes above were NOT saved and do not work; the previous codes still work")
+        if DaemonStore.isUnconfirmed(error) {
+            // Which set is in place is not known: only a new one the user holds is certain.
+            throw CLIError("\(CLIError.text(error)) (the codes above, or the previous ones): run totp-enroll recovery-codes again")
+        }
+        throw CLIError("\(CLIError.text(error)): the codes above were NOT saved and do not work; the previous codes still work")
     }
     Audit.log("made \(set.hashes.count) new recovery codes", context: context)
 }

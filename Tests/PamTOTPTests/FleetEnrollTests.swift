@@ -200,6 +200,189 @@ final class FleetEnrollTests: XCTestCase {
         assertNothingLocal()
     }
 
+    /// A change whose reply never came (pam-totpd's workers were busy past totp-enroll's 5 s
+    /// deadline) must not be reported as "NOT saved, the previous codes still work" while the
+    /// daemon commits it afterwards: the user would throw away the only codes that work.
+    /// Replay: root's status goes through, then totp-enroll blocks writing the codes to a full
+    /// pipe; meanwhile a row lock in the database and 40 code checks stuck on it fill the
+    /// workers' queue, so the replace request waits behind them past the deadline.
+    func testALostReplyIsNotReportedAsNothingChanged() throws {
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+        var rng = SystemRandomNumberGenerator()
+        try owner.enroll(user: Array("root".utf8), accountUID: 0,
+                         factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0,
+                                            secret: try Base32.decode(Array(phoneB32.utf8))), importedCodes: nil, using: &rng)
+        try owner.enroll(user: Array("nobody".utf8), accountUID: 65534,
+                         factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0,
+                                            secret: try Base32.decode(Array(keyB32.utf8))), importedCodes: nil, using: &rng)
+        // Root logs in through this host first: its proof lets the host change root's codes
+        // (migration 008).
+        guard case .success? = try login("root", try code(phoneB32, offset: 1)) else { return XCTFail("root logs in through the host") }
+        let first = try enroll(["recovery-codes", "--user", "root"])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        func codes(_ out: String) -> [String] {
+            out.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { $0.range(of: #"^\d{4}-\d{4}-\d{4}$"#, options: .regularExpression) != nil }
+        }
+        let oldCodes = codes(first.stdout)
+        XCTAssertEqual(oldCodes.count, 10)
+
+        // totp-enroll's standard output: a pipe filled to the brim, so that it stops (after its
+        // status request) when it writes the new codes.
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&fds), 0)
+        let flags = fcntl(fds[1], F_GETFL)
+        _ = fcntl(fds[1], F_SETFL, flags | O_NONBLOCK)
+        var junk = [UInt8](repeating: 0x2E, count: 4096)
+        while write(fds[1], &junk, junk.count) > 0 {}
+        var one: UInt8 = 0x2E
+        while write(fds[1], &one, 1) > 0 {}
+        _ = fcntl(fds[1], F_SETFL, flags)
+        let dir = try makeTemporaryDirectory("pamtotp-fleet-lost")
+        defer { removeTemporaryDirectory(dir) }
+        let errPath = dir.appendingPathComponent("stderr").path
+        FileManager.default.createFile(atPath: errPath, contents: nil)
+        let p = Process()
+        p.executableURL = enrollURL
+        p.arguments = ["recovery-codes", "--user", "root", "--config", host.config]
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = FileHandle(fileDescriptor: fds[1], closeOnDealloc: false)
+        p.standardError = try XCTUnwrap(FileHandle(forWritingAtPath: errPath))
+        try p.run()
+        close(fds[1])
+        // Wait until it sits in the write.
+        for _ in 0..<100 {
+            let wchan = (try? String(contentsOfFile: "/proc/\(p.processIdentifier)/wchan", encoding: .utf8)) ?? ""
+            if wchan.contains("pipe") { break }
+            usleep(50_000)
+        }
+        // A row lock every code check for another user waits on (up to the statement
+        // timeout), held 7 s.
+        let locker = Process()
+        locker.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        locker.arguments = ["psql", "-X", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port), "-U", "postgres", "-d", db,
+                            "-c", "BEGIN; SELECT 1 FROM pam_totp.users WHERE name = 'nobody' FOR UPDATE; SELECT pg_sleep(7); COMMIT;"]
+        locker.standardOutput = FileHandle.nullDevice
+        try locker.run()
+        for _ in 0..<100 {
+            if (try? sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(7)%' AND state = 'active' AND pid <> pg_backend_pid()")) == "1" { break }
+            usleep(50_000)
+        }
+        var o = ModuleOptions()
+        o.backend = .postgresql
+        let blocker = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("busy".utf8), user: Array("nobody".utf8),
+                                                  options: o, answer: Array("000000".utf8)).encoded())
+        var held: [Int32] = []
+        for _ in 0..<40 {
+            let fd = DaemonTests.connectTo(host.socketPath)
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            XCTAssertTrue(DaemonTests.send(fd, blocker))
+            held.append(fd)
+        }
+        usleep(200_000)
+        // Let totp-enroll go on: its replace request now waits behind the 40.
+        var printed: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fds[0], &chunk, chunk.count)
+            if n <= 0 { break }
+            printed += chunk[0..<n]
+        }
+        close(fds[0])
+        p.waitUntilExit()
+        locker.waitUntilExit()
+        for fd in held { _ = DaemonTests.readAll(fd, timeout: 15_000); close(fd) }
+        sleep(1)
+        let stderr = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+        let newCodes = codes(String(decoding: printed, as: UTF8.self))
+        XCTAssertEqual(newCodes.count, 10, stderr)
+        XCTAssertTrue(stderr.contains("5 s"), "the replay did not lose the reply: \(p.terminationStatus) \(stderr)")
+        // What the user was told must be what happened.
+        let newOutcome = try login("root", try XCTUnwrap(newCodes.first))
+        let oldOutcome = try login("root", try XCTUnwrap(oldCodes.first))
+        let newWork = newOutcome == .recoveryCode(remaining: 9), oldWork = oldOutcome == .recoveryCode(remaining: 9)
+        print("lost reply: exit \(p.terminationStatus), new codes \(String(describing: newOutcome)), old codes \(String(describing: oldOutcome)): \(stderr)")
+        XCTAssertNotEqual(newWork, oldWork, "exactly one set is in place")
+        // Saved: success. Not saved: a failure (pam-totpd drops an admin request whose caller
+        // has gone), which may hedge, never the other way round.
+        XCTAssertEqual(p.terminationStatus == 0, newWork, stderr)
+        XCTAssertFalse(newWork && stderr.contains("were NOT saved"), "told 'NOT saved' about codes that work: \(stderr)")
+    }
+
+    /// totp-enroll is set-uid root, so the kernel reports its connections as root's, which
+    /// pam-totpd's per-user caps exempt (docs/ARCHITECTURE.md §4.15): an unprivileged user
+    /// running it in a loop got root's unbounded share of the queue. Its requests must count
+    /// against the user who ran it (the peer's real uid). Replay: the user's 8 own requests
+    /// (the per-user queue cap) stuck on a row lock; their `totp-enroll list` must be "busy",
+    /// as a 9th request of theirs is, not served as root's.
+    func testTotpEnrollCountsAgainstTheUserWhoRanIt() throws {
+        try XCTSkipUnless(isRoot, "needs root: useradd, a set-uid copy, /etc/pam.d and /etc/security")
+        let fixture = try SetUIDFixture(prefix: "totpq", service: SetUIDFixture.passwordAndModuleService)
+        defer { fixture.cleanup() }
+        let siteConfig = "/etc/security/pam_totp.conf"
+        let saved = FileManager.default.contents(atPath: siteConfig)
+        defer {
+            if let saved { FileManager.default.createFile(atPath: siteConfig, contents: saved) } else { unlink(siteConfig) }
+        }
+        try (try String(contentsOfFile: host.config, encoding: .utf8)).write(toFile: siteConfig, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(siteConfig, 0o644), 0)
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+        var rng = SystemRandomNumberGenerator()
+        try owner.enroll(user: Array(fixture.user.utf8), accountUID: fixture.uid,
+                         factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0,
+                                            secret: try Base32.decode(Array(phoneB32.utf8))), importedCodes: nil, using: &rng)
+        func list() throws -> CommandResult {
+            try runCommand(["setpriv", "--reuid=\(fixture.uid)", "--regid=\(fixture.gid)", "--clear-groups", fixture.binary, "list"])
+        }
+        let idle = try list()
+        XCTAssertEqual(idle.status, 0, idle.stderr)
+        XCTAssertTrue(idle.stdout.contains("phone"), idle.stdout)
+
+        // The user's own code checks, each held by a row lock until the statement timeout (1 s):
+        // 8 of them fill the user's share of the queue for a second or so.
+        let locker = Process()
+        locker.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        locker.arguments = ["psql", "-X", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port), "-U", "postgres", "-d", db,
+                            "-c", "BEGIN; SELECT 1 FROM pam_totp.users WHERE name = '\(fixture.user)' FOR UPDATE; SELECT pg_sleep(6); COMMIT;"]
+        locker.standardOutput = FileHandle.nullDevice
+        try locker.run()
+        defer { locker.waitUntilExit() }
+        for _ in 0..<100 {
+            if (try? sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(6)%' AND state = 'active' AND pid <> pg_backend_pid()")) == "1" { break }
+            usleep(50_000)
+        }
+        var o = ModuleOptions()
+        o.backend = .postgresql
+        let frame = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("flood".utf8), user: Array(fixture.user.utf8),
+                                                options: o, answer: Array("000000".utf8)).encoded())
+        let dir = try makeTemporaryDirectory("pamtotp-fleet-flood")
+        defer { removeTemporaryDirectory(dir) }
+        XCTAssertEqual(chmod(dir.path, 0o755), 0)
+        let framePath = dir.appendingPathComponent("frame").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: framePath, contents: Data(frame)))
+        XCTAssertEqual(chmod(framePath, 0o644), 0)
+        let flood = Process()
+        flood.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        flood.arguments = ["setpriv", "--reuid=\(fixture.uid)", "--regid=\(fixture.gid)", "--clear-groups", "/usr/bin/python3", "-c", """
+            import socket, sys, time
+            frame = open(sys.argv[2], 'rb').read()
+            held = []
+            for _ in range(8):
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(frame); held.append(s)
+            print('sent', flush=True)
+            time.sleep(4)
+            """, host.socketPath, framePath]
+        let out = Pipe()
+        flood.standardOutput = out
+        try flood.run()
+        defer { flood.waitUntilExit() }
+        _ = out.fileHandleForReading.availableData  // "sent"
+        usleep(100_000)
+        let busy = try list()
+        XCTAssertNotEqual(busy.status, 0, "served as root's while the user's share was full: \(busy.stdout)")
+        XCTAssertTrue(busy.stderr.contains("busy"), busy.stderr)
+    }
+
     /// Root on one host cannot change the factors of a user enrolled elsewhere without that
     /// user's code through this host (migration 008: a compromised host would otherwise add its
     /// own factor for everyone); the admin daemon can, and so can the host once the user logged
