@@ -117,4 +117,39 @@ final class FleetProofTests: XCTestCase {
         }
         XCTAssertEqual(try sql("SELECT string_agg(label, ',') FROM pam_totp.factors"), "phone")
     }
+    /// A nondeterministic collation of the host's own (pg_temp, TEMP is PUBLIC's by default)
+    /// made every name comparison inside the SECURITY DEFINER bodies case-insensitive: host B
+    /// enrolled a first factor for 'ALICE' (no proof needed, and the enrolment recorded B's
+    /// proof), then passed 'alice' COLLATE pg_temp.ci and require_proof found ALICE's proof. Its
+    /// factor and recovery codes went to alice (migration 009 refuses such a call).
+    func testAHostsOwnCollationDoesNotLendAnotherNamesProof() throws {
+        let a = store("proof_host_a")
+        var rng = SystemRandomNumberGenerator()
+        awayFromStepBoundary(margin: 4)
+        try a.enroll(user: alice, accountUID: 2001, factor: try factor("phone", phone), importedCodes: nil, using: &rng)
+        try sql("UPDATE pam_totp.users SET proof_until = 0")
+        let ci = "CREATE COLLATION pg_temp.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false); "
+        // B's own first factor for a name that differs from alice's only in case: allowed (trust on first use).
+        try cluster.psql("SELECT pam_totp.enroll('ALICE', 2001, 'x', 'sha1', 6, 30, 0, 0, '\\x6174746163b6b572736563726574313233343536')",
+                         user: "proof_host_b", database: db)
+        let evil = "'\\x617474616365727365637265743132333435ff'"
+        for call in ["SELECT pam_totp.enroll('alice' COLLATE pg_temp.ci, 2001, 'evil', 'sha1', 6, 30, 0, 0, \(evil))",
+                     "SELECT pam_totp.enroll('alice', 2001, 'evil' COLLATE pg_temp.ci, 'sha1', 6, 30, 0, 0, \(evil))",
+                     "SELECT pam_totp.replace_recovery('alice' COLLATE pg_temp.ci, 2001, 1, 1000, '\\x0000000000000000'::bytea, ARRAY['\\x00'::bytea], NULL)",
+                     "SELECT pam_totp.remove_factor('alice' COLLATE pg_temp.ci, 2001, 'phone', true)",
+                     "SELECT outcome FROM pam_totp.login('alice' COLLATE pg_temp.ci, 2001, '000000', 1, 10, 300, false)"] {
+            XCTAssertThrowsError(try cluster.psql(ci + call, user: "proof_host_b", database: db), call) {
+                XCTAssertTrue("\($0)".contains("byte for byte"), "\(call): \($0)")
+            }
+        }
+        XCTAssertEqual(try sql("SELECT string_agg(user_name || '/' || label, ',' ORDER BY id) FROM pam_totp.factors"), "alice/phone,ALICE/x")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.recovery"), "0")
+        XCTAssertEqual(try sql("SELECT proof_until || ':' || failures FROM pam_totp.users WHERE name = 'alice'"), "0:0")
+        // A deterministic collation other than the default still compares byte for byte: allowed.
+        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp.enroll('alice' COLLATE \"C\", 2001, 'evil', 'sha1', 6, 30, 0, 0, \(evil))",
+                                              user: "proof_host_b", database: db)) {
+            XCTAssertTrue("\($0)".contains("needs a current code of that user"), "\($0)")
+        }
+        guard case .success = login(a, try currentCode(phone, offsetSteps: 1)) else { return XCTFail("alice logs in on A") }
+    }
 }
