@@ -152,4 +152,29 @@ final class FleetProofTests: XCTestCase {
         }
         guard case .success = login(a, try currentCode(phone, offsetSteps: 1)) else { return XCTFail("alice logs in on A") }
     }
+    /// A role a DBA had granted the old enroll / replace_recovery / remove_factor directly
+    /// (not through pam_totp_host) keeps no access to their unchecked bodies after 008 renamed
+    /// them: a rename keeps grants, and 008 revoked only PUBLIC's and the group roles'.
+    func testADirectGrantDoesNotSurviveAsUncheckedAccess() throws {
+        try cluster.psql("CREATE DATABASE upgraded")
+        let conninfo = cluster.conninfo(database: "upgraded")
+        _ = try Migrator.migrate(conninfo: conninfo, upTo: 7)
+        try cluster.psql("""
+            CREATE ROLE proof_direct LOGIN;
+            GRANT USAGE ON SCHEMA pam_totp TO proof_direct;
+            GRANT EXECUTE ON FUNCTION pam_totp.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
+                                      pam_totp.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
+                                      pam_totp.remove_factor(text, bigint, text, boolean) TO proof_direct
+            """, database: "upgraded")
+        _ = try Migrator.migrate(conninfo: conninfo)
+        XCTAssertEqual(try cluster.psql("""
+            SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'pam_totp' AND p.proname LIKE '%_unchecked' AND has_function_privilege('proof_direct', p.oid, 'EXECUTE')
+            """, database: "upgraded"), "0")
+        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp.remove_factor_unchecked('alice', 2001, 'phone', true)",
+                                              user: "proof_direct", database: "upgraded")) {
+            XCTAssertTrue("\($0)".contains("permission denied"), "\($0)")
+        }
+        try cluster.psql("DROP DATABASE upgraded")
+    }
 }

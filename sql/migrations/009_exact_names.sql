@@ -114,3 +114,22 @@ BEGIN
 END $$;
 
 ALTER FUNCTION pam_totp.verify_at(text,text,bigint,integer,integer,bigint,boolean) SET standard_conforming_strings = on;
+
+-- 008 revoked the renamed *_unchecked bodies from PUBLIC and the two group roles only. A
+-- rename keeps a function's grants, so a role a DBA had granted the old enroll,
+-- replace_recovery or remove_factor directly kept unchecked access. Nobody but the owner now.
+DO $$
+DECLARE
+  f regprocedure;
+  g record;
+BEGIN
+  FOREACH f IN ARRAY ARRAY['pam_totp.enroll_unchecked(text,bigint,text,text,integer,integer,bigint,bigint,bytea)'::regprocedure,
+                           'pam_totp.replace_recovery_unchecked(text,bigint,bigint,integer,bytea,bytea[],text[])'::regprocedure,
+                           'pam_totp.remove_factor_unchecked(text,bigint,text,boolean)'::regprocedure] LOOP
+    FOR g IN SELECT DISTINCT a.grantee FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+              WHERE p.oid = f AND a.grantee <> p.proowner LOOP
+      EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', f,
+                                CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END);
+    END LOOP;
+  END LOOP;
+END $$;
