@@ -1,4 +1,4 @@
-# pam_totp — see README.md. Two builds from one Package.swift (docs/ARCHITECTURE.md §3):
+# pam_totp — see README.md. Two builds from one Package.swift (docs/ARCHITECTURE.md, section 3):
 #   .build-embedded/  the shipped pam_totp.so, Embedded Swift (libc + libpam only)
 #   .build/           totp-enroll (release, static Swift stdlib) and the test suite
 SHELL := /bin/bash
@@ -94,7 +94,7 @@ install: deps all
 	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DOCDIR)/pam.d
 	install -m 0644 $(STRIPPED_SO) $(DESTDIR)$(PAMDIR)/pam_totp.so
 	# Set-uid root like passwd: it acts only for the real uid and re-authenticates the caller
-	# through /etc/pam.d/totp-enroll before any change (docs/ARCHITECTURE.md §4.3).
+	# through /etc/pam.d/totp-enroll before any change (docs/ARCHITECTURE.md, section 4.3).
 	install -s -m 4755 -o root -g root $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
 	@# The store, on the live system only: with DESTDIR (a package) the postinst creates it.
 	if [ -z "$(DESTDIR)" ]; then install -d -m 0700 -o root -g root $(STOREDIR); fi

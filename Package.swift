@@ -1,6 +1,6 @@
 // swift-tools-version: 6.0
 //
-// Two builds from one manifest (DESIGN.md §3):
+// Two builds from one manifest (docs/ARCHITECTURE.md, section 3):
 //   swift build / swift test            -> everything, normal Swift (tests, totp-enroll)
 //   PAM_TOTP_EMBEDDED=1 swift build ... -> only MFACore + PamTOTP in Embedded Swift, giving the
 //                                          shipped pam_totp.so (no Swift runtime, libc+libpam only)
@@ -54,7 +54,7 @@ if !embedded {
     dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
-        // Fleet mode (docs/ARCHITECTURE.md §8): libpq (Debian: libpq-dev) and the PostgreSQL
+        // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
         // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
         .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
         .target(name: "FleetStore", dependencies: ["MFACore", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
@@ -65,7 +65,7 @@ if !embedded {
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
-        // The daemon for callers without root (docs/ARCHITECTURE.md §5.2): SwiftNIO transport,
+        // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): SwiftNIO transport,
         // swift-log to syslog; every rule is MFACore's DaemonService.
         .executableTarget(
             name: "pam-totpd",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench-fleet's load: N threads send pam-totpd authenticate requests (the module's frame,
-docs/ARCHITECTURE.md §5.2) over its Unix socket, one connection per request like the module;
+docs/ARCHITECTURE.md, section 5.2) over its Unix socket, one connection per request like the module;
 prints logins/s and p50/p99 latency. Codes are computed here (RFC 6238, SHA-1, 6 digits).
 
 usage: bench-fleet-client.py SOCKET USERS SECRET_HEX CLIENTS REQUESTS STEP_OFFSET|wrong

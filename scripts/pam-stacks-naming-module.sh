@@ -3,7 +3,7 @@
 #
 # The one implementation of the check that runs before pam_totp.so is removed: the Debian
 # package's prerm (installed as /usr/libexec/pam-totp/pam-stacks-naming-module) and
-# `make uninstall` both call it, so the two cannot drift (docs/ARCHITECTURE.md §3). Removing
+# `make uninstall` both call it, so the two cannot drift (docs/ARCHITECTURE.md, section 3). Removing
 # the .so while a stack still names it fails every authentication through that stack with
 # "Module is unknown".
 #

@@ -1,7 +1,7 @@
 import Glibc
 import MFACore
 
-/// A small pool of libpq connections for pam-totpd's worker threads (docs/ARCHITECTURE.md §8):
+/// A small pool of libpq connections for pam-totpd's worker threads (docs/ARCHITECTURE.md, section 8):
 /// a worker takes an idle connection (or opens one), runs its statements and gives it back.
 /// A lost connection is dropped with every idle one (after a server restart they are all
 /// dead), so the daemon reconnects by itself on the next request.
@@ -14,7 +14,7 @@ public final class ConnectionPool: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
 
     /// The defaults keep a whole request (connect, lookup, verify: 1 + 1.5 + 1.5 s at worst)
-    /// inside the module's 5 s deadline (docs/ARCHITECTURE.md §8).
+    /// inside the module's 5 s deadline (docs/ARCHITECTURE.md, section 8).
     public init(conninfo: String, maxIdle: Int = 4, connectTimeoutMilliseconds: Int = 1_000,
                 statementTimeoutMilliseconds: Int = 1_000) {
         self.conninfo = conninfo
@@ -187,7 +187,7 @@ public struct FleetEnrolled {
     let uid: UInt32
 }
 
-/// The store interface (docs/ARCHITECTURE.md §2.2) on PostgreSQL: every operation is one call of
+/// The store interface (docs/ARCHITECTURE.md, section 2.2) on PostgreSQL: every operation is one call of
 /// a function the schema grants to the host role; the secret, the window's HMACs, the replay
 /// guard, the failure count and the lockout never leave the database.
 public final class PostgresStore: TOTPStore {

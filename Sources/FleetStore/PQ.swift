@@ -2,7 +2,7 @@ import CLibPQ
 import Glibc
 import MFACore
 
-// A small libpq binding for pam-totpd's PostgreSQL backend (docs/ARCHITECTURE.md §8): one
+// A small libpq binding for pam-totpd's PostgreSQL backend (docs/ARCHITECTURE.md, section 8): one
 // connection per caller at a time, every wait bounded by a client-side deadline (connect and
 // each statement), so a dead or slow server costs a login at most `statementTimeout`, never
 // a hang. CONNINFO is libpq's own (keyword/value or postgresql:// URI): TLS (sslmode,

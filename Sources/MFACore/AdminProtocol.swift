@@ -1,6 +1,6 @@
 // totp-enroll ↔ pam-totpd: the store operations of enrolment management, so that on a host in
 // fleet mode (backend = postgresql) totp-enroll does every operation through the daemon, the
-// only process that talks to the database (docs/ARCHITECTURE.md §5.2, §8). The same framing as
+// only process that talks to the database (docs/ARCHITECTURE.md, sections 5.2 and 8). The same framing as
 // the module's protocol (DaemonProtocol: 4-byte magic, big-endian UInt16 body length, at most
 // `maxFrameSize` in all), with its own magics, so the module's requests and these never mix.
 // pam-totpd answers them for root only (totp-enroll is set-uid root and checks who the caller

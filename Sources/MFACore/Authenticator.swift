@@ -44,7 +44,7 @@ public enum AuthOutcome: Equatable, Sendable {
     /// when this failure started a lockout.
     case wrongCode(replayed: Bool, failures: UInt32, lockedUntil: Int64?)
     /// The outcome of the attempt could not be recorded (`error` says why). Whatever the answer
-    /// was, it is denied exactly like a wrong code (docs/ARCHITECTURE.md §4.1): a right code that cannot be
+    /// was, it is denied exactly like a wrong code (docs/ARCHITECTURE.md, section 4.1): a right code that cannot be
     /// recorded as used is not accepted, and the caller cannot tell the two apart.
     case notRecorded(MFAError)
     /// Refused without using the answer: too many failures. `permanent` at the hard cap.
@@ -117,7 +117,7 @@ public enum Authenticator {
         for factor in record.factors {
             let key = HMACKey(algorithm: factor.parameters.algorithm, key: factor.secret)
             // forward_pass: the answer is password + code, and each factor's code is the
-            // answer's last `digits` bytes (docs/ARCHITECTURE.md §5.3).
+            // answer's last `digits` bytes (docs/ARCHITECTURE.md, section 5.3).
             let digits = factor.parameters.digits
             let code = options.forwardPass ? Array(answer.suffix(digits)) : answer
             // The window is centred on the factor's learned drift (never wider: TOTPVerifier).
@@ -192,7 +192,7 @@ public enum Authenticator {
     /// The work of an enrolled user's check without a user: a record parsed from text, the
     /// policy over it (one SHA-1 factor, and a PBKDF2 for a recovery-code-shaped answer), the
     /// state slot built. For unknown, unenrolled and vanished users, so they are not told apart
-    /// from enrolled ones by timing (docs/ARCHITECTURE.md §4.2).
+    /// from enrolled ones by timing (docs/ARCHITECTURE.md, section 4.2).
     static func decoy(_ answer: [UInt8], at unixTime: Int64, options: ModuleOptions) {
         var text: [UInt8] = []
         text.append(literal: "pam_totp 2\naccount 0 0000000000000000\n")

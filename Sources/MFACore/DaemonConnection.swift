@@ -1,6 +1,6 @@
 import CLibc
 
-// Talking to pam-totpd (docs/ARCHITECTURE.md §5.2): one connection per request, no threads, and
+// Talking to pam-totpd (docs/ARCHITECTURE.md, section 5.2): one connection per request, no threads, and
 // connect + send + reply bounded by one deadline. Shared by the module (its `authenticate` and
 // `lookup` requests) and totp-enroll (AdminProtocol). Every failure is a `.daemon` error, which
 // the module turns into PAM_AUTHINFO_UNAVAIL.

@@ -1,4 +1,4 @@
-// The module ↔ pam-totpd protocol (docs/ARCHITECTURE.md §5.2): one request and one reply per
+// The module ↔ pam-totpd protocol (docs/ARCHITECTURE.md, section 5.2): one request and one reply per
 // connection over a Unix stream socket. Both sides are in MFACore so the Embedded module and
 // the daemon share one encoder and one bounded decoder (fuzzed: Fuzz/ target "protocol").
 //

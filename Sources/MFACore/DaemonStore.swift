@@ -1,4 +1,4 @@
-// The store interface through pam-totpd (docs/ARCHITECTURE.md §5.2, §8): what totp-enroll uses
+// The store interface through pam-totpd (docs/ARCHITECTURE.md, sections 5.2 and 8): what totp-enroll uses
 // on a host in fleet mode, where only the daemon talks to the database. Every operation is one
 // exchange: the management operations as AdminProtocol frames, a code check as the module's own
 // `authenticate` request (counted like a login, on the daemon's clock). The transport is

@@ -1,4 +1,4 @@
-/// Enrolment at first login (`enroll_at_login`, docs/ARCHITECTURE.md §5.5): what the module
+/// Enrolment at first login (`enroll_at_login`, docs/ARCHITECTURE.md, section 5.5): what the module
 /// shows and checks, without the PAM conversation. A new secret, its `otpauth://` URI and
 /// grouped key; the QR code drawn in Unicode half blocks from a module matrix; the answer
 /// checked over the window, giving the factor to save with its step recorded as used.

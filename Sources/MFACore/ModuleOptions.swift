@@ -1,6 +1,6 @@
 import CLibc
 
-/// The module's settings (docs/ARCHITECTURE.md §5): from `/etc/security/pam_totp.conf` (or `config=FILE`),
+/// The module's settings (docs/ARCHITECTURE.md, section 5): from `/etc/security/pam_totp.conf` (or `config=FILE`),
 /// then the pam.d arguments, which override the file. Parsing is strict: an unknown name, a
 /// malformed or out-of-range value throws `invalidOption` naming it (and, for the file, the
 /// file and line), and the module denies; nothing is silently ignored.
@@ -46,7 +46,7 @@ public struct ModuleOptions: Equatable, Sendable {
     public static let maxSectionNameLength = 256
 
     /// Where enrolments live: this host's files, or PostgreSQL through pam-totpd (fleet mode,
-    /// docs/ARCHITECTURE.md §8), which the module then asks even as root.
+    /// docs/ARCHITECTURE.md, section 8), which the module then asks even as root.
     public var backend: Backend = .files
     /// pam-totpd's libpq CONNINFO (fleet mode). Only pam-totpd uses it; only the
     /// configuration file may set it (pam.d arguments are world-readable).

@@ -8,7 +8,7 @@ public struct Factor: Equatable, Sendable {
     public var created: Int64
     /// The time step of the code that proved the factor at enrolment (0 if unknown): it and
     /// every earlier step count as used. Kept in the record, so that an enrolment is one commit
-    /// (the record) and never a record plus a state update (docs/ARCHITECTURE.md §4.13).
+    /// (the record) and never a record plus a state update (docs/ARCHITECTURE.md, section 4.13).
     public var enrolledStep: UInt64
     public var secret: [UInt8]
 

@@ -1,4 +1,4 @@
-// The store interface (docs/ARCHITECTURE.md §2.2): every operation the module, totp-enroll and
+// The store interface (docs/ARCHITECTURE.md, section 2.2): every operation the module, totp-enroll and
 // pam-totpd perform on enrolments. Callers are generic over it (Embedded Swift cannot call
 // generic methods through an existential), and none of them touches the store's files or
 // tables itself. FileStore is the first implementation; a database backend plugs in here, and
@@ -15,7 +15,7 @@ public protocol TOTPStore: AnyObject {
     /// nothing, so guessing names leaves no trace in the store.
     func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<Self>
 
-    /// Verifies `answer` and records the outcome as one step (docs/ARCHITECTURE.md §4.1):
+    /// Verifies `answer` and records the outcome as one step (docs/ARCHITECTURE.md, section 4.1):
     /// success, failure count, lockout and used step together, or `notRecorded`.
     func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                       enrolled: Enrolled) -> AuthOutcome
@@ -70,7 +70,7 @@ extension TOTPStore {
     }
 
     /// The module's step after the prompt: `authenticate` for an enrolled user; for everyone
-    /// else the same work on a throwaway record (docs/ARCHITECTURE.md §4.2).
+    /// else the same work on a throwaway record (docs/ARCHITECTURE.md, section 4.2).
     public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrollment: Enrollment<Self>) -> AuthOutcome {
         switch enrollment {

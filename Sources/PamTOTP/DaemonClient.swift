@@ -1,7 +1,7 @@
 import CLibc
 import MFACore
 
-// Asking pam-totpd (docs/ARCHITECTURE.md §5.2): MFACore's DaemonConnection carries the frames.
+// Asking pam-totpd (docs/ARCHITECTURE.md, section 5.2): MFACore's DaemonConnection carries the frames.
 
 func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
     do throws(MFAError) {

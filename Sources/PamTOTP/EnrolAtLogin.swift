@@ -2,7 +2,7 @@ import CLibc
 import CPAM
 import MFACore
 
-// Enrolment at first login (`enroll_at_login=YYYY-MM-DD`, docs/ARCHITECTURE.md §5.5): a user
+// Enrolment at first login (`enroll_at_login=YYYY-MM-DD`, docs/ARCHITECTURE.md, section 5.5): a user
 // with no factor, logging in as root-run services do (sshd, login, su, sudo), is shown a QR
 // code, the key and the URI through the conversation and asked for a code; a valid one saves
 // the factor (its step used) and the module succeeds; anything else saves nothing and fails.

@@ -1,7 +1,7 @@
 import CLibc
 import MFACore
 
-// Group membership for [group NAME] sections (docs/ARCHITECTURE.md §5.4): the user's primary
+// Group membership for [group NAME] sections (docs/ARCHITECTURE.md, section 5.4): the user's primary
 // group and supplementary groups from NSS, looked up once per login and only when the
 // configuration has a group section.
 

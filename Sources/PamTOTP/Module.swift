@@ -41,7 +41,7 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     if options.exempt { return exempted(pamh, user: user, options: options) }
     // Only root can read the store: everyone else (screen lockers) asks pam-totpd. In fleet
     // mode (backend = postgresql) everyone asks it: only pam-totpd talks to the database, and
-    // this module links no database or TLS client (docs/ARCHITECTURE.md §8).
+    // this module links no database or TLS client (docs/ARCHITECTURE.md, section 8).
     if clibc_geteuid() != 0 || options.backend == .postgresql { return throughDaemon(pamh, user: user, options: options) }
     // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
     // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no

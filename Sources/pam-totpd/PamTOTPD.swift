@@ -9,7 +9,7 @@ import NIOCore
 import NIOPosix
 
 /// pam-totpd: answers pam_totp.so for callers without root (screen lockers) over a Unix socket
-/// (docs/ARCHITECTURE.md §5.2). All policy is MFACore's DaemonService; this is transport.
+/// (docs/ARCHITECTURE.md, section 5.2). All policy is MFACore's DaemonService; this is transport.
 @main
 struct PamTOTPD: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -6,7 +6,7 @@ import NIOCore
 import NIOPosix
 
 /// The limits that keep one caller from stopping the daemon answering others
-/// (docs/ARCHITECTURE.md §5.2). Memory per connection is bounded by `maxFrameSize`.
+/// (docs/ARCHITECTURE.md, section 5.2). Memory per connection is bounded by `maxFrameSize`.
 struct Limits {
     /// From accept to a complete request: a slow or half-open client is closed after this.
     var requestTimeout: TimeAmount = .seconds(5)
@@ -209,7 +209,7 @@ final class RequestHandler: ChannelInboundHandler {
     /// Whom a connection's share of the limits (connections, queue) is charged to: the uid the
     /// kernel reports, except that a set-uid root program — totp-enroll, su, sudo — is charged
     /// to the user who ran it (its real uid, from /proc), so running one in a loop gets that
-    /// user's share, not root's unbounded one (docs/ARCHITECTURE.md §4.15). Who may do what
+    /// user's share, not root's unbounded one (docs/ARCHITECTURE.md, section 4.15). Who may do what
     /// still goes by the uid the kernel reports. Unreadable (the process is gone): root.
     static func chargedUID(_ cred: PeerCred) -> UInt32 {
         guard cred.uid == 0, cred.pid > 0 else { return cred.uid }

@@ -23,7 +23,7 @@ struct TargetOptions: ParsableArguments {
 nonisolated(unsafe) var siteConfigFile: String? = nil
 
 /// Who the tool acts for, and where the store is. `--user` and `--store` are honoured only
-/// when the real uid is 0 (docs/ARCHITECTURE.md §4.3): anyone else acts for themselves on the
+/// when the real uid is 0 (docs/ARCHITECTURE.md, section 4.3): anyone else acts for themselves on the
 /// configured store.
 struct CallerContext {
     let userName: String
@@ -209,7 +209,7 @@ enum EnrolStore {
     }
 }
 
-/// The checks of an enrolment, before anything is shown or asked (docs/ARCHITECTURE.md §4), with
+/// The checks of an enrolment, before anything is shown or asked (docs/ARCHITECTURE.md, section 4), with
 /// the label named in the message.
 func checkEnrollable(_ store: EnrolStore, _ context: CallerContext, label: String, secret: [UInt8]?) throws {
     if let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),
@@ -238,12 +238,12 @@ func storeCall<R>(_ body: () throws(MFAError) -> R) throws -> R {
 }
 
 /// Text from the store or the command line as it may be printed: control characters, C1
-/// controls and bidi overrides escaped (docs/ARCHITECTURE.md §4.11).
+/// controls and bidi overrides escaped (docs/ARCHITECTURE.md, section 4.11).
 func shown(_ bytes: [UInt8]) -> String { String(decoding: escapedForTerminal(bytes), as: UTF8.self) }
 func shown(_ text: String) -> String { shown(Array(text.utf8)) }
 
 /// One authpriv line per change to an enrolment: who (real uid) did what, for whom, which
-/// label; never a secret or a code (docs/ARCHITECTURE.md §4.10).
+/// label; never a secret or a code (docs/ARCHITECTURE.md, section 4.10).
 enum Audit {
     static func log(_ what: String, context: CallerContext) {
         let caller = getuid()

@@ -64,7 +64,7 @@ struct Enroll: ParsableCommand {
         defer { if given != nil { wipe(&given!) } }
 
         // Everything that can be checked is checked before the password and a code are spent
-        // (docs/ARCHITECTURE.md §4): the label, the secret, the QR files.
+        // (docs/ARCHITECTURE.md, section 4): the label, the secret, the QR files.
         try checkEnrollable(store, context, label: label, secret: given)
         for path in [qrSVG, qrPNG].compactMap({ $0 }) { try probeNewFileAsCaller(path) }
 
@@ -85,7 +85,7 @@ struct Enroll: ParsableCommand {
                              secret: key, parameters: parameters)
         if !quiet && (qr != .none || qrSVG != nil || qrPNG != nil) {
             let matrix = try QRMatrix(uri.string)
-            // Files first (as the caller, docs/ARCHITECTURE.md §4.3): if one cannot be written, stop
+            // Files first (as the caller, docs/ARCHITECTURE.md, section 4.3): if one cannot be written, stop
             // before the key is shown.
             if let qrSVG { try writeFileAsCaller(qrSVG, Array(svg(matrix).utf8)) }
             if let qrPNG { try writeFileAsCaller(qrPNG, png(matrix: matrix)) }

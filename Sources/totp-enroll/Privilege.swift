@@ -3,7 +3,7 @@ import CPAM
 import Glibc
 import MFACore
 
-/// The set-uid model (docs/ARCHITECTURE.md §4.3). totp-enroll is installed set-uid root, like passwd: it
+/// The set-uid model (docs/ARCHITECTURE.md, section 4.3). totp-enroll is installed set-uid root, like passwd: it
 /// acts only for the real uid (`--user`/`--store` need real uid 0), clears the environment it
 /// inherited, re-authenticates the caller through the PAM service `totp-enroll` before any
 /// change, and writes caller-chosen files only from a child that has dropped privileges.

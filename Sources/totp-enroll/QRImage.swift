@@ -116,7 +116,7 @@ func png(matrix qr: QRMatrix, scale: Int = 8) -> [UInt8] {
 private let privilegeDropFailed: Int32 = 255
 
 /// Creates `path` (never an existing file, never through a symlink) holding `bytes`, with the
-/// rights of the user who ran the tool. totp-enroll is set-uid root (docs/ARCHITECTURE.md §4.3): when the
+/// rights of the user who ran the tool. totp-enroll is set-uid root (docs/ARCHITECTURE.md, section 4.3): when the
 /// effective ids differ from the real ones, a child drops to the real ids for good and does the
 /// write, so the kernel checks the path with the caller's rights, not root's. The file is 0600:
 /// the picture holds the secret.

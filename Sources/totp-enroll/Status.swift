@@ -233,7 +233,7 @@ enum JSON {
     }
 
     /// Bidi embeddings, overrides, isolates and marks: escaped, so a label printed from the
-    /// JSON cannot reorder what a terminal shows (docs/ARCHITECTURE.md §4.11).
+    /// JSON cannot reorder what a terminal shows (docs/ARCHITECTURE.md, section 4.11).
     static func isBidiControl(_ v: UInt32) -> Bool {
         v == 0x061C || v == 0x200E || v == 0x200F || (v >= 0x202A && v <= 0x202E) || (v >= 0x2066 && v <= 0x2069)
     }

@@ -2,7 +2,7 @@ import XCTest
 import TestSupport
 @testable import MFACore
 
-/// Clock drift (TOTPVerifier, "Clock drift"; docs/ARCHITECTURE.md §4.17) with an injected clock:
+/// Clock drift (TOTPVerifier, "Clock drift"; docs/ARCHITECTURE.md, section 4.17) with an injected clock:
 /// learned inside the window, bounded, stored with the used step, the window centred on it and
 /// never wider than adjacent_intervals.
 final class DriftTests: XCTestCase {

@@ -79,7 +79,7 @@ enum FaultySyscalls: SystemCalls {
 }
 
 /// Every system call the store makes, failed in turn with EINTR, EIO, ENOSPC, EDQUOT and
-/// EFBIG (docs/ARCHITECTURE.md §7): each attempt is a denial or a recorded success (never an
+/// EFBIG (docs/ARCHITECTURE.md, section 7): each attempt is a denial or a recorded success (never an
 /// unrecorded success, never a trap), the record and the state are the old or the new version,
 /// and the next operation without faults works. The call-site × error table is printed.
 final class FaultInjectionTests: XCTestCase {

@@ -1,7 +1,7 @@
 import XCTest
 @testable import MFACore
 
-/// Fleet mode's settings (docs/ARCHITECTURE.md §8): `backend` and `postgresql`, strict like the rest.
+/// Fleet mode's settings (docs/ARCHITECTURE.md, section 8): `backend` and `postgresql`, strict like the rest.
 final class FleetOptionsTests: XCTestCase {
     func config(_ text: String) throws -> ModuleOptions {
         var o = ModuleOptions()

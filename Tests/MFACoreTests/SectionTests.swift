@@ -2,7 +2,7 @@ import XCTest
 import TestSupport
 @testable import MFACore
 
-/// `[group NAME]` and `[service NAME]` sections of pam_totp.conf (docs/ARCHITECTURE.md §5.4):
+/// `[group NAME]` and `[service NAME]` sections of pam_totp.conf (docs/ARCHITECTURE.md, section 5.4):
 /// the pure policy computation, with an injected membership look-up.
 final class SectionTests: XCTestCase {
     var root: URL!

@@ -3,7 +3,7 @@ import TestSupport
 @testable import MFACore
 import FleetStore
 
-/// The store interface's test suite (docs/ARCHITECTURE.md §7): every rule a caller relies on,
+/// The store interface's test suite (docs/ARCHITECTURE.md, section 7): every rule a caller relies on,
 /// through `TOTPStore` alone, with an injected clock (explicit times) — run against each
 /// implementation. `FileStoreContractTests` runs it on the file store; a database backend adds
 /// a subclass with its own `makeStore`.
@@ -210,7 +210,7 @@ final class FileStoreContractTests: XCTestCase {
     }
 }
 
-/// The same suite on PostgreSQL (fleet mode, docs/ARCHITECTURE.md §8): a throwaway cluster,
+/// The same suite on PostgreSQL (fleet mode, docs/ARCHITECTURE.md, section 8): a throwaway cluster,
 /// the schema from `init-database`, the store on the owner's connection with the caller's
 /// clock (verify_at) so the suite's explicit times apply.
 final class PostgresStoreContractTests: XCTestCase {

@@ -3,10 +3,10 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// The CLI contract of docs/ARCHITECTURE.md §5: every subcommand and option is documented in --help, and
+/// The CLI contract of docs/ARCHITECTURE.md, section 5: every subcommand and option is documented in --help, and
 /// an enrolment interrupted between showing the secret and the code commits nothing.
 final class CLIContractTests: XCTestCase {
-    /// Subcommand → the options its --help must list (docs/ARCHITECTURE.md §5).
+    /// Subcommand → the options its --help must list (docs/ARCHITECTURE.md, section 5).
     let contract: [(String, [String])] = [
         ("enroll", ["--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
                     "--qr", "--qr-svg", "--qr-png", "--quiet"]),

@@ -5,7 +5,7 @@ import XCTest
 
 /// pam-totpd against hostile and broken clients, a kill in the middle of requests, socket
 /// activation and bad start-up settings: the daemon keeps answering legitimate requests, its
-/// memory per client is bounded, and the store is never damaged (docs/ARCHITECTURE.md §5.2).
+/// memory per client is bounded, and the store is never damaged (docs/ARCHITECTURE.md, section 5.2).
 final class DaemonTests: XCTestCase {
     var daemon: DaemonFixture!
     let user = "root"

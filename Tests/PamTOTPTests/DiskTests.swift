@@ -165,7 +165,7 @@ final class DiskTests: XCTestCase {
         let good = try code(secretB, 0)
 
         try fill(inodes: false)
-        // Denied exactly like a wrong code (docs/ARCHITECTURE.md §4.1): a different answer for the
+        // Denied exactly like a wrong code (docs/ARCHITECTURE.md, section 4.1): a different answer for the
         // right code would tell whoever filled the disk that it is right.
         XCTAssertEqual(auth(userB, good), PAM_AUTH_ERR, "no block for a new state file: denied like a wrong code")
         XCTAssertFalse(exists(".state." + userB), "no partial state file")

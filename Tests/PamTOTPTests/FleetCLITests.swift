@@ -5,7 +5,7 @@ import TestSupport
 import XCTest
 
 /// pam-totpd's fleet subcommands and start-up checks as an admin runs them
-/// (docs/ARCHITECTURE.md §8): init-database twice, import-files from a real file store, and a
+/// (docs/ARCHITECTURE.md, section 8): init-database twice, import-files from a real file store, and a
 /// clear error on stderr for a bad CONNINFO, an unreachable server or a password in a file
 /// others can read.
 final class FleetCLITests: XCTestCase {

@@ -4,7 +4,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// Fleet mode end to end (docs/ARCHITECTURE.md §8): two pam-totpd, each with its own host login
+/// Fleet mode end to end (docs/ARCHITECTURE.md, section 8): two pam-totpd, each with its own host login
 /// role (pam_totp_host), on one throwaway PostgreSQL; requests over their sockets as the module
 /// sends them, and pamtester as root through a backend = postgresql stack. A code used on A is
 /// refused on B, concurrent logins with one code give one success, failures count across

@@ -4,7 +4,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// totp-enroll on a host in fleet mode (README "Fleet", docs/ARCHITECTURE.md §8): every
+/// totp-enroll on a host in fleet mode (README "Fleet", docs/ARCHITECTURE.md, section 8): every
 /// operation goes through pam-totpd, the only process that talks to the database. A real
 /// PostgreSQL, two real pam-totpd — one with a host role (pam_totp_host), one with an admin
 /// role (pam_totp_admin) — and the built totp-enroll, as root with --config and as an
@@ -310,7 +310,7 @@ final class FleetEnrollTests: XCTestCase {
     }
 
     /// totp-enroll is set-uid root, so the kernel reports its connections as root's, which
-    /// pam-totpd's per-user caps exempt (docs/ARCHITECTURE.md §4.15): an unprivileged user
+    /// pam-totpd's per-user caps exempt (docs/ARCHITECTURE.md, section 4.15): an unprivileged user
     /// running it in a loop got root's unbounded share of the queue. Its requests must count
     /// against the user who ran it (the peer's real uid). Replay: the user's 8 own requests
     /// (the per-user queue cap) stuck on a row lock; their `totp-enroll list` must be "busy",

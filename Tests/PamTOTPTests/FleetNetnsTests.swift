@@ -4,7 +4,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// Two hosts and a database on a real network path (docs/ARCHITECTURE.md §8): three network
+/// Two hosts and a database on a real network path (docs/ARCHITECTURE.md, section 8): three network
 /// namespaces made here (pamtotp-fleet-*), a veth pair from each host's to the database's, the
 /// server listening only on its veth addresses with TLS, each pam-totpd in its host's namespace
 /// with `sslmode=verify-full` and a client certificate for its own host role. A code used on A

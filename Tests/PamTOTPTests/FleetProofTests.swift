@@ -5,7 +5,7 @@ import TestSupport
 import XCTest
 
 /// A host changes an enrolled user's factors or recovery codes only after that user proved
-/// themselves through it (migration 008, docs/ARCHITECTURE.md §8). Before, any host role could
+/// themselves through it (migration 008, docs/ARCHITECTURE.md, section 8). Before, any host role could
 /// add a factor or recovery codes of its own for every enrolled user and then log in as them on
 /// every host without reading a secret. Real PostgreSQL, each host as its own login role.
 final class FleetProofTests: XCTestCase {

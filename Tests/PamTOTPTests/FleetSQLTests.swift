@@ -4,7 +4,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// The fleet schema on a real PostgreSQL 15 (docs/ARCHITECTURE.md §8): migrations (embedded =
+/// The fleet schema on a real PostgreSQL 15 (docs/ARCHITECTURE.md, section 8): migrations (embedded =
 /// files, idempotent), the SQL verifier as a second implementation of RFC 6238 (vectors and
 /// random oathtool cross-checks), the catalogue (a host role reads no table and no function
 /// returns a secret), and one-time use under concurrency.

@@ -5,13 +5,13 @@ import XCTest
 /// The manual pages in man/: each renders without a single groff warning, pam_totp(8)
 /// documents every option of README.md's "Module options" table (with its default and range)
 /// and every row of its "Error mapping" table, and totp-enroll(1) documents every subcommand
-/// and option of docs/ARCHITECTURE.md §5. groff (Debian: groff-base) is needed; nothing else.
+/// and option of docs/ARCHITECTURE.md, section 5. groff (Debian: groff-base) is needed; nothing else.
 final class ManPageTests: XCTestCase {
-    /// docs/ARCHITECTURE.md §5: the subcommands of totp-enroll. Fixed by design.
+    /// docs/ARCHITECTURE.md, section 5: the subcommands of totp-enroll. Fixed by design.
     static let subcommands = [
         "enroll", "code", "list", "status", "remove", "recovery-codes", "import-google-authenticator", "unlock",
     ]
-    /// docs/ARCHITECTURE.md §5: the options of totp-enroll's subcommands (and --store, root only).
+    /// docs/ARCHITECTURE.md, section 5: the options of totp-enroll's subcommands (and --store, root only).
     static let enrollOptions = [
         "--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
         "--qr", "--qr-svg", "--qr-png", "--time", "--store", "--all", "--json", "--quiet",
@@ -118,7 +118,7 @@ final class ManPageTests: XCTestCase {
         }
     }
 
-    // MARK: - totp-enroll(1) against docs/ARCHITECTURE.md §5
+    // MARK: - totp-enroll(1) against docs/ARCHITECTURE.md, section 5
 
     func testEnrollPageDocumentsEverySubcommand() throws {
         let text = try render(enrollPage)

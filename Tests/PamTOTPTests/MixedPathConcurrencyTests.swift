@@ -5,7 +5,7 @@ import XCTest
 
 /// One code, twenty logins at once: half through pam-totpd as the user (a screen locker), half
 /// in-process as root (sshd). The same store and locks serve both, so exactly one succeeds per
-/// round, and failures are counted exactly across both paths (docs/ARCHITECTURE.md §4.1).
+/// round, and failures are counted exactly across both paths (docs/ARCHITECTURE.md, section 4.1).
 final class MixedPathConcurrencyTests: XCTestCase {
     var root: URL!
     var store: String { root.appendingPathComponent("store").path }

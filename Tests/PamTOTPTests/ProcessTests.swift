@@ -111,7 +111,7 @@ final class PamtesterTests: XCTestCase {
         XCTAssertEqual(nm.status, 0, nm.stderr)
         let exported = nm.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").last.map(String.init) }.sorted()
         XCTAssertEqual(exported, ["pam_sm_authenticate", "pam_sm_setcred"])
-        // Hygiene inside the host (docs/ARCHITECTURE.md §4.9): the module imports nothing that reads the
+        // Hygiene inside the host (docs/ARCHITECTURE.md, section 4.9): the module imports nothing that reads the
         // environment, installs signal handlers, starts threads, or changes umask or cwd.
         let imports = try runCommand(["nm", "-D", "--undefined-only", moduleURL.path])
         XCTAssertEqual(imports.status, 0, imports.stderr)
@@ -123,7 +123,7 @@ final class PamtesterTests: XCTestCase {
             XCTAssertFalse(importedNames.contains(forbidden), "pam_totp.so imports \(forbidden)")
         }
         // dlopen is imported for one path only: libqrencode at a first-login enrolment
-        // (docs/ARCHITECTURE.md §5.5); EnrolAtLoginTests shows with LD_DEBUG=libs that no
+        // (docs/ARCHITECTURE.md, section 5.5); EnrolAtLoginTests shows with LD_DEBUG=libs that no
         // ordinary login loads anything.
         XCTAssertEqual(importedNames.filter { $0.hasPrefix("dl") }.sorted(), ["dlclose", "dlopen", "dlsym"])
         XCTAssertTrue(importedNames.contains("pam_get_user"), "the check reads real import names")

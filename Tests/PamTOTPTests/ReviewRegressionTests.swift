@@ -347,7 +347,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// RLIMIT_FSIZE=1000 the pwrite of a 2048-byte slot at offset 0 writes 1000 bytes and the
     /// rest fails (EFBIG). The attempt is denied as "could not be recorded", so like any denied
     /// answer it must change nothing: the same right code must still work once the limit is
-    /// lifted (docs/ARCHITECTURE.md §4.1, §4.13).
+    /// lifted (docs/ARCHITECTURE.md, section 4.1, §4.13).
     func testFinding1_ShortStateWriteUnderFileSizeLimitUsesNothingUp() throws {
         let s0 = currentStep()
         let user = "daemon"

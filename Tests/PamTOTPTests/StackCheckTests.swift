@@ -3,7 +3,7 @@ import TestSupport
 import XCTest
 
 /// scripts/pam-stacks-naming-module.sh: the one check run before pam_totp.so is removed, by the
-/// Debian package's prerm and by `make uninstall` (docs/ARCHITECTURE.md §3). Stacks are written
+/// Debian package's prerm and by `make uninstall` (docs/ARCHITECTURE.md, section 3). Stacks are written
 /// into a temporary directory (`--pamdir`), so nothing here reads or changes /etc/pam.d, except
 /// the last test, which runs Debian's pam-auth-update on copies bound over /etc/pam.d inside a
 /// private mount namespace (like PamAuthUpdateTests).

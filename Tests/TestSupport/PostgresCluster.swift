@@ -1,6 +1,6 @@
 import Foundation
 
-/// A throwaway PostgreSQL 15 cluster for the fleet tests (docs/ARCHITECTURE.md §8): initdb
+/// A throwaway PostgreSQL 15 cluster for the fleet tests (docs/ARCHITECTURE.md, section 8): initdb
 /// under a temporary directory, run as the `postgres` system user (postgres refuses root),
 /// listening only on a Unix socket in that directory; `stop()` removes it all. Debian's
 /// postgresql-15 (make check installs it) provides the binaries and pgcrypto.

@@ -1,4 +1,4 @@
--- pam_totp fleet schema, version 1 (docs/ARCHITECTURE.md §8, README "Fleet").
+-- pam_totp fleet schema, version 1 (docs/ARCHITECTURE.md, section 8, README "Fleet").
 -- Applied by `pam-totpd init-database --admin CONNINFO` inside one transaction, after the
 -- schema `pam_totp` and its table `schema_version` exist. Idempotent only through
 -- schema_version: this file runs once per database.

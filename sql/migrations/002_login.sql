@@ -1,4 +1,4 @@
--- pam_totp fleet schema, version 2: a login is one statement (docs/ARCHITECTURE.md §8).
+-- pam_totp fleet schema, version 2: a login is one statement (docs/ARCHITECTURE.md, section 8).
 -- `login` checks that the user is enrolled for the account's uid and gives verify's verdict,
 -- in one call: the daemon no longer asks enrolled_uid first.
 
@@ -15,7 +15,7 @@ DECLARE
 BEGIN
   -- Not enrolled, or enrolled for another account (a reused name): not this account's. The
   -- same HMACs as one SHA-1 factor's window are computed first, so the answer takes about as
-  -- long as an enrolled user's (docs/ARCHITECTURE.md §4.2).
+  -- long as an enrolled user's (docs/ARCHITECTURE.md, section 4.2).
   IF p_uid IS NULL OR NOT EXISTS (SELECT 1 FROM pam_totp.users u WHERE u.name = p_user AND u.uid = p_uid
                                     AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)) THEN
     SELECT least(greatest(coalesce(p_window, 0), 0), s.max_window) INTO win FROM pam_totp.settings s;
