@@ -121,7 +121,7 @@ final class FleetProofTests: XCTestCase {
     /// made every name comparison inside the SECURITY DEFINER bodies case-insensitive: host B
     /// enrolled a first factor for 'ALICE' (no proof needed, and the enrolment recorded B's
     /// proof), then passed 'alice' COLLATE pg_temp.ci and require_proof found ALICE's proof. Its
-    /// factor and recovery codes went to alice (migration 009 refuses such a call).
+    /// factor and recovery codes went to alice (migration 008 refuses such a call).
     func testAHostsOwnCollationDoesNotLendAnotherNamesProof() throws {
         let a = store("proof_host_a")
         var rng = SystemRandomNumberGenerator()

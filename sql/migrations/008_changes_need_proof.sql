@@ -13,8 +13,28 @@
 -- rest of that enrolment (recovery codes, a second factor) from the same role.
 -- The checked wrappers take the old names and signatures; the old functions are renamed
 -- *_unchecked and executable by nobody but their owner.
+-- User names are compared byte for byte whatever collation the caller passes: a PL/pgSQL
+-- function takes its input collation from its arguments, so `'alice' COLLATE pg_temp.ci` (a
+-- nondeterministic collation a host may create: TEMP on the database is PUBLIC's by default)
+-- would make every `name = p_user` below case-insensitive and lend ALICE's proof to alice. The
+-- entry points that check or record a proof refuse such a call first (require_exact_names).
+-- A rename keeps a function's grants: the *_unchecked bodies lose every grant but their
+-- owner's, also one a DBA made directly on the old names.
 
 ALTER TABLE pam_totp.users ADD COLUMN proof_role name, ADD COLUMN proof_until bigint NOT NULL DEFAULT 0;
+
+-- Raises unless p's collation (the calling function's input collation) compares byte for byte.
+CREATE FUNCTION pam_totp.require_exact_names(p text) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+BEGIN
+  IF NOT coalesce((SELECT c.collisdeterministic FROM pg_catalog.pg_collation c
+                    WHERE c.oid = pg_catalog.pg_collation_for(p)::pg_catalog.regcollation), false) THEN
+    RAISE EXCEPTION 'pam_totp compares user names byte for byte: call without a nondeterministic COLLATE' USING ERRCODE = 'P0001';
+  END IF;
+END $$;
 
 -- Raises unless the session may change p_user's enrolment now. The caller holds the user's row lock.
 CREATE FUNCTION pam_totp.require_proof(p_user text, p_now bigint) RETURNS void
@@ -33,10 +53,21 @@ END $$;
 ALTER FUNCTION pam_totp.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea) RENAME TO enroll_unchecked;
 ALTER FUNCTION pam_totp.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]) RENAME TO replace_recovery_unchecked;
 ALTER FUNCTION pam_totp.remove_factor(text, bigint, text, boolean) RENAME TO remove_factor_unchecked;
-REVOKE ALL ON FUNCTION pam_totp.enroll_unchecked(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
-                       pam_totp.replace_recovery_unchecked(text, bigint, bigint, integer, bytea, bytea[], text[]),
-                       pam_totp.remove_factor_unchecked(text, bigint, text, boolean)
-  FROM PUBLIC, pam_totp_host, pam_totp_admin;
+DO $$
+DECLARE
+  f regprocedure;
+  g record;
+BEGIN
+  FOREACH f IN ARRAY ARRAY['pam_totp.enroll_unchecked(text,bigint,text,text,integer,integer,bigint,bigint,bytea)'::regprocedure,
+                           'pam_totp.replace_recovery_unchecked(text,bigint,bigint,integer,bytea,bytea[],text[])'::regprocedure,
+                           'pam_totp.remove_factor_unchecked(text,bigint,text,boolean)'::regprocedure] LOOP
+    FOR g IN SELECT DISTINCT a.grantee FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+              WHERE p.oid = f AND a.grantee <> p.proowner LOOP
+      EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', f,
+                                CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END);
+    END LOOP;
+  END LOOP;
+END $$;
 
 CREATE FUNCTION pam_totp.enroll(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
                                 p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea) RETURNS void
@@ -48,6 +79,7 @@ DECLARE
   now_ bigint := floor(extract(epoch FROM clock_timestamp()))::bigint;
   had boolean;
 BEGIN
+  PERFORM pam_totp.require_exact_names(p_user);
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   PERFORM 1 FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   had := EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user);
@@ -65,6 +97,7 @@ SET search_path = pg_catalog, pam_totp, pg_temp
 SET standard_conforming_strings = on
 AS $$
 BEGIN
+  PERFORM pam_totp.require_exact_names(p_user);
   PERFORM 1 FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
     PERFORM pam_totp.require_proof(p_user, floor(extract(epoch FROM clock_timestamp()))::bigint);
@@ -78,6 +111,7 @@ SET search_path = pg_catalog, pam_totp, pg_temp
 SET standard_conforming_strings = on
 AS $$
 BEGIN
+  PERFORM pam_totp.require_exact_names(p_user);
   PERFORM 1 FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
     PERFORM pam_totp.require_proof(p_user, floor(extract(epoch FROM clock_timestamp()))::bigint);
@@ -85,8 +119,6 @@ BEGIN
   RETURN pam_totp.remove_factor_unchecked(p_user, p_uid, p_label, p_may_remove_last);
 END $$;
 
--- A login's verdict as before; an accepted code (or recovery code) is also this session's
--- proof for p_user for 10 minutes.
 CREATE OR REPLACE FUNCTION pam_totp.login_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
                                   p_max_failures integer, p_lockout bigint, p_forward_pass boolean)
 RETURNS TABLE (outcome text, label text, step bigint, digits integer, failures integer,
@@ -100,6 +132,7 @@ DECLARE
   decoy integer;
   v record;
 BEGIN
+  PERFORM pam_totp.require_exact_names(p_user);
   -- Not enrolled, or enrolled for another account: as in version 2 (the same HMACs first).
   IF p_uid IS NULL OR NOT EXISTS (SELECT 1 FROM pam_totp.users u WHERE u.name = p_user AND u.uid = p_uid
                                     AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)) THEN
@@ -119,7 +152,10 @@ BEGIN
   END LOOP;
 END $$;
 
-REVOKE ALL ON FUNCTION pam_totp.require_proof(text, bigint),
+-- 006 re-created verify_at without 005's standard_conforming_strings = on.
+ALTER FUNCTION pam_totp.verify_at(text,text,bigint,integer,integer,bigint,boolean) SET standard_conforming_strings = on;
+
+REVOKE ALL ON FUNCTION pam_totp.require_proof(text, bigint), pam_totp.require_exact_names(text),
                        pam_totp.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
                        pam_totp.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
                        pam_totp.remove_factor(text, bigint, text, boolean)
