@@ -144,7 +144,7 @@ extension DaemonService {
             if let user = request.user { try FileStore<LiveSystemCalls>.validate(user: user) }
             store = try openStore(site.store)
         } catch {
-            return (.failed(error), who + "refused: " + Self.errorText(error))
+            return (.failed(error), who + "refused: " + MFACore.describe(error))
         }
         do throws(MFAError) {
             switch request {
@@ -181,22 +181,7 @@ extension DaemonService {
                 return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
             }
         } catch {
-            return (.failed(error), who + "failed: " + Self.errorText(error))
-        }
-    }
-
-    /// An error for the log line: its kind and the store's message (never a secret: store
-    /// messages name labels, users and files only).
-    static func errorText(_ e: MFAError) -> Message {
-        switch e {
-        case .invalidParameters(let m), .insecureStore(let m), .corruptRecord(let m), .daemon(let m), .invalidOption(let m), .malformed(let m):
-            return m
-        case .system(let op, _): return op + " failed"
-        case .invalidUserName: return "invalid user name"
-        case .invalidLabel: return "invalid label"
-        case .invalidBase32: return "invalid Base32"
-        case .lockTimeout: return "lock timeout"
-        case .clockOutOfRange: return "clock out of range"
+            return (.failed(error), who + "failed: " + MFACore.describe(error))
         }
     }
 }

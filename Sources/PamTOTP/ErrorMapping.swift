@@ -24,23 +24,5 @@ func pamCode(_ outcome: AuthOutcome) -> Int32 {
     }
 }
 
-/// A log-safe description of an error: never a secret, a code or record contents.
-func describe(_ error: MFAError) -> Message {
-    switch error {
-    case .invalidOption(let what): return "configuration error: " + what
-    case .invalidBase32: return "record holds invalid Base32"
-    case .invalidParameters(let what): return "invalid parameters: " + what
-    case .invalidUserName: return "user name cannot be enrolled"
-    case .invalidLabel: return "invalid factor label"
-    case .insecureStore(let what): return "insecure store: " + what
-    case .corruptRecord(let what): return "corrupt record: " + what
-    case .system(let operation, let errno): return operation + " failed (errno " + decimal(errno) + ")"
-    case .lockTimeout: return "timed out waiting for the record lock"
-    case .clockOutOfRange: return "system clock out of range"
-    case .malformed(let what): return "malformed message from pam-totpd: " + what
-    case .daemon(let what): return "pam-totpd: " + what
-    }
-}
-
 /// "+3", "-2", "0".
 func signed(_ value: Int64) -> Message { Message(signedDecimal(value)) }
