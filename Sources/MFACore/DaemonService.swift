@@ -144,7 +144,7 @@ extension DaemonService {
             if let user = request.user { try FileStore<LiveSystemCalls>.validate(user: user) }
             store = try openStore(site.store)
         } catch {
-            return (.failed(error), who + "refused: " + MFACore.describe(error))
+            return (.failed(error), who + "refused: " + logText(error))
         }
         do throws(MFAError) {
             switch request {
@@ -181,7 +181,7 @@ extension DaemonService {
                 return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
             }
         } catch {
-            return (.failed(error), who + "failed: " + MFACore.describe(error))
+            return (.failed(error), who + "failed: " + logText(error))
         }
     }
 }
@@ -198,3 +198,7 @@ extension UserStatus {
         return UserStatus(record: r, state: state)
     }
 }
+
+/// `describe` (MFAError.swift) for DaemonService's log lines, whose own `describe(_:)` (an
+/// outcome) hides the global name inside the type.
+private func logText(_ error: MFAError) -> Message { describe(error) }
