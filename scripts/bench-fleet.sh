@@ -27,7 +27,7 @@ psql -c "CREATE DATABASE fleet"
 secret=3132333435363738393031323334353637383930
 psql -d fleet -c "UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0;
   CREATE ROLE bench_host LOGIN; GRANT pam_totp_host TO bench_host;
-  SELECT count(pam_totp.enroll('benchuser' || lpad(i::text, 4, '0'), 60000 + i, 'phone', 'sha1', 6, 30, 0, 0, '\\x$secret'))
+  SELECT count(pam_totp_api.enroll('benchuser' || lpad(i::text, 4, '0'), 60000 + i, 'phone', 'sha1', 6, 30, 0, 0, '\\x$secret'))
     FROM generate_series(0, 999) i" >/dev/null
 # The 1,000 accounts exist only for the daemon: a copy of /etc with them in its passwd,
 # bind-mounted over /etc in a private mount namespace (nothing on the system changes; the
@@ -65,7 +65,7 @@ fi
   echo "(pam_totp_host), against a local PostgreSQL 15 on a Unix socket, 1,000 enrolled users (SHA-1, 6 digits, window 1)."
   echo "Each request is the module's frame on a new connection (scripts/bench-fleet-client.py), as root, 1,000 per run,"
   echo "users in turn. Accepted: every user's code of a fresh step. Wrong: 000000 (counted, no lockout)."
-  echo "The daemon makes one database call per request (pam_totp.login: the account check and the verdict in one transaction)."
+  echo "The daemon makes one database call per request (CALL pam_totp_api.login: the account check, the attempt committed, then the verdict)."
   echo
   echo "| answer | concurrent clients | requests | logins/s | p50 (ms) | p99 (ms) | replies (kind:count; 0 success, 2 wrong code) |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"

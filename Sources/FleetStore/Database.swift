@@ -82,16 +82,19 @@ public final class ConnectionPool: @unchecked Sendable {
     }
 }
 
-/// `pam-totpd init-database`: creates or upgrades the schema, one transaction, versions
-/// tracked in pam_totp.schema_version; a second run changes nothing.
+/// `pam-totpd init-database`: creates or upgrades the schema in one transaction: the data
+/// migrations above the database's version (sql/migrations/, tracked in
+/// pam_totp.schema_version), then the API re-created whole from sql/api.sql. A second run
+/// changes nothing but re-creating the same API.
 public enum Migrator {
-    /// Applies every migration above the database's version; returns (from, to).
+    /// Applies every migration above the database's version, then the API; returns (from, to).
     /// `upTo`: stop after that version (tests of an upgrade from an older schema).
     public static func migrate(conninfo: String, upTo: Int = Int.max) throws(PQError) -> (from: Int, to: Int) {
         let c = try PQConnection(conninfo: conninfo, timeoutMilliseconds: 10_000, statementTimeoutMilliseconds: 120_000)
         _ = try c.execute("BEGIN")
         do throws(PQError) {
             // One migrator at a time, cluster-wide for this database.
+            _ = try c.execute("SET LOCAL client_min_messages = warning")
             _ = try c.execute("SELECT pg_advisory_xact_lock(727716180)")
             try refuseForeignObjects(c)
             _ = try c.execute("CREATE SCHEMA IF NOT EXISTS pam_totp")
@@ -101,19 +104,22 @@ public enum Migrator {
                   version integer PRIMARY KEY, name text NOT NULL, applied timestamptz NOT NULL DEFAULT now())
                 """)
             _ = try c.execute("REVOKE ALL ON pam_totp.schema_version FROM PUBLIC")
+            try adoptPreRelease(c)
             let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
             let from = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
             var to = from
             for m in Migrations.all where m.version > from && m.version <= upTo {
-                do throws(PQError) {
-                    _ = try c.execute(m.sql, timeoutMilliseconds: 120_000)
-                } catch {
-                    throw PQError(message: m.name + ": " + error.message, sqlState: error.sqlState,
-                                  connectionLost: error.connectionLost, sent: true)
-                }
+                try run(c, m.sql, named: m.name)
                 _ = try c.execute("INSERT INTO pam_totp.schema_version (version, name) VALUES ($1, $2)",
                                   [.text(String(m.version)), .text(m.name)])
                 to = m.version
+            }
+            if to == Migrations.all.last?.version {
+                _ = try c.execute("DROP SCHEMA IF EXISTS pam_totp_api CASCADE")
+                try run(c, Migrations.api, named: "api.sql")
+                // The hard failure cap: one constant, the file store's and the database's.
+                _ = try c.execute("UPDATE pam_totp.settings SET hard_failure_cap = $1",
+                                  [.text(String(UserState.hardFailureCap))])
             }
             _ = try c.execute("COMMIT", timeoutMilliseconds: 120_000)
             return (from, to)
@@ -121,6 +127,41 @@ public enum Migrator {
             _ = try? c.execute("ROLLBACK")
             throw error
         }
+    }
+
+    static func run(_ c: PQConnection, _ sql: String, named name: String) throws(PQError) {
+        do throws(PQError) {
+            _ = try c.execute(sql, timeoutMilliseconds: 120_000)
+        } catch {
+            throw PQError(message: name + ": " + error.message, sqlState: error.sqlState,
+                          connectionLost: error.connectionLost, sent: true)
+        }
+    }
+
+    /// The pre-release series (versions 1-8, files 001_fleet.sql ... 008_changes_need_proof.sql,
+    /// functions in the schema pam_totp) folded into 001_tables.sql: a database it made at
+    /// version 8 has exactly that migration's tables, so it is taken as version 1 and its
+    /// functions are dropped (the API is re-created in its own schema). One at an earlier
+    /// version is refused: nothing was released at those.
+    static func adoptPreRelease(_ c: PQConnection) throws(PQError) {
+        let first = try c.execute("SELECT name FROM pam_totp.schema_version WHERE version = 1").first?.first ?? nil
+        guard first == "001_fleet.sql" else { return }
+        let last = try c.execute("SELECT max(version) FROM pam_totp.schema_version").first?.first ?? nil
+        guard last == "8" else {
+            throw PQError(message: "this database has the pre-release schema at version \(last ?? "?"), which cannot be upgraded: "
+                          + "only its version 8 can; nothing was changed", sqlState: nil, connectionLost: false, sent: true)
+        }
+        _ = try c.execute("""
+            DO $$
+            DECLARE f regprocedure;
+            BEGIN
+              FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'pam_totp'::regnamespace LOOP
+                EXECUTE pg_catalog.format('DROP ROUTINE %s', f);
+              END LOOP;
+            END $$
+            """)
+        _ = try c.execute("DELETE FROM pam_totp.schema_version")
+        _ = try c.execute("INSERT INTO pam_totp.schema_version (version, name) VALUES (1, '001_tables.sql')")
     }
 }
 
@@ -162,7 +203,7 @@ extension Migrator {
             SELECT n.nspname, pg_get_userbyid(n.nspowner),
                    (SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END, ' and ')
                       FROM aclexplode(n.nspacl) a WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner)
-              FROM pg_namespace n WHERE n.nspname IN ('pam_totp', 'pam_totp_crypto') ORDER BY n.nspname
+              FROM pg_namespace n WHERE n.nspname IN ('pam_totp', 'pam_totp_api', 'pam_totp_crypto') ORDER BY n.nspname
             """)
         let me = try c.execute("SELECT current_user").first?.first ?? nil
         for row in schemas where row.count == 3 {
@@ -223,15 +264,15 @@ public final class PostgresStore: TOTPStore {
     public func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<PostgresStore> {
         let name = try Self.text(user)
         let rows: [[String?]]
-        do throws(PQError) { rows = try pool.read("SELECT pam_totp.enrolled_uid($1)", [.text(name)]) } catch { throw Self.mapped(error) }
+        do throws(PQError) { rows = try pool.read("SELECT pam_totp_api.enrolled_uid($1)", [.text(name)]) } catch { throw Self.mapped(error) }
         guard let value = rows.first?.first, let v = value, let recordUID = UInt32(v) else { return .unenrolled }
         let uid = try account()?.uid
         guard uid == recordUID else { return .otherAccount(recordUID: recordUID) }
         return .enrolled(FleetEnrolled(name: name, uid: recordUID))
     }
 
-    /// One login in one statement (pam_totp.login): enrolled for this account's uid, and the
-    /// verdict, in one transaction.
+    /// One login in one statement (the procedure pam_totp_api.login): enrolled for this
+    /// account's uid, the attempt committed, then the verdict (sql/api.sql).
     public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
                       options: ModuleOptions, process: UInt32) -> AuthOutcome {
         guard let name = try? Self.text(user) else { return .unenrolled }
@@ -242,13 +283,13 @@ public final class PostgresStore: TOTPStore {
 
     /// After `lookup`: `login` with the uid the lookup saw, so the verdict is bound to that
     /// account in the same statement (a record purged and enrolled again for another uid in
-    /// between is unenrolled, never verified); hosts are not granted `verify` (migration 007).
+    /// between is unenrolled, never verified).
     public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrolled: FleetEnrolled) -> AuthOutcome {
         verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
     }
 
-    /// login, on the database's clock or, for tests, the caller's (login_at).
+    /// `CALL login`, on the database's clock or, for tests, the caller's (login_at, the owner's).
     func verdict(name: String, uid: PQValue, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
         // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
         let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
@@ -259,7 +300,7 @@ public final class PostgresStore: TOTPStore {
                    .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
         let function = "login" + (callerClock ? "_at" : "")
         let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
-        let sql = "SELECT * FROM pam_totp.\(function)(\(placeholders))"
+        let sql = "CALL pam_totp_api.\(function)(\(placeholders))"
         let rows: [[String?]]
         do throws(PQError) {
             rows = try pool.write(sql, params)
@@ -299,8 +340,8 @@ public final class PostgresStore: TOTPStore {
         let name = try Self.text(user)
         let s: [[String?]], f: [[String?]]
         do throws(PQError) {
-            s = try pool.read("SELECT * FROM pam_totp.user_status($1)", [.text(name)])
-            f = try pool.read("SELECT * FROM pam_totp.list_factors($1)", [.text(name)])
+            s = try pool.read("SELECT * FROM pam_totp_api.user_status($1)", [.text(name)])
+            f = try pool.read("SELECT * FROM pam_totp_api.list_factors($1)", [.text(name)])
         } catch { throw Self.mapped(error) }
         guard let row = s.first, row.count == 6 else { return nil }
         var record = UserRecord()
@@ -333,7 +374,7 @@ public final class PostgresStore: TOTPStore {
     /// Every enrolled name, in byte order (`all_status`, granted to pam_totp_admin only).
     public func users() throws(MFAError) -> [[UInt8]] {
         let rows: [[String?]]
-        do throws(PQError) { rows = try pool.read("SELECT name FROM pam_totp.all_status()") } catch { throw Self.mapped(error) }
+        do throws(PQError) { rows = try pool.read("SELECT name FROM pam_totp_api.all_status()") } catch { throw Self.mapped(error) }
         return rows.compactMap { $0.first ?? nil }.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
     }
 
@@ -341,7 +382,7 @@ public final class PostgresStore: TOTPStore {
         try Factor.validateNew(label: label)
         let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
                                  secret.map { .bytea($0) } ?? .null]
-        do throws(PQError) { _ = try pool.read("SELECT pam_totp.check_enrollable($1, $2, $3, $4)", params) } catch { throw Self.mapped(error) }
+        do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.check_enrollable($1, $2, $3, $4)", params) } catch { throw Self.mapped(error) }
     }
 
     @discardableResult
@@ -359,12 +400,12 @@ public final class PostgresStore: TOTPStore {
                 // The factor and the codes in one transaction: one statement.
                 let set = RecoverySet.hashing(codes: codes, using: &generator)
                 let rows = try pool.write("""
-                    WITH e AS (SELECT pam_totp.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9))
-                    SELECT pam_totp.replace_recovery($1, $2, $10, $11, $12, $13, $14) FROM e
+                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9))
+                    SELECT pam_totp_api.replace_recovery($1, $2, $10, $11, $12, $13, $14) FROM e
                     """, params + recoveryParameters(set) + [.textArray(codes.map { String(decoding: $0, as: UTF8.self) })])
                 return max(0, Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0)
             }
-            _ = try pool.write("SELECT pam_totp.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
+            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
             return 0
         } catch { throw Self.mapped(error) }
     }
@@ -377,7 +418,7 @@ public final class PostgresStore: TOTPStore {
         let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
                                  .text(mayRemoveLast ? "true" : "false")]
         do throws(PQError) {
-            let rows = try pool.write("SELECT pam_totp.remove_factor($1, $2, $3, $4)", params)
+            let rows = try pool.write("SELECT pam_totp_api.remove_factor($1, $2, $3, $4)", params)
             return Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
         } catch { throw Self.mapped(error) }
     }
@@ -385,7 +426,7 @@ public final class PostgresStore: TOTPStore {
     public func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
         let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID))] + recoveryParameters(set) + [.null]
         do throws(PQError) {
-            let rows = try pool.write("SELECT pam_totp.replace_recovery($1, $2, $3, $4, $5, $6, $7)", params)
+            let rows = try pool.write("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7)", params)
             return (rows.first?.first.flatMap { $0 }).flatMap { Int($0) }.map { $0 >= 0 } ?? false
         } catch { throw Self.mapped(error) }
     }
@@ -393,7 +434,7 @@ public final class PostgresStore: TOTPStore {
     public func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
         let name = try Self.text(user)
         let rows: [[String?]]
-        do throws(PQError) { rows = try pool.write("SELECT * FROM pam_totp.unlock($1)", [.text(name)]) } catch { throw Self.mapped(error) }
+        do throws(PQError) { rows = try pool.write("SELECT * FROM pam_totp_api.unlock($1)", [.text(name)]) } catch { throw Self.mapped(error) }
         guard let r = rows.first, r.count == 2 else { throw MFAError.daemon("database: malformed reply") }
         return UnlockResult(failures: UInt32(clamping: r[0].flatMap { Int64($0) } ?? 0),
                             lockedUntil: r[1].flatMap { Int64($0) } ?? 0, rebuilt: false)
@@ -402,7 +443,7 @@ public final class PostgresStore: TOTPStore {
     public func purge(user: [UInt8]) throws(MFAError) -> Bool {
         let name = try Self.text(user)
         do throws(PQError) {
-            let rows = try pool.write("SELECT pam_totp.purge($1)", [.text(name)])
+            let rows = try pool.write("SELECT pam_totp_api.purge($1)", [.text(name)])
             return rows.first?.first.flatMap { $0 } == "t"
         } catch { throw Self.mapped(error) }
     }

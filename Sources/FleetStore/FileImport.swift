@@ -55,20 +55,20 @@ public enum FileImport {
             do throws(PQError) {
                 for f in record.factors {
                     let last = max(f.enrolledStep, state.lastUsedStep(of: f) ?? 0)
-                    _ = try c.execute("SELECT pam_totp.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", [
+                    _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", [
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(f.parameters.algorithm.name),
                         .text(String(f.parameters.digits)), .text(String(f.parameters.period)), .text(String(f.created)),
                         .text(String(last)), .bytea(f.secret)])
-                    _ = try c.execute("SELECT pam_totp.import_last_step($1, $2, $3)",
+                    _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3)",
                                       [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last))])
                 }
                 var used: UInt32 = 0
                 if let set = record.recovery {
-                    _ = try c.execute("SELECT pam_totp.replace_recovery($1, $2, $3, $4, $5, $6, $7)",
+                    _ = try c.execute("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7)",
                                       [.text(user), .text(String(uid))] + store.recoveryParameters(set) + [.null])
                     used = state.usedRecovery(set: set.id)
                 }
-                _ = try c.execute("SELECT pam_totp.import_state($1, $2, $3, $4)",
+                _ = try c.execute("SELECT pam_totp_api.import_state($1, $2, $3, $4)",
                                   [.text(user), .text(String(state.failures)), .text(String(state.lockedUntil)), .text(String(used))])
                 _ = try c.execute("COMMIT")
             } catch {

@@ -168,7 +168,7 @@ struct PamTOTPD: ParsableCommand {
         }
         let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers)
         var failure: PQError? = nil
-        do throws(PQError) { _ = try pool.read("SELECT pam_totp.enrolled_uid('')") } catch { failure = error }
+        do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.enrolled_uid('')") } catch { failure = error }
         if let e = failure {
             throw SocketError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
                               : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")

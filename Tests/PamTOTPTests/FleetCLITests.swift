@@ -180,7 +180,8 @@ final class FleetCLITests: XCTestCase {
         try files.enroll(user: Array("daemon".utf8), accountUID: 1,
                          factor: try Factor(label: Array("phone".utf8), parameters: .default, created: t, secret: other), using: &rng)
 
-        try cluster.psql("CREATE ROLE pamtotp_fleet_import LOGIN; GRANT pam_totp_host TO pamtotp_fleet_import", database: db)
+        // Imports set any state: a role with pam_totp_admin (a host role may not call them).
+        try cluster.psql("CREATE ROLE pamtotp_fleet_import LOGIN; GRANT pam_totp_admin TO pamtotp_fleet_import", database: db)
         let config = try writeConfig("backend = postgresql\npostgresql = \(cluster.conninfo(user: "pamtotp_fleet_import", database: db))\n")
         let r = try runCommand([daemonURL.path, "import-files", "--config", config, storePath])
         XCTAssertEqual(r.status, 0, r.stdout + r.stderr)

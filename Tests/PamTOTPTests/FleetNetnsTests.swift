@@ -224,7 +224,7 @@ final class FleetNetnsTests: XCTestCase {
         // The database agrees: each race factor's last step is the highest step a round gave it.
         for f in 0..<raceSecrets.count {
             let used = plan.filter { $0.factor == f }.map(\.step).max()
-            XCTAssertEqual(try cluster!.psql("SELECT last_step FROM pam_totp.list_factors('root') WHERE label = 'race\(f)'", database: db),
+            XCTAssertEqual(try cluster!.psql("SELECT last_step FROM pam_totp_api.list_factors('root') WHERE label = 'race\(f)'", database: db),
                            used.map { String($0) } ?? "0", "race\(f)")
         }
         let histogram = Dictionary(grouping: perRound, by: { $0 }).mapValues(\.count).sorted { $0.key < $1.key }

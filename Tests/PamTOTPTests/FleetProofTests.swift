@@ -106,11 +106,11 @@ final class FleetProofTests: XCTestCase {
         // The admin role needs no proof.
         try admin.enroll(user: alice, accountUID: 2001, factor: try factor("spare", attacker), importedCodes: nil, using: &rng)
         XCTAssertEqual(try admin.removeFactor(user: alice, accountUID: 2001, label: Array("spare".utf8), mayRemoveLast: false), 1)
-        // The unchecked functions behind the wrappers are for their owner only.
-        for call in ["SELECT pam_totp.enroll_unchecked('alice', 2001, 'x', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')",
-                     "SELECT pam_totp.remove_factor_unchecked('alice', 2001, 'phone', true)",
-                     "SELECT pam_totp.replace_recovery_unchecked('alice', 2001, 1, 1000, '\\x0000000000000000'::bytea, ARRAY['\\x00'::bytea], NULL)",
-                     "SELECT pam_totp.require_proof('alice', 0)"] {
+        // The helpers behind the entry points are for their owner only.
+        for call in ["SELECT pam_totp_api.lock_for_change('alice')",
+                     "SELECT pam_totp_api.require_proof('alice')",
+                     "SELECT * FROM pam_totp_api.judge('alice', '000000', 0, 1, false)",
+                     "SELECT pam_totp_api.login_begin_at('alice', 2001, '000000', 0, 1, 10, 300, false)"] {
             XCTAssertThrowsError(try cluster.psql(call, user: "proof_host_b", database: db), call) {
                 XCTAssertTrue("\($0)".contains("permission denied"), "\(call): \($0)")
             }
@@ -130,14 +130,14 @@ final class FleetProofTests: XCTestCase {
         try sql("UPDATE pam_totp.users SET proof_until = 0")
         let ci = "CREATE COLLATION pg_temp.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false); "
         // B's own first factor for a name that differs from alice's only in case: allowed (trust on first use).
-        try cluster.psql("SELECT pam_totp.enroll('ALICE', 2001, 'x', 'sha1', 6, 30, 0, 0, '\\x6174746163b6b572736563726574313233343536')",
+        try cluster.psql("SELECT pam_totp_api.enroll('ALICE', 2001, 'x', 'sha1', 6, 30, 0, 0, '\\x6174746163b6b572736563726574313233343536')",
                          user: "proof_host_b", database: db)
         let evil = "'\\x617474616365727365637265743132333435ff'"
-        for call in ["SELECT pam_totp.enroll('alice' COLLATE pg_temp.ci, 2001, 'evil', 'sha1', 6, 30, 0, 0, \(evil))",
-                     "SELECT pam_totp.enroll('alice', 2001, 'evil' COLLATE pg_temp.ci, 'sha1', 6, 30, 0, 0, \(evil))",
-                     "SELECT pam_totp.replace_recovery('alice' COLLATE pg_temp.ci, 2001, 1, 1000, '\\x0000000000000000'::bytea, ARRAY['\\x00'::bytea], NULL)",
-                     "SELECT pam_totp.remove_factor('alice' COLLATE pg_temp.ci, 2001, 'phone', true)",
-                     "SELECT outcome FROM pam_totp.login('alice' COLLATE pg_temp.ci, 2001, '000000', 1, 10, 300, false)"] {
+        for call in ["SELECT pam_totp_api.enroll('alice' COLLATE pg_temp.ci, 2001, 'evil', 'sha1', 6, 30, 0, 0, \(evil))",
+                     "SELECT pam_totp_api.enroll('alice', 2001, 'evil' COLLATE pg_temp.ci, 'sha1', 6, 30, 0, 0, \(evil))",
+                     "SELECT pam_totp_api.replace_recovery('alice' COLLATE pg_temp.ci, 2001, 1, 1000, '\\x0000000000000000'::bytea, ARRAY['\\x00'::bytea], NULL)",
+                     "SELECT pam_totp_api.remove_factor('alice' COLLATE pg_temp.ci, 2001, 'phone', true)",
+                     "CALL pam_totp_api.login('alice' COLLATE pg_temp.ci, 2001, '000000', 1, 10, 300, false)"] {
             XCTAssertThrowsError(try cluster.psql(ci + call, user: "proof_host_b", database: db), call) {
                 XCTAssertTrue("\($0)".contains("byte for byte"), "\(call): \($0)")
             }
@@ -146,32 +146,35 @@ final class FleetProofTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.recovery"), "0")
         XCTAssertEqual(try sql("SELECT proof_until || ':' || failures FROM pam_totp.users WHERE name = 'alice'"), "0:0")
         // A deterministic collation other than the default still compares byte for byte: allowed.
-        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp.enroll('alice' COLLATE \"C\", 2001, 'evil', 'sha1', 6, 30, 0, 0, \(evil))",
+        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp_api.enroll('alice' COLLATE \"C\", 2001, 'evil', 'sha1', 6, 30, 0, 0, \(evil))",
                                               user: "proof_host_b", database: db)) {
             XCTAssertTrue("\($0)".contains("needs a current code of that user"), "\($0)")
         }
         guard case .success = login(a, try currentCode(phone, offsetSteps: 1)) else { return XCTFail("alice logs in on A") }
     }
-    /// A role a DBA had granted the old enroll / replace_recovery / remove_factor directly
-    /// (not through pam_totp_host) keeps no access to their unchecked bodies after 008 renamed
-    /// them: a rename keeps grants, and 008 revoked only PUBLIC's and the group roles'.
-    func testADirectGrantDoesNotSurviveAsUncheckedAccess() throws {
+    /// A role a DBA granted an API function directly (not through pam_totp_host) keeps no
+    /// access once init-database runs again: the API is re-created whole from sql/api.sql, and
+    /// reaches login roles only through the two group roles.
+    func testADirectGrantDoesNotSurviveInitDatabase() throws {
         try cluster.psql("CREATE DATABASE upgraded")
         let conninfo = cluster.conninfo(database: "upgraded")
-        _ = try Migrator.migrate(conninfo: conninfo, upTo: 7)
+        _ = try Migrator.migrate(conninfo: conninfo)
         try cluster.psql("""
             CREATE ROLE proof_direct LOGIN;
-            GRANT USAGE ON SCHEMA pam_totp TO proof_direct;
-            GRANT EXECUTE ON FUNCTION pam_totp.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
-                                      pam_totp.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
-                                      pam_totp.remove_factor(text, bigint, text, boolean) TO proof_direct
+            GRANT USAGE ON SCHEMA pam_totp_api TO proof_direct;
+            GRANT EXECUTE ON FUNCTION pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
+                                      pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
+                                      pam_totp_api.remove_factor(text, bigint, text, boolean),
+                                      pam_totp_api.lock_for_change(text) TO proof_direct
             """, database: "upgraded")
+        XCTAssertEqual(try cluster.psql("SELECT has_function_privilege('proof_direct', 'pam_totp_api.lock_for_change(text)', 'EXECUTE')",
+                                        database: "upgraded"), "t")
         _ = try Migrator.migrate(conninfo: conninfo)
         XCTAssertEqual(try cluster.psql("""
             SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = 'pam_totp' AND p.proname LIKE '%_unchecked' AND has_function_privilege('proof_direct', p.oid, 'EXECUTE')
+             WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('proof_direct', p.oid, 'EXECUTE')
             """, database: "upgraded"), "0")
-        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp.remove_factor_unchecked('alice', 2001, 'phone', true)",
+        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp_api.lock_for_change('alice')",
                                               user: "proof_direct", database: "upgraded")) {
             XCTAssertTrue("\($0)".contains("permission denied"), "\($0)")
         }

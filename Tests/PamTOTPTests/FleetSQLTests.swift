@@ -28,6 +28,9 @@ final class FleetSQLTests: XCTestCase {
     }
 
     func sql(_ q: String, user: String = "postgres") throws -> String { try cluster.psql(q, user: user, database: db) }
+    func login(_ select: String, _ arguments: String, user: String = "postgres") throws -> String {
+        try cluster.login(select, arguments, user: user, database: db)
+    }
 
     // MARK: - Migrations
 
@@ -41,6 +44,9 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertEqual(m.sql, text, "\(f) differs from Migrations.swift: run scripts/embed-sql.sh")
             XCTAssertEqual(m.version, Int(f.prefix(3)))
         }
+        var api = try String(contentsOf: packageRoot.appendingPathComponent("sql/api.sql"), encoding: .utf8)
+        if api.hasSuffix("\n") { api.removeLast() }
+        XCTAssertEqual(Migrations.api, api, "sql/api.sql differs from Migrations.swift: run scripts/embed-sql.sh")
     }
 
     func testInitDatabaseIsIdempotent() throws {
@@ -59,20 +65,56 @@ final class FleetSQLTests: XCTestCase {
     }
 
     /// A database at version 1 with an enrolment and a used step is upgraded in place: the
-    /// data stays, the new function works on it.
+    /// data stays, the API works on it.
     func testUpgradeFromVersionOneKeepsTheData() throws {
         try cluster.psql("CREATE DATABASE fleet_up")
         let conninfo = cluster.conninfo(database: "fleet_up")
         XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 1).to, 1)
-        let secret = "\\x3132333435363738393031323334353637383930"
-        try cluster.psql("SELECT pam_totp.enroll('gina', 1004, 'phone', 'sha1', 6, 30, 0, 0, '\(secret)')", database: "fleet_up")
-        XCTAssertEqual(try cluster.psql("SELECT outcome FROM pam_totp.verify_at('gina', '287082', 59, 1, 10, 300, false)", database: "fleet_up"), "success")
-        XCTAssertThrowsError(try cluster.psql("SELECT * FROM pam_totp.login_at('gina', 1004, '287082', 59, 1, 10, 300, false)", database: "fleet_up"))
+        XCTAssertEqual(try cluster.psql("SELECT to_regnamespace('pam_totp_api') IS NULL", database: "fleet_up"), "t",
+                       "the API is made only at the last version")
+        try cluster.psql("INSERT INTO pam_totp.users (name, uid) VALUES ('gina', 1004)", database: "fleet_up")
+        try cluster.psql("INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret) "
+                         + "VALUES ('gina', 'phone', 'sha1', 6, 30, 0, 1, '\\x3132333435363738393031323334353637383930')", database: "fleet_up")
         let up = try Migrator.migrate(conninfo: conninfo)
         XCTAssertEqual(up.from, 1)
         XCTAssertEqual(up.to, Migrations.all.last?.version)
-        XCTAssertEqual(try cluster.psql("SELECT outcome || ' ' || replayed FROM pam_totp.login_at('gina', 1004, '287082', 59, 1, 10, 300, false)",
-                                        database: "fleet_up"), "wrong true", "the step used before the upgrade stays used")
+        XCTAssertEqual(try cluster.login("outcome || ' ' || replayed", "'gina', 1004, '287082', 59, 1, 10, 300, false", procedure: "login_at",
+                                         database: "fleet_up"), "wrong true", "the step used before the upgrade stays used")
+    }
+
+    /// A database made by the pre-release series at its version 8 (Tests/Fixtures/fleet-schema-8.sql:
+    /// pg_dump of what the main of that day's init-database made, with two users) upgrades in
+    /// place: every enrolment, used step, failure count, lockout and recovery code is kept, the
+    /// old functions are gone from the data schema, and the API works on the data.
+    func testUpgradeFromThePreReleaseVersionEightKeepsEverything() throws {
+        try cluster.psql("CREATE DATABASE fleet_v8")
+        let dump = packageRoot.appendingPathComponent("Tests/Fixtures/fleet-schema-8.sql").path
+        let restore = try runCommand(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                      "-U", "postgres", "-d", "fleet_v8", "-f", dump])
+        XCTAssertEqual(restore.status, 0, restore.stderr)
+        func v8(_ q: String) throws -> String { try cluster.psql(q, database: "fleet_v8") }
+        let before = try v8("SELECT string_agg(name || ':' || uid || ':' || failures || ':' || locked_until || ':' || coalesce(proof_role, '-') || ':' || proof_until, ',' ORDER BY name) FROM pam_totp.users")
+        let factors = try v8("SELECT string_agg(user_name || ':' || label || ':' || algorithm || ':' || digits || ':' || period || ':' || last_step || ':' || encode(secret, 'hex'), ',' ORDER BY id) FROM pam_totp.factors")
+        let recovery = try v8("SELECT string_agg(user_name || ':' || set_id || ':' || used || ':' || cardinality(hashes), ',') FROM pam_totp.recovery")
+        XCTAssertEqual(try v8("SELECT max(version) FROM pam_totp.schema_version"), "8")
+        let up = try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_v8"))
+        XCTAssertEqual(up.from, 1, "the pre-release version 8 is this series' version 1")
+        XCTAssertEqual(up.to, Migrations.all.last?.version)
+        XCTAssertEqual(try v8("SELECT string_agg(name || ':' || uid || ':' || failures || ':' || locked_until || ':' || coalesce(proof_role, '-') || ':' || proof_until, ',' ORDER BY name) FROM pam_totp.users"), before)
+        XCTAssertEqual(try v8("SELECT string_agg(user_name || ':' || label || ':' || algorithm || ':' || digits || ':' || period || ':' || last_step || ':' || encode(secret, 'hex'), ',' ORDER BY id) FROM pam_totp.factors"), factors)
+        XCTAssertEqual(try v8("SELECT string_agg(user_name || ':' || set_id || ':' || used || ':' || cardinality(hashes), ',') FROM pam_totp.recovery"), recovery)
+        XCTAssertEqual(before, "alice:1001:3:0:postgres:1700000800,bob:1002:100:0:postgres:1795489260")
+        XCTAssertEqual(try v8("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp'::regnamespace"), "0", "the pre-release functions are gone")
+        // The API on the kept data: alice's used step stays used, her used recovery code stays
+        // used, her unused one works once; bob stays at the cap.
+        func call(_ args: String) throws -> String { try cluster.login("outcome || ' ' || coalesce(replayed::text, '') || ' ' || failures || ' ' || coalesce(remaining::text, '-')", args, procedure: "login_at", database: "fleet_v8") }
+        let used = String(decoding: try TOTP.code(secret: Array("12345678901234567890".utf8), parameters: .default, at: 56_666_666 * 30), as: UTF8.self)
+        XCTAssertEqual(try call("'alice', 1001, '\(used)', \(56_666_666 * 30), 0, 10, 300, false"), "wrong true 4 -")
+        XCTAssertEqual(try call("'alice', 1001, '11112222333344445555', \(56_666_666 * 30), 0, 10, 300, false"), "wrong false 5 -")
+        XCTAssertEqual(try call("'alice', 1001, '66667777888899990000', \(56_666_666 * 30), 0, 10, 300, false"), "recovery false 0 0")
+        XCTAssertEqual(try call("'bob', 1002, '000000', \(56_666_666 * 30), 0, 10, 300, false"), "locked false 100 -")
+        // And init-database again changes nothing.
+        XCTAssertEqual(try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_v8")).from, Migrations.all.last?.version)
     }
 
     // MARK: - The SQL verifier against RFC 6238 and oathtool
@@ -92,8 +134,8 @@ final class FleetSQLTests: XCTestCase {
         var query: [String] = []
         for (t, alg, _) in vectors {
             let key = keys[alg]!
-            query.append("lpad(pam_totp.hotp(convert_to('\(key)', 'UTF8'), \(t / 30), '\(alg)', 8)::text, 8, '0') || ' ' || "
-                         + "lpad(pam_totp.hotp(convert_to('\(key)', 'UTF8'), \(t / 30), '\(alg)', 6)::text, 6, '0')")
+            query.append("lpad(pam_totp_api.hotp(convert_to('\(key)', 'UTF8'), \(t / 30), '\(alg)', 8)::text, 8, '0') || ' ' || "
+                         + "lpad(pam_totp_api.hotp(convert_to('\(key)', 'UTF8'), \(t / 30), '\(alg)', 6)::text, 6, '0')")
         }
         let got = try sql("SELECT " + query.joined(separator: " || ',' || ")).split(separator: ",").map(String.init)
         XCTAssertEqual(got.count, vectors.count)
@@ -115,7 +157,7 @@ final class FleetSQLTests: XCTestCase {
             cases.append((secret, Int64(rng.next() % 4_000_000_000), alg, digits, period))
         }
         let query = cases.map { c in
-            "lpad(pam_totp.hotp('\\x\(TestSupport.hex(c.secret))'::bytea, \(UInt64(c.t) / c.period), '\(c.alg.name)', \(c.digits))::text, \(c.digits), '0')"
+            "lpad(pam_totp_api.hotp('\\x\(TestSupport.hex(c.secret))'::bytea, \(UInt64(c.t) / c.period), '\(c.alg.name)', \(c.digits))::text, \(c.digits), '0')"
         }.joined(separator: " || ',' || ")
         let fromSQL = try sql("SELECT " + query).split(separator: ",").map(String.init)
         XCTAssertEqual(fromSQL.count, cases.count)
@@ -131,11 +173,11 @@ final class FleetSQLTests: XCTestCase {
 
     func testSQLPBKDF2MatchesMFACore() throws {
         // RFC 7914 §11's PBKDF2-HMAC-SHA-256 vector, and MFACore's recovery-code hash.
-        XCTAssertEqual(try sql("SELECT encode(pam_totp.pbkdf2_sha256('passwd'::bytea, 'salt'::bytea, 1), 'hex')"),
+        XCTAssertEqual(try sql("SELECT encode(pam_totp_api.pbkdf2_sha256('passwd'::bytea, 'salt'::bytea, 1), 'hex')"),
                        "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc")
         let salt = Array("0123456789abcdef".utf8)
         let mine = pbkdf2SHA256(password: Array("123456789012".utf8), salt: salt, iterations: 1000)
-        XCTAssertEqual(try sql("SELECT encode(pam_totp.pbkdf2_sha256('123456789012'::bytea, '\\x\(TestSupport.hex(salt))'::bytea, 1000), 'hex')"),
+        XCTAssertEqual(try sql("SELECT encode(pam_totp_api.pbkdf2_sha256('123456789012'::bytea, '\\x\(TestSupport.hex(salt))'::bytea, 1000), 'hex')"),
                        TestSupport.hex(mine))
     }
 
@@ -165,14 +207,17 @@ final class FleetSQLTests: XCTestCase {
         }
         XCTAssertGreaterThan(Int(try sql("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pam_totp' AND c.relkind = 'r'")) ?? 0, 4)
         // Every function a host role may execute in our schemas: none returns bytea, or has an
-        // OUT column of it, and every one is SECURITY DEFINER with a pinned search_path.
+        // OUT column of it, and every one is SECURITY DEFINER with a pinned search_path; the one
+        // procedure (login, which must commit between its two steps) runs as its caller.
         let executable = try sql("""
-            SELECT p.proname || ':' || pg_get_function_result(p.oid) || ':' || p.prosecdef || ':' || coalesce(array_to_string(p.proconfig, ';'), '')
+            SELECT p.proname || ':' || p.prokind::text || ':' || coalesce(pg_get_function_result(p.oid), pg_get_function_arguments(p.oid)) || ':'
+                   || p.prosecdef || ':' || coalesce(array_to_string(p.proconfig, ';'), '')
               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('host_a', p.oid, 'EXECUTE') ORDER BY p.proname
             """).split(separator: "\n").map(String.init)
-        // verify (no uid: whichever account a record belongs to) is no host's since migration 007.
-        let hostFunctions = ["check_enrollable", "enroll", "enrolled_uid", "import_last_step", "import_state", "list_factors", "login",
+        // A host logs in (login, or its two steps) and enrols with proof; the imports, which
+        // set any state, are the admin's (a host changes a user's state only by logging in).
+        let hostFunctions = ["check_enrollable", "enroll", "enrolled_uid", "list_factors", "login", "login_begin", "login_finish",
                              "remove_factor", "replace_recovery", "user_status"]
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) }, hostFunctions)
         for who in ["pam_totp_host", "host_a"] {
@@ -185,43 +230,45 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertEqual(try sql("""
                 SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                  WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
-                """), (hostFunctions + ["all_status", "purge", "unlock"]).sorted().joined(separator: ","), who)
+                """), (hostFunctions + ["all_status", "import_last_step", "import_state", "purge", "unlock"]).sorted().joined(separator: ","), who)
         }
-        // The grants themselves, as the catalogue holds them: verify's ACL is its owner's alone.
-        XCTAssertEqual(try sql("""
-            SELECT coalesce(string_agg(a.grantee::regrole::text, ',' ORDER BY a.grantee::regrole::text), '')
-              FROM pg_proc p, aclexplode(p.proacl) a
-             WHERE p.oid = 'pam_totp.verify(text,text,integer,integer,bigint,boolean)'::regprocedure AND a.grantee <> p.proowner
-            """), "")
+        // No function is left in the data schema; the API's schema is its own.
+        XCTAssertEqual(try sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp'::regnamespace"), "0")
         for f in executable {
             XCTAssertFalse(f.contains("bytea"), "returns bytes: \(f)")
+            if f.hasPrefix("login:p:") {
+                XCTAssertTrue(f.hasSuffix(":false:"), "the login procedure must run as its caller, with no SET: \(f)")
+                continue
+            }
             XCTAssertTrue(f.contains(":true:"), "not SECURITY DEFINER: \(f)")
             XCTAssertTrue(f.contains("search_path=pg_catalog"), "search_path not pinned: \(f)")
         }
         // Every SECURITY DEFINER function in the schema pins its search_path.
         XCTAssertEqual(try sql("""
             SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = 'pam_totp' AND p.prosecdef AND NOT coalesce(array_to_string(p.proconfig, ';') LIKE 'search_path=%', false)
+             WHERE n.nspname = 'pam_totp_api' AND p.prosecdef AND NOT coalesce(array_to_string(p.proconfig, ';') LIKE 'search_path=%', false)
             """), "0")
         // And as the host itself: the tables, the clock-taking verifiers, verify (no uid), hmac, unlock and purge are refused.
         for forbidden in ["SELECT secret FROM pam_totp.factors", "SELECT * FROM pam_totp.users", "SELECT * FROM pam_totp.recovery",
-                          "SELECT * FROM pam_totp.verify_at('u', '123456', 0, 1, 10, 300, false)",
-                          "SELECT * FROM pam_totp.verify('u', '123456', 1, 10, 300, false)",
-                          "SELECT * FROM pam_totp.login_at('u', 0, '123456', 0, 1, 10, 300, false)",
-                          "SELECT pam_totp.hotp('\\x3132333435363738393031323334353637383930'::bytea, 1, 'sha1', 6)",
+                          "SELECT * FROM pam_totp_api.judge('u', '123456', 0, 1, false)",
+                          "SELECT pam_totp_api.login_begin_at('u', 0, '123456', 0, 1, 10, 300, false)",
+                          "CALL pam_totp_api.login_at('u', 0, '123456', 0, 1, 10, 300, false)",
+                          "SELECT pam_totp_api.import_last_step('u', 'phone', 9223372036854775807)",
+                          "SELECT pam_totp_api.import_state('u', 100, 9223372036854775807, -1)",
+                          "SELECT pam_totp_api.hotp('\\x3132333435363738393031323334353637383930'::bytea, 1, 'sha1', 6)",
                           "SELECT pam_totp_crypto.hmac('a'::bytea, 'b'::bytea, 'sha1')",
-                          "SELECT * FROM pam_totp.unlock('u')", "SELECT pam_totp.purge('u')", "SELECT * FROM pam_totp.all_status()",
+                          "SELECT * FROM pam_totp_api.unlock('u')", "SELECT pam_totp_api.purge('u')", "SELECT * FROM pam_totp_api.all_status()",
                           "CREATE TABLE pam_totp.x (a int)", "CREATE FUNCTION pam_totp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'"] {
             XCTAssertThrowsError(try sql(forbidden, user: "host_a"), forbidden) { error in
                 XCTAssertTrue("\(error)".contains("permission denied"), "\(forbidden): \(error)")
             }
         }
         // What the host may do works, and the admin's extras work for the admin.
-        try sql("SELECT pam_totp.enroll('carol', 1000, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')", user: "host_a")
-        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.login('carol', 1000, '000000', 1, 10, 300, false)", user: "host_a"), "wrong")
-        XCTAssertEqual(try sql("SELECT label || ' ' || algorithm FROM pam_totp.list_factors('carol')", user: "host_a"), "phone sha1")
-        XCTAssertEqual(try sql("SELECT failures FROM pam_totp.unlock('carol')", user: "admin_a"), "1")
-        XCTAssertEqual(try sql("SELECT pam_totp.purge('carol')", user: "admin_a"), "t")
+        try sql("SELECT pam_totp_api.enroll('carol', 1000, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')", user: "host_a")
+        XCTAssertEqual(try login("outcome", "'carol', 1000, '000000', 1, 10, 300, false", user: "host_a"), "wrong")
+        XCTAssertEqual(try sql("SELECT label || ' ' || algorithm FROM pam_totp_api.list_factors('carol')", user: "host_a"), "phone sha1")
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp_api.unlock('carol')", user: "admin_a"), "1")
+        XCTAssertEqual(try sql("SELECT pam_totp_api.purge('carol')", user: "admin_a"), "t")
     }
 
     /// A search_path without pg_temp searches pg_temp first for types and relations. A host
@@ -231,7 +278,7 @@ final class FleetSQLTests: XCTestCase {
     func testHostRoleCannotRunCodeAsTheOwnerThroughPgTemp() throws {
         try makeHost("host_t")
         let secretHex = "3132333435363738393031323334353637383930"
-        try sql("SELECT pam_totp.enroll('tina', 1010, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(secretHex)')")
+        try sql("SELECT pam_totp_api.enroll('tina', 1010, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(secretHex)')")
         let attack = """
             CREATE FUNCTION pg_temp.steal(v pg_catalog.text) RETURNS boolean LANGUAGE plpgsql AS $f$
             DECLARE s pg_catalog.text;
@@ -246,24 +293,145 @@ final class FleetSQLTests: XCTestCase {
             CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (pg_temp.steal(VALUE));
             CREATE DOMAIN pg_temp.bytea AS pg_catalog.bytea CHECK (pg_temp.steal('b'));
             CREATE TABLE pg_temp.settings (max_window int);
-            SELECT outcome FROM pam_totp.login('tina', 1010, '000000', 1, 10, 300, false);
-            SELECT outcome FROM pam_totp.login('tina', 1010, '12345678', 1, 10, 300, false);
-            SELECT pam_totp.enroll('tom', 1011, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899');
-            SELECT count(*) FROM pam_totp.list_factors('tom');
             """
+        // Each call a statement of its own in the same session (a login commits between its steps).
+        let calls = ["CALL pam_totp_api.login('tina', 1010, '000000', 1, 10, 300, false)",
+                     "CALL pam_totp_api.login('tina', 1010, '12345678', 1, 10, 300, false)",
+                     "SELECT pam_totp_api.enroll('tom', 1011, 'two', 'sha1', 6, 30, 0, 0, '\\x00112233445566778899')",
+                     "SELECT count(*) FROM pam_totp_api.list_factors('tom')"]
         let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
-                                "-U", "host_t", "-d", db, "-c", attack])
+                                "-U", "host_t", "-d", db, "-c", attack] + calls.flatMap { ["-c", $0] })
         let heard = r.stdout + r.stderr
         XCTAssertFalse(heard.contains(secretHex), "the host read a secret: \(heard)")
         XCTAssertFalse(heard.contains("STOLEN"), "the host's pg_temp code ran inside a SECURITY DEFINER function: \(heard)")
         XCTAssertEqual(r.status, 0, heard)
-        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), ["wrong", "wrong", "1"])
-        // And structurally: every function in our schemas puts pg_temp last.
+        XCTAssertEqual(r.stdout.split(separator: "\n").map { String($0.prefix { $0 != "|" }) }, ["wrong", "wrong", "1"])
+        // And structurally: every function in our schemas puts pg_temp last (the login
+        // procedures commit, so they carry no SET: they run as their caller, as above).
         XCTAssertEqual(try sql("""
             SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname LIKE 'pam_totp%' AND n.nspname <> 'pam_totp_crypto'
+             WHERE n.nspname LIKE 'pam_totp%' AND n.nspname <> 'pam_totp_crypto' AND p.prokind <> 'p'
                AND NOT coalesce(array_to_string(p.proconfig, ';') ~ '^search_path=pg_catalog, [a-z_, ]*pg_temp(;|$)', false)
             """), "")
+    }
+
+    // MARK: - An attempt is durable before its verdict is told
+
+    /// psql as `user` on a script file (each statement sent on its own, as a client would):
+    /// standard output and standard error.
+    func psqlScript(_ script: String, user: String) throws -> (out: String, err: String) {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("pamtotp-\(UUID().uuidString).sql")
+        try script.write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+        chmod(file.path, 0o644)
+        let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
+                                "-U", user, "-d", db, "-f", file.path])
+        return (r.stdout, r.stderr)
+    }
+
+    /// A host role rolled back its wrong guesses: login returned the verdict inside the
+    /// caller's transaction, so a host wrapped each call in a savepoint (a DO loop with an
+    /// exception block) or in BEGIN ... ROLLBACK and undid every wrong answer, uncounted
+    /// (~3,100 guesses/s; a valid code of any user in 8-88 s, whose commit also recorded the
+    /// host's proof for changing that user's factors). Now a verdict is told only once its
+    /// attempt, counted as a failure, has committed: every variant tells nothing, and the
+    /// guesses that are told are counted until the lockout, with no proof recorded.
+    func testAHostCannotUndoItsWrongGuesses() throws {
+        try makeHost("host_g")
+        let secret = Array("12345678901234567890".utf8)
+        try sql("SELECT pam_totp_api.enroll('gwen', 1020, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("UPDATE pam_totp.users SET proof_role = NULL, proof_until = 0")
+        awayFromStepBoundary()
+        let code = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: Int64(time(nil))), as: UTF8.self)
+        // Guesses 000000-000199 and the right code, each in an exception block of a DO loop:
+        // through the procedure, and through its two steps.
+        let vars = "g text; o text; l text; s bigint; d int; f int; u bigint; r boolean; m int; a bigint; told int := 0"
+        let guesses = "ARRAY(SELECT lpad(i::text, 6, '0') FROM generate_series(0, 199) i) || '\(code)'::text"
+        let savepoints = try psqlScript("""
+            DO $$ DECLARE \(vars); BEGIN
+              FOREACH g IN ARRAY \(guesses) LOOP
+                BEGIN
+                  CALL pam_totp_api.login('gwen', 1020, g, 1, 10, 300, false, o, l, s, d, f, u, r, m);
+                  told := told + 1;
+                  RAISE EXCEPTION 'undo';
+                EXCEPTION WHEN others THEN NULL;
+                END;
+                BEGIN
+                  a := pam_totp_api.login_begin('gwen', 1020, g, 1, 10, 300, false);
+                  SELECT x.outcome INTO o FROM pam_totp_api.login_finish(a) x;
+                  told := told + 1;
+                  RAISE EXCEPTION 'undo';
+                EXCEPTION WHEN others THEN NULL;
+                END;
+              END LOOP;
+              RAISE NOTICE 'verdicts told: %', told;
+            END $$;
+            """, user: "host_g")
+        XCTAssertTrue(savepoints.err.contains("verdicts told: 0"), savepoints.out + savepoints.err)
+        // The client's own transaction: BEGIN, both steps, ROLLBACK; and the procedure inside BEGIN.
+        let rollback = try psqlScript("""
+            BEGIN;
+            SELECT pam_totp_api.login_begin('gwen', 1020, '\(code)', 1, 10, 300, false) AS a \\gset
+            SELECT 'told:' || outcome FROM pam_totp_api.login_finish(:a);
+            ROLLBACK;
+            BEGIN;
+            CALL pam_totp_api.login('gwen', 1020, '\(code)', 1, 10, 300, false);
+            ROLLBACK;
+            """, user: "host_g")
+        XCTAssertFalse(rollback.out.contains("told:") || rollback.out.contains("success"), rollback.out)
+        XCTAssertTrue(rollback.err.contains("commit login_begin first"), rollback.err)
+        XCTAssertTrue(rollback.err.contains("invalid transaction termination"), rollback.err)
+        XCTAssertEqual(try sql("SELECT failures || ' ' || (proof_role IS NULL) FROM pam_totp.users WHERE name = 'gwen'"), "0 true",
+                       "nothing was committed, nothing told")
+        // An attempt committed and never finished (a killed session) counts as a failure.
+        _ = try sql("SELECT pam_totp_api.login_begin('gwen', 1020, '\(code)', 1, 10, 300, false)", user: "host_g")
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp_api.user_status('gwen')", user: "host_g"), "1")
+        // Guesses the host commits are told, and counted: the 10th (the database's
+        // max_failures) locks gwen out, then every answer, the right code too, is refused.
+        let told = try psqlScript("""
+            DO $$ DECLARE \(vars); BEGIN
+              FOREACH g IN ARRAY \(guesses) LOOP
+                CALL pam_totp_api.login('gwen', 1020, g, 1, 10, 300, false, o, l, s, d, f, u, r, m);
+                RAISE NOTICE 'verdict %', o;
+              END LOOP;
+            END $$;
+            """, user: "host_g")
+        let verdicts = told.err.split(separator: "\n").filter { $0.contains("verdict ") }.map { String($0.split(separator: " ").last ?? "") }
+        XCTAssertEqual(verdicts.count, 201, told.err)
+        XCTAssertEqual(Array(verdicts.prefix(9)), Array(repeating: "wrong", count: 9), told.err)
+        XCTAssertEqual(Set(verdicts.dropFirst(9)), ["locked"], "after max_failures guesses every answer is refused")
+        XCTAssertEqual(try sql("SELECT failures || ' ' || (locked_until > 0) || ' ' || (proof_role IS NULL) FROM pam_totp.users WHERE name = 'gwen'"),
+                       "10 true true", "the victim's failures counted, locked out, no proof recorded")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.attempts"), "1", "only the attempt never finished waits")
+    }
+
+    /// The import functions were granted to host roles: import_last_step(u, f, 2^63-1) and
+    /// import_state(u, 100, 2^63-1, -1) made every code read as replayed and every recovery
+    /// code spent, forever, and admin unlock did not repair it. Imports are the admin's and
+    /// bounded; unlock brings a factor's last used step in the future back to now.
+    func testAHostCannotBrickAUserThroughTheImports() throws {
+        try makeHost("host_i")
+        try makeHost("admin_i", role: "pam_totp_admin")
+        let secret = Array("12345678901234567890".utf8)
+        try sql("SELECT pam_totp_api.enroll('ivy', 1021, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        for call in ["SELECT pam_totp_api.import_last_step('ivy', 'phone', 9223372036854775807)",
+                     "SELECT pam_totp_api.import_state('ivy', 100, 9223372036854775807, -1)"] {
+            XCTAssertThrowsError(try sql(call, user: "host_i"), call) { XCTAssertTrue("\($0)".contains("permission denied"), "\($0)") }
+            XCTAssertThrowsError(try sql(call, user: "admin_i"), call) { XCTAssertTrue("\($0)".contains("not a file store's"), "\($0)") }
+        }
+        XCTAssertEqual(try sql("SELECT last_step || ' ' || failures || ' ' || locked_until FROM pam_totp.factors, pam_totp.users WHERE name = 'ivy'"),
+                       "0 0 0")
+        // A user bricked before this fix: unlock makes the account usable again.
+        try sql("UPDATE pam_totp.factors SET last_step = 9223372036854775807 WHERE user_name = 'ivy'")
+        try sql("UPDATE pam_totp.users SET failures = 100 WHERE name = 'ivy'")
+        awayFromStepBoundary()
+        let now = Int64(time(nil))
+        func code(_ t: Int64) throws -> String { String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t), as: UTF8.self) }
+        XCTAssertEqual(try login("outcome", "'ivy', 1021, '\(try code(now))', 1, 10, 300, false", user: "host_i"), "locked")
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp_api.unlock('ivy')", user: "admin_i"), "100")
+        XCTAssertEqual(try login("outcome || ' ' || replayed", "'ivy', 1021, '\(try code(now))', 1, 10, 300, false", user: "host_i"), "wrong true",
+                       "the step of unlock's moment counts as used")
+        XCTAssertEqual(try login("outcome", "'ivy', 1021, '\(try code(now + 30))', 1, 10, 300, false", user: "host_i"), "success")
     }
 
     // MARK: - The verdict in one transaction
@@ -276,13 +444,13 @@ final class FleetSQLTests: XCTestCase {
     func testHostRoleClampsTheLimitsItAsksFor() throws {
         XCTAssertEqual(try sql("SELECT max_window || ' ' || max_failures || ' ' || min_lockout FROM pam_totp.settings"), "1 10 300")
         try makeHost("host_b")
-        try sql("SELECT pam_totp.enroll('dave', 1001, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        try sql("SELECT pam_totp_api.enroll('dave', 1001, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
         // The host asks for 100 failures before a lockout and a 0 s lockout: the database's
         // max_failures (10) and min_lockout (300) apply.
         var last = ""
-        for _ in 1...10 { last = try sql("SELECT failures || ' ' || (locked_until > 0) FROM pam_totp.login('dave', 1001, '000000', 10, 100, 0, false)", user: "host_b") }
+        for _ in 1...10 { last = try login("failures || ' ' || (locked_until > 0)", "'dave', 1001, '000000', 10, 100, 0, false", user: "host_b") }
         XCTAssertEqual(last, "10 true")
-        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp.login('dave', 1001, '000000', 10, 100, 0, false)", user: "host_b"), "locked")
+        XCTAssertEqual(try login("outcome", "'dave', 1001, '000000', 10, 100, 0, false", user: "host_b"), "locked")
     }
 
     /// pam-totpd's lookup-then-authenticate path as a host role: it used `verify` (a name, no
@@ -293,7 +461,7 @@ final class FleetSQLTests: XCTestCase {
     func testLookupThenAuthenticateAsAHostIsBoundToTheUIDItLookedUp() throws {
         try makeHost("host_l")
         let secret = Array("12345678901234567890".utf8)
-        try sql("SELECT pam_totp.enroll('lena', 1015, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("SELECT pam_totp_api.enroll('lena', 1015, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
         try sql("UPDATE pam_totp.settings SET max_window = 10")
         let host = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(user: "host_l", database: db)))
         var o = ModuleOptions()
@@ -307,11 +475,11 @@ final class FleetSQLTests: XCTestCase {
             return XCTFail("a host authenticates after its lookup")
         }
         // Between lookup and authenticate the name is purged and enrolled for another account.
-        try sql("SELECT pam_totp.purge('lena')")
-        try sql("SELECT pam_totp.enroll('lena', 2015, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("SELECT pam_totp_api.purge('lena')")
+        try sql("SELECT pam_totp_api.enroll('lena', 2015, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
         let r = host.authenticate(answer: try code(-1), at: 0, options: o, process: 1, enrolled: seen)
         guard case .unenrolled = r else { return XCTFail("the record of uid 2015 answered for uid 1015's lookup: \(r)") }
-        XCTAssertEqual(try sql("SELECT last_step || ' ' || (SELECT failures FROM pam_totp.user_status('lena')) FROM pam_totp.list_factors('lena')"),
+        XCTAssertEqual(try sql("SELECT last_step || ' ' || (SELECT failures FROM pam_totp_api.user_status('lena')) FROM pam_totp_api.list_factors('lena')"),
                        "0 0", "nothing recorded on the other account's record")
     }
 
@@ -322,15 +490,15 @@ final class FleetSQLTests: XCTestCase {
     /// counted: unlimited guesses. Every wrong answer is counted whatever the session says.
     func testHostSessionSettingsCannotStopAFailureBeingCounted() throws {
         try makeHost("host_s")
-        try sql("SELECT pam_totp.enroll('olga', 1013, 'phone', 'sha1', 8, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
-        try sql("SELECT pam_totp.replace_recovery('olga', 1013, 1, 1000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
-        for call in ["SELECT outcome FROM pam_totp.login('olga', 1013, '12345678', 1, 10, 300, false)",
-                     "SELECT outcome FROM pam_totp.login('olga', 1013, '87654321', 1, 10, 300, false)"] {
+        try sql("SELECT pam_totp_api.enroll('olga', 1013, 'phone', 'sha1', 8, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        try sql("SELECT pam_totp_api.replace_recovery('olga', 1013, 1, 1000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
+        for call in ["CALL pam_totp_api.login('olga', 1013, '12345678', 1, 10, 300, false)",
+                     "CALL pam_totp_api.login('olga', 1013, '87654321', 1, 10, 300, false)"] {
             let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
                                     "-U", "host_s", "-d", db, "-c", "SET standard_conforming_strings = off", "-c", call])
-            XCTAssertEqual(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "wrong", call + ": " + r.stderr)
+            XCTAssertEqual(r.stdout.prefix { $0 != "|" }, "wrong", call + ": " + r.stderr)
         }
-        XCTAssertEqual(try sql("SELECT failures FROM pam_totp.user_status('olga')", user: "host_s"), "2", "both wrong answers counted")
+        XCTAssertEqual(try sql("SELECT failures FROM pam_totp_api.user_status('olga')", user: "host_s"), "2", "both wrong answers counted")
     }
 
     /// An 8-digit code is recovery-shaped: verify_at ran the recovery PBKDF2 only when no
@@ -340,19 +508,19 @@ final class FleetSQLTests: XCTestCase {
     func testAStatementTimeoutCannotTellARightCodeFromAWrongOne() throws {
         try makeHost("host_c")
         let secret = Array("12345678901234567890".utf8)
-        try sql("SELECT pam_totp.enroll('cleo', 1014, 'phone', 'sha1', 8, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("SELECT pam_totp_api.enroll('cleo', 1014, 'phone', 'sha1', 8, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
         // The slowest recovery hashing the schema takes: the wrong path is ~100000 HMACs.
-        try sql("SELECT pam_totp.replace_recovery('cleo', 1014, 1, 100000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
+        try sql("SELECT pam_totp_api.replace_recovery('cleo', 1014, 1, 100000, '\\x30313233343536373839616263646566', ARRAY['\\x00'::bytea], NULL)")
         func asHost(_ call: String, timeout: String) throws -> (out: String, err: String) {
             let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port),
                                     "-U", "host_c", "-d", db, "-c", "SET statement_timeout = '\(timeout)'", "-c", call])
-            return (r.stdout.trimmingCharacters(in: .whitespacesAndNewlines), r.stderr)
+            return (String(r.stdout.prefix { $0 != "|" }), r.stderr)
         }
         awayFromStepBoundary()
         let code = String(decoding: try TOTP.code(secret: secret, parameters: try OTPParameters(algorithm: .sha1, digits: 8, period: 30),
                                                   at: Int64(time(nil))), as: UTF8.self)
         let wrong = code == "00000000" ? "11111111" : "00000000"
-        let call = { (answer: String) in "SELECT outcome FROM pam_totp.login('cleo', 1014, '\(answer)', 1, 10, 300, false)" }
+        let call = { (answer: String) in "CALL pam_totp_api.login('cleo', 1014, '\(answer)', 1, 10, 300, false)" }
         let w = try asHost(call(wrong), timeout: "40ms")
         XCTAssertTrue(w.err.contains("statement timeout"), "the wrong answer's hashing outlasts 40 ms: \(w)")
         let r = try asHost(call(code), timeout: "40ms")
@@ -368,20 +536,19 @@ final class FleetSQLTests: XCTestCase {
     /// went straight to the 100-failure cap. The database's own max_failures locks regardless.
     func testHostChoosingMaxFailuresPerAttemptCannotAvoidTheLockout() throws {
         try makeHost("host_m")
-        try sql("SELECT pam_totp.enroll('mia', 1011, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        try sql("SELECT pam_totp_api.enroll('mia', 1011, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
         var outcomes: [String] = []
         for _ in 1...12 {
-            let failures = Int(try sql("SELECT failures FROM pam_totp.user_status('mia')", user: "host_m")) ?? -1
+            let failures = Int(try sql("SELECT failures FROM pam_totp_api.user_status('mia')", user: "host_m")) ?? -1
             let m = (2...10).first { (failures + 1) % $0 != 0 } ?? 10
-            outcomes.append(try sql("SELECT outcome || ' ' || (locked_until > 0) FROM pam_totp.login('mia', 1011, '000000', 1, \(m), 300, false)",
-                                    user: "host_m"))
+            outcomes.append(try login("outcome || ' ' || (locked_until > 0)", "'mia', 1011, '000000', 1, \(m), 300, false", user: "host_m"))
         }
         XCTAssertEqual(outcomes[9], "wrong true", "the 10th failure locks, whatever the host asked for: \(outcomes)")
         XCTAssertEqual(outcomes[10], "locked true", "\(outcomes)")
         // A stricter host still gets its own, earlier lockouts.
-        try sql("SELECT pam_totp.enroll('max', 1012, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        try sql("SELECT pam_totp_api.enroll('max', 1012, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
         let strict = try (1...3).map { _ in
-            try sql("SELECT outcome || ' ' || (locked_until > 0) FROM pam_totp.login('max', 1012, '000000', 1, 3, 300, false)", user: "host_m")
+            try login("outcome || ' ' || (locked_until > 0)", "'max', 1012, '000000', 1, 3, 300, false", user: "host_m")
         }
         XCTAssertEqual(strict, ["wrong false", "wrong false", "wrong true"])
     }
@@ -390,8 +557,8 @@ final class FleetSQLTests: XCTestCase {
     /// wrong answers of the same rounds counted exactly.
     func testOneCodeTwentyConcurrentLoginsExactlyOneSuccess() throws {
         let secret = Array("12345678901234567890".utf8)
-        try sql("SELECT pam_totp.enroll('erin', 1002, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
-        try sql("SELECT pam_totp.enroll('frank', 1003, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("SELECT pam_totp_api.enroll('erin', 1002, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        try sql("SELECT pam_totp_api.enroll('frank', 1003, 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
         // No temporary lockout: every failure up to the hard cap of 100 is counted.
         try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
         let conninfo = cluster.conninfo(database: db)
@@ -413,8 +580,8 @@ final class FleetSQLTests: XCTestCase {
                     // Even workers: erin with the right code; odd: frank with a wrong one.
                     let user = w % 2 == 0 ? "erin" : "frank"
                     let answer = w % 2 == 0 ? code : "000000"
-                    let rows = try? connections[w].execute("SELECT outcome FROM pam_totp.verify_at($1, $2, $3, 1, 100, 0, false)",
-                                                            [.text(user), .text(answer), .text(String(t))])
+                    let rows = try? connections[w].execute("CALL pam_totp_api.login_at($1, $2, $3, $4, 1, 100, 0, false)",
+                                                            [.text(user), .text(w % 2 == 0 ? "1002" : "1003"), .text(answer), .text(String(t))])
                     results.set(w, rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0))
                     group.leave()
                 }
@@ -427,7 +594,7 @@ final class FleetSQLTests: XCTestCase {
             frankFailures += workers / 2
             // Every 10 rounds frank has failed exactly 100 times (the cap): unlock says so.
             if round % 10 == 9 {
-                XCTAssertEqual(try sql("SELECT failures FROM pam_totp.unlock('frank')"), String(frankFailures))
+                XCTAssertEqual(try sql("SELECT failures FROM pam_totp_api.unlock('frank')"), String(frankFailures))
                 frankFailures = 0
             }
         }

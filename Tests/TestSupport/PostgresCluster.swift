@@ -118,6 +118,22 @@ public final class PostgresCluster {
     }
 }
 
+extension PostgresCluster {
+    /// One login through the procedure pam_totp_api.login (or `procedure`, e.g. login_at for
+    /// the owner's clock) as `user`, then `select`, an expression over its result row's columns
+    /// (outcome, label, step, digits, failures, locked_until, replayed, remaining).
+    public func login(_ select: String, _ arguments: String, procedure: String = "login", user: String = "postgres",
+                      database: String) throws -> String {
+        let row = try psql("CALL pam_totp_api.\(procedure)(\(arguments))", user: user, database: database)
+        let v = row.split(separator: "|", omittingEmptySubsequences: false)
+            .map { $0.isEmpty ? "NULL" : "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }
+        guard v.count == 8 else { throw ClusterError("login: not one verdict row: \(row)") }
+        return try psql("SELECT \(select) FROM (SELECT \(v[0])::text AS outcome, \(v[1])::text AS label, \(v[2])::bigint AS step, "
+                        + "\(v[3])::integer AS digits, \(v[4])::integer AS failures, \(v[5])::bigint AS locked_until, "
+                        + "\(v[6])::boolean AS replayed, \(v[7])::integer AS remaining) v", database: database)
+    }
+}
+
 public struct ClusterError: Error, CustomStringConvertible {
     public let description: String
     public init(_ d: String) { description = d }

@@ -1,0 +1,577 @@
+-- pam_totp fleet API: the current body of every function, once (docs/ARCHITECTURE.md, section 8).
+-- `pam-totpd init-database` applies the data migrations (sql/migrations/), then drops the
+-- schema pam_totp_api and runs this file, in one transaction: what is here is what runs.
+--
+-- Secrets stay in the database: the tables (schema pam_totp) are readable by no login role;
+-- host roles get EXECUTE on the functions granted at the end and nothing else, and no
+-- function returns a secret, a recovery-code hash or a salt. Every function is SECURITY
+-- DEFINER with search_path pinned (pg_temp last: a search_path that does not name pg_temp
+-- searches it first for types and relations, and TEMP is PUBLIC's by default) and
+-- standard_conforming_strings on (PL/pgSQL bodies compile with the caller's settings), except
+-- the two login procedures, which must commit and so run as their caller (see login).
+-- Every limit is read from the one settings row.
+
+CREATE SCHEMA pam_totp_api;
+REVOKE ALL ON SCHEMA pam_totp_api FROM PUBLIC;
+GRANT USAGE ON SCHEMA pam_totp_api TO pam_totp_host, pam_totp_admin;
+
+-- HOTP (RFC 4226) value of `counter`: HMAC, dynamic truncation, modulo 10^digits.
+CREATE FUNCTION pam_totp_api.hotp(secret bytea, counter bigint, algorithm text, digits integer) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pam_totp_crypto, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT ((((get_byte(mac, o) & 127)::bigint << 24) | (get_byte(mac, o + 1) << 16)
+          | (get_byte(mac, o + 2) << 8) | get_byte(mac, o + 3)) % (CASE digits WHEN 8 THEN 100000000 ELSE 1000000 END))::integer
+  FROM (SELECT pam_totp_crypto.hmac(int8send(counter), secret, algorithm) AS mac) h,
+       LATERAL (SELECT get_byte(h.mac, octet_length(h.mac) - 1) & 15 AS o) t
+$$;
+
+-- PBKDF2-HMAC-SHA-256 (RFC 8018), one 32-byte block: how recovery codes are stored.
+CREATE FUNCTION pam_totp_api.pbkdf2_sha256(password bytea, salt bytea, iterations integer) RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pam_totp_crypto, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  u bytea := pam_totp_crypto.hmac(salt || '\x00000001'::bytea, password, 'sha256');
+  acc bit(256) := ('x' || encode(u, 'hex'))::bit(256);
+BEGIN
+  FOR i IN 2..iterations LOOP
+    u := pam_totp_crypto.hmac(u, password, 'sha256');
+    acc := acc # ('x' || encode(u, 'hex'))::bit(256);
+  END LOOP;
+  RETURN decode(lpad(to_hex(substring(acc from 1 for 32)::integer), 8, '0') || lpad(to_hex(substring(acc from 33 for 32)::integer), 8, '0')
+             || lpad(to_hex(substring(acc from 65 for 32)::integer), 8, '0') || lpad(to_hex(substring(acc from 97 for 32)::integer), 8, '0')
+             || lpad(to_hex(substring(acc from 129 for 32)::integer), 8, '0') || lpad(to_hex(substring(acc from 161 for 32)::integer), 8, '0')
+             || lpad(to_hex(substring(acc from 193 for 32)::integer), 8, '0') || lpad(to_hex(substring(acc from 225 for 32)::integer), 8, '0'), 'hex');
+END $$;
+
+-- The database's clock, in whole seconds.
+CREATE FUNCTION pam_totp_api.now_seconds() RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT floor(extract(epoch FROM clock_timestamp()))::bigint $$;
+
+-- Raises unless p's collation (the calling function's input collation) compares byte for byte.
+-- A PL/pgSQL function takes its input collation from its arguments: `'alice' COLLATE
+-- pg_temp.ci` (a nondeterministic collation a host may create) would make every `name =
+-- p_user` case-insensitive and lend ALICE's proof to alice. Every entry point that checks or
+-- records a proof calls this first.
+CREATE FUNCTION pam_totp_api.require_exact_names(p text) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+BEGIN
+  IF NOT coalesce((SELECT c.collisdeterministic FROM pg_catalog.pg_collation c
+                    WHERE c.oid = pg_catalog.pg_collation_for(p)::pg_catalog.regcollation), false) THEN
+    RAISE EXCEPTION 'pam_totp compares user names byte for byte: call without a nondeterministic COLLATE' USING ERRCODE = 'P0001';
+  END IF;
+END $$;
+
+-- Raises unless the session may change p_user's enrolment now: a code of that user accepted
+-- through the same login role (session_user) within settings.proof_seconds, or a role with
+-- pam_totp_admin. The caller holds the user's row lock. A compromised host can therefore not
+-- add a factor or recovery codes of its own for a user it never saw log in.
+CREATE FUNCTION pam_totp_api.require_proof(p_user text) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+BEGIN
+  IF pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN RETURN; END IF;
+  IF NOT EXISTS (SELECT 1 FROM pam_totp.users u
+                  WHERE u.name = p_user AND u.proof_role = session_user AND u.proof_until >= pam_totp_api.now_seconds()) THEN
+    RAISE EXCEPTION 'changing the factors or recovery codes of a user who has a factor needs a current code of that user through this host first (within 10 minutes), or a role with pam_totp_admin' USING ERRCODE = 'P0001';
+  END IF;
+END $$;
+
+-- Locks p_user's row and checks the session may change a user who has a factor (a first
+-- factor needs no proof: trust on first use, as with the file store). Returns whether the
+-- user had a factor.
+CREATE FUNCTION pam_totp_api.lock_for_change(p_user text) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE had boolean;
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  PERFORM 1 FROM pam_totp.users WHERE name = p_user FOR UPDATE;
+  had := EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user);
+  IF had THEN PERFORM pam_totp_api.require_proof(p_user); END IF;
+  RETURN had;
+END $$;
+
+-- The verdict of one answer against p_user's factors and recovery codes at p_now, with no
+-- change. Every factor's whole window is computed (no early exit); a step counts only above
+-- the factor's last used one. A recovery-code-shaped answer costs one PBKDF2 whether or not a
+-- factor matched, so a right code costs what a wrong one does.
+CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_now bigint, p_window integer, p_forward_pass boolean,
+                                   OUT factor_id bigint, OUT label text, OUT step bigint, OUT digits integer,
+                                   OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  f record;
+  r pam_totp.recovery%ROWTYPE;
+  code text; wanted bigint; now_step bigint; v integer;
+  digits_only text; h bytea;
+BEGIN
+  replayed := false;
+  FOR f IN SELECT x.id, x.label, x.algorithm, x.digits, x.period, x.last_step, x.secret
+             FROM pam_totp.factors x WHERE x.user_name = p_user ORDER BY x.id LOOP
+    code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
+    wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
+    now_step := p_now / f.period;
+    FOR s IN greatest(now_step - p_window, 0) .. now_step + p_window LOOP
+      v := pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits);
+      IF v = wanted THEN
+        IF s > f.last_step THEN
+          IF factor_id IS NULL THEN factor_id := f.id; label := f.label; step := s; digits := f.digits; END IF;
+        ELSE
+          replayed := true;
+        END IF;
+      END IF;
+    END LOOP;
+  END LOOP;
+
+  IF NOT p_forward_pass AND p_answer ~ '^[0-9 -]+$' THEN
+    digits_only := regexp_replace(p_answer, '[ -]', '', 'g');
+    IF length(digits_only) BETWEEN 8 AND 32 THEN
+      SELECT * INTO r FROM pam_totp.recovery WHERE user_name = p_user;
+      IF FOUND THEN
+        h := pam_totp_api.pbkdf2_sha256(convert_to(digits_only, 'UTF8'), r.salt, r.iterations);
+        FOR i IN 1 .. cardinality(r.hashes) LOOP
+          IF r.hashes[i] = h AND (r.used >> (i - 1)) & 1 = 0 AND recovery_index IS NULL THEN
+            recovery_set := r.set_id; recovery_index := i - 1;
+          END IF;
+        END LOOP;
+      END IF;
+    END IF;
+  END IF;
+END $$;
+
+-- A login, first step: checks the answer under the user's row lock and records the attempt,
+-- counted as a failure (with the lockout it brings) whatever the answer was; returns only the
+-- attempt's id. Nothing a caller can read differs between a right and a wrong answer until
+-- login_finish, which answers only once this transaction has committed: no savepoint,
+-- rollback, aborted statement or killed session turns a wrong guess into an uncounted one.
+-- `p_now` is the caller's clock: for the owner (tests); hosts call login_begin.
+CREATE FUNCTION pam_totp_api.login_begin_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
+                                            p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  cfg pam_totp.settings%ROWTYPE;
+  u pam_totp.users%ROWTYPE;
+  j record;
+  win integer; maxf integer; lock_for bigint;
+  verdict_ text; fails integer := 0; until_ bigint := 0;
+  decoy integer;
+  id_ bigint;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  IF p_user IS NULL OR p_answer IS NULL OR p_now IS NULL OR p_now < 0 THEN
+    RAISE EXCEPTION 'login: bad arguments';
+  END IF;
+  SELECT * INTO cfg FROM pam_totp.settings;
+  win := least(greatest(coalesce(p_window, 0), 0), cfg.max_window);
+  maxf := least(greatest(coalesce(p_max_failures, cfg.max_failures), 1), cfg.max_failures);
+  lock_for := least(greatest(coalesce(p_lockout, 0), cfg.min_lockout), cfg.max_lockout);
+  -- Attempts never finished were counted when they began: the rows themselves can go.
+  DELETE FROM pam_totp.attempts WHERE begun < clock - 3600;
+
+  SELECT NULL::bigint AS factor_id, NULL::text AS label, NULL::bigint AS step, NULL::integer AS digits,
+         NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed INTO j;
+  SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
+  IF p_uid IS NULL OR NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
+    -- Not enrolled, or enrolled for another account (a reused name): the same HMACs as one
+    -- SHA-1 factor's window first, so the answer takes about as long as an enrolled user's.
+    SELECT sum(pam_totp_api.hotp('\x0000000000000000000000000000000000000000'::bytea, i, 'sha1', 6)) INTO decoy
+      FROM generate_series(0, 2 * win) i;
+    verdict_ := 'unenrolled';
+  ELSE
+    SELECT * INTO j FROM pam_totp_api.judge(p_user, p_answer, p_now, win, p_forward_pass);
+    IF u.failures >= cfg.hard_failure_cap THEN
+      verdict_ := 'locked'; fails := u.failures; until_ := 9223372036854775807;
+    ELSIF p_now < u.locked_until THEN
+      verdict_ := 'locked'; fails := u.failures; until_ := u.locked_until;
+    ELSE
+      -- Every maxf-th failure (the caller's, if stricter) and every database max_failures-th.
+      fails := u.failures + 1;
+      IF lock_for > 0 AND (fails % maxf = 0 OR fails % cfg.max_failures = 0) THEN until_ := p_now + lock_for; END IF;
+      UPDATE pam_totp.users SET failures = fails, locked_until = CASE WHEN until_ > 0 THEN until_ ELSE pam_totp.users.locked_until END
+       WHERE name = p_user;
+      verdict_ := CASE WHEN j.factor_id IS NOT NULL THEN 'match' WHEN j.recovery_index IS NOT NULL THEN 'recovery' ELSE 'wrong' END;
+    END IF;
+  END IF;
+  INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
+                                 recovery_set, recovery_index, replayed, failures, locked_until)
+  VALUES (session_user, pg_current_xact_id(), clock, p_now, p_user, p_uid, verdict_, j.factor_id, j.step, j.label, j.digits,
+          j.recovery_set, j.recovery_index, coalesce(j.replayed, false), fails, until_)
+  RETURNING id INTO id_;
+  RETURN id_;
+END $$;
+
+-- What a host calls: on the database's clock, so no host can pick the time.
+CREATE FUNCTION pam_totp_api.login_begin(p_user text, p_uid bigint, p_answer text, p_window integer,
+                                         p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout, p_forward_pass)
+$$;
+
+-- A login, second step: the verdict of an attempt whose login_begin has committed, told once,
+-- to the role that began it. A match marks its step used (compare-and-set under the row lock:
+-- of two attempts with one code, one succeeds), clears the failure login_begin counted and
+-- records the proof (require_proof); an attempt older than settings.attempt_seconds stays a
+-- failure.
+CREATE FUNCTION pam_totp_api.login_finish(p_attempt bigint)
+RETURNS TABLE (outcome text, label text, step bigint, digits integer, failures integer,
+               locked_until bigint, replayed boolean, remaining integer)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  a pam_totp.attempts%ROWTYPE;
+  cfg pam_totp.settings%ROWTYPE;
+  used_now bigint;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'login_finish: no such attempt of this role (each is finished once)' USING ERRCODE = 'P0001';
+  END IF;
+  IF pg_xact_status(a.xact) IS DISTINCT FROM 'committed' THEN
+    RAISE EXCEPTION 'login_finish: commit login_begin first (a verdict is told only once its attempt is durable)' USING ERRCODE = 'P0001';
+  END IF;
+  DELETE FROM pam_totp.attempts x WHERE x.id = a.id;
+  SELECT * INTO cfg FROM pam_totp.settings;
+  IF a.verdict IN ('match', 'recovery') AND clock - a.begun <= cfg.attempt_seconds THEN
+    PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;
+    IF FOUND AND a.verdict = 'match' THEN
+      UPDATE pam_totp.factors f SET last_step = a.step WHERE f.id = a.factor_id AND f.user_name = a.user_name AND f.last_step < a.step;
+      IF FOUND THEN
+        UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + cfg.proof_seconds
+         WHERE u.name = a.user_name;
+        RETURN QUERY SELECT 'success'::text, a.label, a.step, a.digits, 0, 0::bigint, false, NULL::integer;
+        RETURN;
+      END IF;
+      a.replayed := true;    -- another login used this step since login_begin
+    ELSIF FOUND THEN
+      UPDATE pam_totp.recovery r SET used = r.used | (1::bigint << a.recovery_index)
+       WHERE r.user_name = a.user_name AND r.set_id = a.recovery_set AND (r.used >> a.recovery_index) & 1 = 0
+      RETURNING r.used INTO used_now;
+      IF FOUND THEN
+        UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + cfg.proof_seconds
+         WHERE u.name = a.user_name;
+        RETURN QUERY SELECT 'recovery'::text, NULL::text, NULL::bigint, NULL::integer, 0, 0::bigint, false,
+                            (SELECT count(*)::integer FROM pam_totp.recovery r, generate_series(0, cardinality(r.hashes) - 1) i
+                              WHERE r.user_name = a.user_name AND (used_now >> i) & 1 = 0);
+        RETURN;
+      END IF;
+    END IF;
+  END IF;
+  IF a.verdict = 'locked' OR a.verdict = 'unenrolled' THEN
+    RETURN QUERY SELECT a.verdict, NULL::text, NULL::bigint, NULL::integer, a.failures, a.locked_until, false, NULL::integer;
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT 'wrong'::text, NULL::text, NULL::bigint, NULL::integer, a.failures, a.locked_until, a.replayed, NULL::integer;
+END $$;
+
+-- One login in one call, for pam-totpd: login_begin, COMMIT, login_finish. A procedure that
+-- commits cannot be SECURITY DEFINER or carry SET options, so it runs as its caller and names
+-- everything by schema; the two functions it calls are what enforce the order. Called inside
+-- a transaction block or a block with an exception handler, its COMMIT fails and nothing is
+-- told.
+CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_window integer,
+                                    p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
+                                    INOUT outcome text DEFAULT NULL, INOUT label text DEFAULT NULL, INOUT step bigint DEFAULT NULL,
+                                    INOUT digits integer DEFAULT NULL, INOUT failures integer DEFAULT NULL,
+                                    INOUT locked_until bigint DEFAULT NULL, INOUT replayed boolean DEFAULT NULL,
+                                    INOUT remaining integer DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE attempt pg_catalog.int8;
+BEGIN
+  attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass);
+  COMMIT;
+  SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
+    INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
+    FROM pam_totp_api.login_finish(attempt) f;
+END $$;
+
+-- The same on the caller's clock: for the owner (tests), through login_begin_at.
+CREATE PROCEDURE pam_totp_api.login_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
+                                       p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
+                                       INOUT outcome text DEFAULT NULL, INOUT label text DEFAULT NULL, INOUT step bigint DEFAULT NULL,
+                                       INOUT digits integer DEFAULT NULL, INOUT failures integer DEFAULT NULL,
+                                       INOUT locked_until bigint DEFAULT NULL, INOUT replayed boolean DEFAULT NULL,
+                                       INOUT remaining integer DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE attempt pg_catalog.int8;
+BEGIN
+  attempt := pam_totp_api.login_begin_at(p_user, p_uid, p_answer, p_now, p_window, p_max_failures, p_lockout, p_forward_pass);
+  COMMIT;
+  SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
+    INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
+    FROM pam_totp_api.login_finish(attempt) f;
+END $$;
+
+-- Before the prompt: the uid the user's enrolment is bound to, or NULL if not enrolled.
+CREATE FUNCTION pam_totp_api.enrolled_uid(p_user text) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)
+$$;
+
+-- A user's metadata: no secret, no hash, no salt.
+CREATE FUNCTION pam_totp_api.user_status(p_user text)
+RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set bigint, recovery_codes integer, recovery_used bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used
+    FROM pam_totp.users u LEFT JOIN pam_totp.recovery r ON r.user_name = u.name WHERE u.name = p_user
+$$;
+
+CREATE FUNCTION pam_totp_api.list_factors(p_user text)
+RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT f.label, f.algorithm, f.digits, f.period, f.created, f.last_step FROM pam_totp.factors f
+   WHERE f.user_name = p_user ORDER BY f.id
+$$;
+
+-- The checks an enrolment makes (label unique, secret unique, at most 32, same account).
+-- p_secret NULL: the secret is not known yet. Raises with a message for the user.
+CREATE FUNCTION pam_totp_api.check_enrollable(p_user text, p_uid bigint, p_label text, p_secret bytea) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE u pam_totp.users%ROWTYPE;
+BEGIN
+  SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
+  IF NOT FOUND THEN RETURN; END IF;
+  IF u.uid <> p_uid THEN
+    RAISE EXCEPTION 'the stored record of this name belongs to another account (another uid): root must run totp-enroll purge --user NAME first' USING ERRCODE = 'P0001';
+  END IF;
+  IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND label = p_label) THEN
+    RAISE EXCEPTION 'a factor with this name already exists; choose another name' USING ERRCODE = 'P0001';
+  END IF;
+  IF (SELECT count(*) FROM pam_totp.factors WHERE user_name = p_user) >= 32 THEN
+    RAISE EXCEPTION 'too many factors (32); remove one first' USING ERRCODE = 'P0001';
+  END IF;
+  IF p_secret IS NOT NULL AND EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND secret = p_secret) THEN
+    RAISE EXCEPTION 'this secret is already enrolled as another factor' USING ERRCODE = 'P0001';
+  END IF;
+END $$;
+
+-- Adds a proven factor (its enrolment step and every earlier one count as used). Write-only:
+-- the secret goes in and never comes out. A user's first factor records the proof for the
+-- rest of that enrolment (recovery codes, a second factor) from the same role.
+CREATE FUNCTION pam_totp_api.enroll(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
+                                    p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE had boolean;
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
+  had := pam_totp_api.lock_for_change(p_user);
+  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret)
+  VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret);
+  IF NOT had THEN
+    UPDATE pam_totp.users SET proof_role = session_user,
+                              proof_until = pam_totp_api.now_seconds() + (SELECT s.proof_seconds FROM pam_totp.settings s)
+     WHERE name = p_user;
+  END IF;
+END $$;
+
+-- Replaces the user's recovery codes (hashed by the caller: PBKDF2-HMAC-SHA-256). With
+-- p_codes (an import's plain codes), codes of the old set that were used stay used (an import
+-- never revives one). Returns -1 if no set was there before, else the number left out.
+CREATE FUNCTION pam_totp_api.replace_recovery(p_user text, p_uid bigint, p_set_id bigint, p_iterations integer,
+                                              p_salt bytea, p_hashes bytea[], p_codes text[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  u pam_totp.users%ROWTYPE;
+  old pam_totp.recovery%ROWTYPE;
+  had boolean;
+  keep bytea[] := '{}';
+  left_out integer := 0;
+  h bytea;
+  used_before boolean;
+BEGIN
+  PERFORM pam_totp_api.lock_for_change(p_user);
+  SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
+  IF NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
+    RAISE EXCEPTION 'no factor yet: enrol one first (totp-enroll), then make recovery codes' USING ERRCODE = 'P0001';
+  END IF;
+  SELECT * INTO old FROM pam_totp.recovery WHERE user_name = p_user;
+  had := FOUND;
+  IF had AND p_codes IS NOT NULL THEN
+    FOR i IN 1 .. cardinality(p_codes) LOOP
+      h := pam_totp_api.pbkdf2_sha256(convert_to(p_codes[i], 'UTF8'), old.salt, old.iterations);
+      used_before := false;
+      FOR j IN 1 .. least(cardinality(old.hashes), 32) LOOP
+        IF old.hashes[j] = h AND (old.used >> (j - 1)) & 1 = 1 THEN used_before := true; END IF;
+      END LOOP;
+      IF used_before THEN left_out := left_out + 1; ELSE keep := keep || p_hashes[i]; END IF;
+    END LOOP;
+  ELSE
+    keep := p_hashes;
+  END IF;
+  DELETE FROM pam_totp.recovery WHERE user_name = p_user;
+  IF cardinality(keep) > 0 THEN
+    INSERT INTO pam_totp.recovery (user_name, set_id, iterations, salt, hashes, used)
+    VALUES (p_user, p_set_id, p_iterations, p_salt, keep, 0);
+  END IF;
+  RETURN CASE WHEN had THEN left_out ELSE -1 END;
+END $$;
+
+-- Removes one factor; returns how many are left. Only p_may_remove_last (root) removes the
+-- last one, and with it the user.
+CREATE FUNCTION pam_totp_api.remove_factor(p_user text, p_uid bigint, p_label text, p_may_remove_last boolean) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE u pam_totp.users%ROWTYPE; n integer;
+BEGIN
+  PERFORM pam_totp_api.lock_for_change(p_user);
+  SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
+  IF NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND label = p_label) THEN
+    RAISE EXCEPTION 'no factor with that label (see totp-enroll list)' USING ERRCODE = 'P0001';
+  END IF;
+  SELECT count(*) INTO n FROM pam_totp.factors WHERE user_name = p_user;
+  IF n <= 1 AND NOT p_may_remove_last THEN
+    RAISE EXCEPTION 'this is your last factor: enrol another one first (only root can remove a user''s last factor)' USING ERRCODE = 'P0001';
+  END IF;
+  DELETE FROM pam_totp.factors WHERE user_name = p_user AND label = p_label;
+  IF n - 1 = 0 THEN DELETE FROM pam_totp.users WHERE name = p_user; END IF;
+  RETURN n - 1;
+END $$;
+
+-- Admin: clears failures and lockout, and brings back any factor whose last used step lies
+-- in the future (nothing but a wrong import could put it there; every code would read as
+-- replayed): it becomes the current step. Returns what was cleared (no such user: raises).
+CREATE FUNCTION pam_totp_api.unlock(p_user text) RETURNS TABLE (failures integer, locked_until bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE u pam_totp.users%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
+BEGIN
+  SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
+  IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'P0001'; END IF;
+  UPDATE pam_totp.users SET failures = 0, locked_until = 0 WHERE name = p_user;
+  UPDATE pam_totp.factors f SET last_step = now_ / f.period WHERE f.user_name = p_user AND f.last_step > now_ / f.period;
+  RETURN QUERY SELECT u.failures, u.locked_until;
+END $$;
+
+-- Admin: removes everything held for the user; false if there was nothing.
+CREATE FUNCTION pam_totp_api.purge(p_user text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+BEGIN
+  DELETE FROM pam_totp.users WHERE name = p_user;
+  RETURN FOUND;
+END $$;
+
+-- Admin: everyone's status (no secret).
+CREATE FUNCTION pam_totp_api.all_status()
+RETURNS TABLE (name text, uid bigint, factors bigint, failures integer, locked_until bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT u.name, u.uid, (SELECT count(*) FROM pam_totp.factors f WHERE f.user_name = u.name), u.failures, u.locked_until
+    FROM pam_totp.users u ORDER BY u.name
+$$;
+
+-- Admin (import-files): a user's failure count, lockout and used recovery codes, and a
+-- factor's last used step, as the file store had them. They only make things stricter, within
+-- bounds: failures up to the hard cap, a lockout up to the longest one from now, a last step
+-- no later than now. A host may not call them: a host changes a user's state only by logging
+-- in (an import of a far-future step or lockout would have bricked the user).
+CREATE FUNCTION pam_totp_api.import_state(p_user text, p_failures integer, p_locked_until bigint, p_recovery_used bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE cfg pam_totp.settings%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
+BEGIN
+  SELECT * INTO cfg FROM pam_totp.settings;
+  IF p_failures NOT BETWEEN 0 AND cfg.hard_failure_cap OR p_locked_until > now_ + cfg.max_lockout THEN
+    RAISE EXCEPTION 'import: a failure count above % or a lockout beyond % s from now is not a file store''s', cfg.hard_failure_cap, cfg.max_lockout
+      USING ERRCODE = 'P0001';
+  END IF;
+  UPDATE pam_totp.users SET failures = greatest(failures, p_failures), locked_until = greatest(locked_until, p_locked_until)
+   WHERE name = p_user;
+  UPDATE pam_totp.recovery SET used = used | p_recovery_used WHERE user_name = p_user;
+END $$;
+
+CREATE FUNCTION pam_totp_api.import_last_step(p_user text, p_label text, p_last_step bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE now_ bigint := pam_totp_api.now_seconds();
+BEGIN
+  IF EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = p_user AND f.label = p_label AND p_last_step > now_ / f.period + 10) THEN
+    RAISE EXCEPTION 'import: a last used step in the future is not a file store''s' USING ERRCODE = 'P0001';
+  END IF;
+  UPDATE pam_totp.factors SET last_step = greatest(last_step, p_last_step) WHERE user_name = p_user AND label = p_label;
+END $$;
+
+-- Functions are executable by PUBLIC by default: none of these is.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_api FROM PUBLIC;
+REVOKE ALL ON ALL PROCEDURES IN SCHEMA pam_totp_api FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_crypto FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+  pam_totp_api.login_begin(text, bigint, text, integer, integer, bigint, boolean),
+  pam_totp_api.login_finish(bigint),
+  pam_totp_api.enrolled_uid(text),
+  pam_totp_api.user_status(text),
+  pam_totp_api.list_factors(text),
+  pam_totp_api.check_enrollable(text, bigint, text, bytea),
+  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
+  pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
+  pam_totp_api.remove_factor(text, bigint, text, boolean)
+TO pam_totp_host, pam_totp_admin;
+GRANT EXECUTE ON PROCEDURE
+  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer)
+TO pam_totp_host, pam_totp_admin;
+GRANT EXECUTE ON FUNCTION
+  pam_totp_api.unlock(text),
+  pam_totp_api.purge(text),
+  pam_totp_api.all_status(),
+  pam_totp_api.import_state(text, integer, bigint, bigint),
+  pam_totp_api.import_last_step(text, text, bigint)
+TO pam_totp_admin;
