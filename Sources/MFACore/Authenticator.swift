@@ -130,11 +130,12 @@ public enum Authenticator {
             }
             if m.replayed { replayed = true }
         }
-        // A recovery-code-shaped answer that matched no factor costs one PBKDF2, whether or not
-        // the user has recovery codes (an absent set is checked against a throwaway one).
-        // forward_pass takes no recovery code: the password cannot be told from its digits.
+        // A recovery-code-shaped answer costs one PBKDF2 whether or not a factor matched and
+        // whether or not the user has recovery codes (an absent set is checked against a
+        // throwaway one): a right 8-digit code costs what a wrong one does. forward_pass takes
+        // no recovery code: the password cannot be told from its digits.
         var recoveryIndex: Int? = nil
-        if matched == nil, !options.forwardPass, let digits = RecoverySet.normalize(answer) {
+        if !options.forwardPass, let digits = RecoverySet.normalize(answer) {  // isCostly
             if let recovery = record.recovery {
                 recoveryIndex = recovery.match(digits, used: state.usedRecovery(set: recovery.id))
             } else {
@@ -172,9 +173,21 @@ public enum Authenticator {
             return Decision(outcome: .recoveryCode(remaining: remaining), state: next)
         }
 
-        // A failure: count it; every max_failures-th consecutive failure starts a lockout. The
-        // last success's process id goes: it may only ever name the process whose code was
-        // the last thing recorded (totp-enroll relies on that, Proof.swift).
+        let (failed, lockedUntil) = failure(next, at: unixTime, options: options)
+        return Decision(outcome: .wrongCode(replayed: replayed, failures: failed.failures, lockedUntil: lockedUntil), state: failed)
+    }
+
+    /// Whether checking `answer` costs a PBKDF2 (it is shaped like a recovery code): the
+    /// store records such an attempt as a failure before that work (`pendingFailure`).
+    public static func isCostly(_ answer: [UInt8], options: ModuleOptions) -> Bool {
+        !options.forwardPass && RecoverySet.normalize(answer) != nil
+    }
+
+    /// `state` after one more failure: every max_failures-th consecutive failure starts a
+    /// lockout. The last success's process id goes: it may only ever name the process whose
+    /// code was the last thing recorded (totp-enroll relies on that, Proof.swift).
+    static func failure(_ state: UserState, at unixTime: Int64, options: ModuleOptions) -> (state: UserState, lockedUntil: Int64?) {
+        var next = state
         next.successProcess = 0
         next.failures = next.failures < UInt32.max ? next.failures + 1 : next.failures
         var lockedUntil: Int64? = nil
@@ -186,7 +199,19 @@ public enum Authenticator {
             next.lockedUntil = overflow ? Int64.max : until
             lockedUntil = next.lockedUntil
         }
-        return Decision(outcome: .wrongCode(replayed: replayed, failures: next.failures, lockedUntil: lockedUntil), state: next)
+        return (next, lockedUntil)
+    }
+
+    /// The state to record before a costly check (`isCostly`): the attempt as a failure, so a
+    /// process killed during the PBKDF2 leaves it counted, right answer or wrong (a right one
+    /// then clears it). Nil when the user is locked out: such an attempt records nothing.
+    public static func pendingFailure(record: UserRecord, state: UserState, at unixTime: Int64,
+                                      options: ModuleOptions) -> UserState? {
+        guard state.failures < UserState.hardFailureCap, unixTime >= state.lockedUntil else { return nil }
+        var next = state.adopted(by: record)
+        next.recordID = record.id
+        next.prune(to: record)
+        return failure(next, at: unixTime, options: options).state
     }
 
     /// The work of an enrolled user's check without a user: a record parsed from text, the
@@ -248,9 +273,17 @@ extension FileStore {
                     record = now
                 }
                 let (state, file) = try readStateForUpdate(user: user)
+                // An attempt that costs a PBKDF2 is durable, as a failure, before that work.
+                var base = state
+                if Authenticator.isCostly(answer, options: options),
+                   let pending = Authenticator.pendingFailure(record: record, state: state, at: unixTime, options: options) {
+                    do throws(MFAError) { try writeStateLocked(user: user, state: pending, file: file) } catch { return .notRecorded(error) }
+                    base.sequence = state.sequence &+ 1  // the verdict goes to the other slot
+                }
                 let decision = try Authenticator.decide(record: record, state: state, answer: answer, at: unixTime,
                                                         verifier: verifier, options: options, process: process)
-                if let next = decision.state {
+                if var next = decision.state {
+                    next.sequence = base.sequence
                     do throws(MFAError) { try writeStateLocked(user: user, state: next, file: file) } catch { return .notRecorded(error) }
                 }
                 return decision.outcome

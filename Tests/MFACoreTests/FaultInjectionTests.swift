@@ -8,12 +8,15 @@ import XCTest
 /// it touches), and make the call at one position of that trace fail with a chosen errno.
 enum FaultySyscalls: SystemCalls {
     nonisolated(unsafe) static var trace: [String] = []
+    /// CLOCK_MONOTONIC nanoseconds at each call of `trace`.
+    nonisolated(unsafe) static var times: [UInt64] = []
     nonisolated(unsafe) static var failAt: Int? = nil
     nonisolated(unsafe) static var failErrno: Int32 = 0
     nonisolated(unsafe) static var names: [Int32: String] = [:]
 
     static func reset(failAt position: Int? = nil, errno: Int32 = 0) {
         trace = []
+        times = []
         failAt = position
         failErrno = errno
     }
@@ -22,6 +25,9 @@ enum FaultySyscalls: SystemCalls {
     static func fault(_ call: String) -> Bool {
         let position = trace.count
         trace.append(call)
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        times.append(UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec))
         guard position == failAt else { return false }
         clibc_set_errno(failErrno)
         return true
@@ -213,6 +219,47 @@ final class FaultInjectionTests: XCTestCase {
             tables.append(table)
         }
         print(tables.joined(separator: "\n\n"))
+    }
+
+    /// A wrong 8-digit answer (shaped like a recovery code) was recorded only after the PBKDF2
+    /// that a right 8-digit code skipped (~5 ms with the default iterations): a process killed
+    /// in between dropped wrong guesses uncounted while right ones were kept. Now every such
+    /// answer costs the PBKDF2, and the attempt is durable, as a failure, before it: in the
+    /// timed trace of system calls the state file's fdatasync precedes the long gap that is the
+    /// PBKDF2, for a right code as for a wrong one, and the verdict is written after it.
+    func testACostlyAnswerIsDurableBeforeThePBKDF2() throws {
+        let eight = try OTPParameters(algorithm: .sha1, digits: 8, period: 30)
+        var rng = SplitMix64(seed: 7)
+        let (codes, set) = RecoverySet.generate(count: 4, iterations: 50_000, using: &rng)
+        let right = try TOTP.code(secret: secret, parameters: eight, at: t0)
+        let wrong = Array((right == Array("00000000".utf8) ? "11111111" : "00000000").utf8)
+        for (answer, name, failures) in [(right, "right", UInt32(0)), (wrong, "wrong", 3), (codes[1], "recovery", 0)] {
+            try restore([:])
+            let s = try Store(path: Array(dir.path.utf8))
+            var record = UserRecord(uid: 1000, id: 7, factors: [try Factor(label: Array("key".utf8), parameters: eight, created: 1, secret: secret)])
+            record.recovery = set
+            try s.write(user: user, record: record)
+            var st = UserState()
+            st.failures = 2
+            try s.withLock(user: user) { () throws(MFAError) in try s.writeStateLocked(user: user, state: st) }
+            FaultySyscalls.reset()
+            let outcome = authenticate(try FaultyStore(path: Array(dir.path.utf8)), answer: answer, at: t0)
+            let trace = FaultySyscalls.trace, times = FaultySyscalls.times
+            XCTAssertEqual(trace.count, times.count)
+            // The longest gap between two calls is the PBKDF2.
+            var gap = 0, longest: UInt64 = 0
+            for i in 1..<times.count where times[i] - times[i - 1] > longest { longest = times[i] - times[i - 1]; gap = i }
+            XCTAssertGreaterThan(longest, 5_000_000, "\(name): no PBKDF2-long gap in \(trace)")
+            let syncs = trace.indices.filter { trace[$0].hasPrefix("fdatasync(") && trace[$0].contains("state") }
+            XCTAssertEqual(syncs.count, 2, "\(name): the attempt, then the verdict: \(trace)")
+            XCTAssertLessThan(syncs.first ?? Int.max, gap, "\(name): the attempt was not durable before the PBKDF2: \(trace)")
+            XCTAssertGreaterThanOrEqual(syncs.last ?? -1, gap, "\(name): \(trace)")
+            switch (name, outcome) {
+            case ("right", .success), ("wrong", .wrongCode), ("recovery", .recoveryCode): break
+            default: XCTFail("\(name): \(outcome)")
+            }
+            XCTAssertEqual(try liveState().failures, failures, name)
+        }
     }
 
     func testEverySyscallOfAnEnrolmentFailingInTurn() throws {

@@ -63,6 +63,78 @@ final class PamtesterTests: XCTestCase {
 
     /// The window edges with the clock moved by faketime: oathtool computes codes for T±5 and
     /// T±6 steps; ±5 pass with adjacent_intervals=5, ±6 fail. Also SHA-256 / 8 digits / 60 s.
+    /// A wrong 8-digit answer (recovery-shaped) was recorded only after the PBKDF2 that a right
+    /// code skipped: pamtester killed between the two moments had a right code accepted and
+    /// kept while a wrong one was dropped uncounted. Killed at every offset of a login (every
+    /// 3 ms, over the whole login), a right code is never kept where a wrong one at the same
+    /// offset went uncounted.
+    func testKillingALoginAtAnyOffsetNeverKeepsARightCodeWhereAWrongOneGoesUncounted() throws {
+        try writeService()
+        let secret = Array("12345678901234567890".utf8)
+        let eight = try OTPParameters(algorithm: .sha1, digits: 8, period: 30)
+        var rng = SplitMix64(seed: 3)
+        let (_, set) = RecoverySet.generate(count: 4, iterations: 100_000, using: &rng)
+        let files = try Store(path: Array(store.path.utf8))
+        let user = Array("nobody".utf8)
+        func reset() throws {
+            unlink(store.appendingPathComponent(".state.nobody").path)
+            try files.write(user: user, record: UserRecord(uid: 65534, factors: [
+                try Factor(label: Array("key".utf8), parameters: eight, created: 1, secret: secret)], recovery: set))
+        }
+        /// pamtester with `answer`, SIGKILLed after `delay` µs (or reaped if it ended first).
+        func login(_ answer: String, killAfter delay: UInt32) throws {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
+            p.arguments = [service, "nobody", "authenticate"]
+            let input = Pipe()
+            p.standardInput = input
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            input.fileHandleForWriting.write(Data((answer + "\n").utf8))
+            usleep(delay)
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+        awayFromStepBoundary(margin: 10)
+        let right = String(decoding: try currentCode(secret, eight), as: UTF8.self)
+        let wrong = right == "00000000" ? "11111111" : "00000000"
+        func kept() throws -> Bool { try files.readState(user: user).lastStep(forLabel: Array("key".utf8)) != nil }
+        func counted() throws -> Bool { try files.readState(user: user).failures > 0 }
+        /// How long after its start a login has recorded what `done` looks for (at most 3 s).
+        func timeToRecord(_ answer: String, _ done: () throws -> Bool) throws -> UInt32 {
+            try reset()
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
+            p.arguments = [service, "nobody", "authenticate"]
+            let input = Pipe()
+            p.standardInput = input
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            let t0 = Date()
+            try p.run()
+            input.fileHandleForWriting.write(Data((answer + "\n").utf8))
+            while try !done(), Date().timeIntervalSince(t0) < 3 { usleep(500) }
+            let took = Date().timeIntervalSince(t0)
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+            return UInt32(took * 1_000_000)
+        }
+        let whole = max(try timeToRecord(right, kept), try timeToRecord(wrong, counted))
+        var violations: [String] = []
+        var delay: UInt32 = 0
+        while delay < whole + 15_000 {
+            try reset()
+            try login(right, killAfter: delay)
+            let rightKept = try kept()
+            try reset()
+            try login(wrong, killAfter: delay)
+            if rightKept, try !counted() { violations.append("\(delay / 1000) ms") }
+            delay += 3_000
+        }
+        XCTAssertEqual(violations, [], "a right code kept where a wrong one went uncounted (login records after \(whole / 1000) ms)")
+    }
+
     func testWindowEdgesUnderFaketime() throws {
         try writeService("adjacent_intervals=5")
         let s = try Store(path: Array(store.path.utf8))
