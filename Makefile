@@ -44,7 +44,7 @@ FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -
                    -module-name PamTOTPFuzz -I Sources/CLibc -use-ld=lld
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
-TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra
+TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra uidmap
 DEB_DEPS    := debhelper dpkg-dev fakeroot lintian
 DEB_TEST_DEPS := debootstrap
 BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime

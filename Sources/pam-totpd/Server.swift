@@ -12,15 +12,26 @@ struct Limits {
     var requestTimeout: TimeAmount = .seconds(5)
     /// Open connections in all; beyond it a new connection is closed at once.
     var maxConnections = 4096
-    /// Open connections per uid other than root: one user's flood cannot use up the rest.
+    /// Open connections per uid other than root: one user's flood cannot use up the rest. A
+    /// uid in a user's subordinate range (/etc/subuid) counts as that user (`SubordinateIDs`).
     var maxConnectionsPerUser = 64
     /// Requests waiting for a worker thread; beyond it the reply is "busy" (denied).
     var maxQueued = 256
+    /// Of those, what callers other than root may never take: root's requests (sshd, su,
+    /// sudo, login) always find room.
+    var connectionsForRootOnly: Int { max(4, maxConnections / 16) }
+    var queuedForRootOnly: Int { max(4, maxQueued / 4) }
+    /// Log lines a caller other than root can cause per minute: per uid, and in all; beyond
+    /// them lines are counted and reported in one summary line (`LogBudget`).
+    var logLinesPerUserPerMinute = 20
+    var logLinesPerMinute = 300
     /// Requests of one uid other than root waiting for or held by a worker (counted until the
     /// worker is done, whether or not the caller is still connected): one user's flood cannot
     /// fill the queue or make others wait behind more than a few of its requests.
     var maxQueuedPerUser = 8
-    /// Worker threads for store operations (file I/O, a per-user lock of up to 5 s).
+    /// Worker threads for store operations (file I/O, a per-user lock of up to 5 s). At most
+    /// one works for any one account at a time (`ServerState.serialize`): an account whose
+    /// lock is stuck holds one worker, never all of them.
     var workers = 4
     /// Under socket activation: exit after this long without a connection (systemd starts
     /// the daemon again on the next one). nil: never.
@@ -52,6 +63,9 @@ final class ServerState: @unchecked Sendable {
     private var queued = 0
     private var queuedPerUser: [UInt32: Int] = [:]
     private var lastActivity = NIODeadline.now()
+    /// Accounts a worker is answering a request for, and the requests waiting for each.
+    private var busyAccounts: [[UInt8]: [() -> Void]] = [:]
+    private var logBudget = LogBudget()
 
     init(limits: Limits, handle: @escaping RequestHandlerFunction, handleAdmin: @escaping AdminHandlerFunction,
          pool: NIOThreadPool, logger: Logger) {
@@ -68,6 +82,7 @@ final class ServerState: @unchecked Sendable {
             lastActivity = .now()
             guard open < limits.maxConnections else { return false }
             if uid != 0 {
+                guard open < limits.maxConnections - limits.connectionsForRootOnly else { return false }
                 let n = perUser[uid, default: 0]
                 guard n < limits.maxConnectionsPerUser else { return false }
                 perUser[uid] = n + 1
@@ -92,6 +107,7 @@ final class ServerState: @unchecked Sendable {
         lock.withLock {
             guard queued < limits.maxQueued else { return false }
             if uid != 0 {
+                guard queued < limits.maxQueued - limits.queuedForRootOnly else { return false }
                 let n = queuedPerUser[uid, default: 0]
                 guard n < limits.maxQueuedPerUser else { return false }
                 queuedPerUser[uid] = n + 1
@@ -111,9 +127,137 @@ final class ServerState: @unchecked Sendable {
         }
     }
 
+    /// Runs `start` now if no worker is answering a request for `account`, else after the
+    /// ones before it; `start` must call `finished(account:)` when its work is done. One
+    /// account's stuck store lock (a stopped su holding it) then delays only that account.
+    func serialize(account: [UInt8], _ start: @escaping () -> Void) {
+        let now: Bool = lock.withLock {
+            if busyAccounts[account] != nil {
+                busyAccounts[account, default: []].append(start)
+                return false
+            }
+            busyAccounts[account] = []
+            return true
+        }
+        if now { start() }
+    }
+
+    func finished(account: [UInt8]) {
+        let next: (() -> Void)? = lock.withLock {
+            guard var waiting = busyAccounts[account], !waiting.isEmpty else {
+                busyAccounts[account] = nil
+                return nil
+            }
+            let first = waiting.removeFirst()
+            busyAccounts[account] = waiting
+            return first
+        }
+        next?()
+    }
+
+    /// Logs a line a caller charged to `uid` caused: root's always; any other uid's within
+    /// its budget (`LogBudget`), with one summary line for what a minute suppressed.
+    func log(_ level: Logger.Level, uid: UInt32, _ line: @autoclosure () -> String) {
+        guard uid != 0 else { logger.log(level: level, "\(line())"); return }
+        let (allowed, summary) = lock.withLock {
+            logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
+        }
+        if let summary { logger.warning("\(summary)") }
+        if allowed { logger.log(level: level, "\(line())") }
+    }
+
     /// Idle: no connection open and none for `idle`.
     func isIdle(for idle: TimeAmount) -> Bool {
         lock.withLock { open == 0 && NIODeadline.now() - lastActivity >= idle }
+    }
+}
+
+/// The log lines callers other than root may cause in a minute: `perUser` per charged uid and
+/// `total` in all; the rest are counted, and the first line after the minute is preceded by
+/// one summary (nothing an attacker sends yields more than total + 1 lines a minute).
+struct LogBudget {
+    private var windowStart: Int64 = 0
+    private var spent: [UInt32: Int] = [:]
+    private var suppressed: [UInt32: Int] = [:]
+    private var total = 0
+
+    mutating func spend(uid: UInt32, now: Int64, perUser: Int, total limit: Int) -> (allowed: Bool, summary: String?) {
+        var summary: String? = nil
+        if now - windowStart >= 60 {
+            if !suppressed.isEmpty {
+                let all = suppressed.values.reduce(0, +)
+                let top = suppressed.sorted { $0.value > $1.value }.prefix(5).map { "uid \($0.key): \($0.value)" }
+                summary = "\(all) more log lines caused by callers were suppressed in the last minute (\(top.joined(separator: ", "))"
+                    + (suppressed.count > 5 ? ", and \(suppressed.count - 5) more uids)" : ")")
+            }
+            windowStart = now
+            spent = [:]
+            suppressed = [:]
+            total = 0
+        }
+        let mine = spent[uid, default: 0]
+        guard mine < perUser, total < limit else {
+            if suppressed.count < 4096 || suppressed[uid] != nil { suppressed[uid, default: 0] += 1 }
+            return (false, summary)
+        }
+        spent[uid] = mine + 1
+        total += 1
+        return (true, summary)
+    }
+}
+
+func monotonicSeconds() -> Int64 {
+    var t = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return Int64(t.tv_sec)
+}
+
+/// Which user a uid in a subordinate range belongs to (/etc/subuid: `owner:first:count`, owner a
+/// name or a uid): a user with newuidmap (rootless containers) appears to the daemon as many
+/// uids, and each is charged to that user. Re-read when the file changes (inode, size, mtime).
+final class SubordinateIDs: @unchecked Sendable {
+    static let shared = SubordinateIDs(path: "/etc/subuid")
+    let path: String
+    private let lock = NIOLock()
+    private var stamp: (ino_t, off_t, Int, Int) = (0, -1, 0, 0)
+    private var ranges: [(first: UInt32, count: UInt32, owner: UInt32)] = []
+
+    init(path: String) { self.path = path }
+
+    func owner(of uid: UInt32) -> UInt32? {
+        lock.withLock {
+            reloadIfChanged()
+            for r in ranges where uid >= r.first && UInt64(uid) < UInt64(r.first) + UInt64(r.count) { return r.owner }
+            return nil
+        }
+    }
+
+    private func reloadIfChanged() {
+        var st = stat()
+        guard stat(path, &st) == 0 else { ranges = []; stamp = (0, -1, 0, 0); return }
+        let now = (st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec)
+        guard now != stamp else { return }
+        stamp = now
+        ranges = []
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while bytes.count < 16 << 20 {
+            let n = read(fd, &chunk, chunk.count)
+            guard n > 0 else { break }
+            bytes += chunk[0..<n]
+        }
+        for line in bytes.split(separator: 0x0A) {
+            let f = line.split(separator: 0x3A, omittingEmptySubsequences: false)
+            guard f.count == 3, let first = UInt32(String(decoding: f[1], as: UTF8.self)),
+                  let count = UInt32(String(decoding: f[2], as: UTF8.self)), count > 0 else { continue }
+            let name = String(decoding: f[0], as: UTF8.self)
+            let owner: UInt32?
+            if let n = UInt32(name) { owner = n } else { owner = getpwnam(name).map { $0.pointee.pw_uid } }
+            if let owner, owner != 0 { ranges.append((first, count, owner)) }
+        }
     }
 }
 
@@ -153,7 +297,8 @@ final class RequestHandler: ChannelInboundHandler {
                     self.admitted = true
                     self.process(context: context)  // a request that arrived with the connection
                 } else {
-                    self.state.logger.warning("refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(self.charged)): too many open connections")
+                    self.state.log(.warning, uid: self.charged,
+                                   "refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(self.charged)): too many open connections")
                     channel.close(promise: nil)
                 }
             case .failure:
@@ -197,7 +342,8 @@ final class RequestHandler: ChannelInboundHandler {
     private func malformed(_ context: ChannelHandlerContext, _ why: String) {
         answered = true
         wipeReceived()
-        state.logger.warning("malformed request from uid \(peer.map { String($0.uid) } ?? "?"): \(why)")
+        // Before the caller is known it is charged to no uid (never root's unlimited share).
+        state.log(.warning, uid: admitted ? charged : UInt32.max, "malformed request from uid \(peer.map { String($0.uid) } ?? "?"): \(why)")
         context.close(promise: nil)
     }
 
@@ -212,6 +358,12 @@ final class RequestHandler: ChannelInboundHandler {
     /// user's share, not root's unbounded one (docs/ARCHITECTURE.md, section 4.15). Who may do what
     /// still goes by the uid the kernel reports. Unreadable (the process is gone): root.
     static func chargedUID(_ cred: PeerCred) -> UInt32 {
+        let real = realUID(cred)
+        return real == 0 ? 0 : SubordinateIDs.shared.owner(of: real) ?? real
+    }
+
+    /// The uid the kernel reports, or for root the real uid of the process (from /proc).
+    static func realUID(_ cred: PeerCred) -> UInt32 {
         guard cred.uid == 0, cred.pid > 0 else { return cred.uid }
         let fd = open("/proc/\(cred.pid)/status", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return 0 }
@@ -240,60 +392,82 @@ final class RequestHandler: ChannelInboundHandler {
         let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
         let charged = self.charged
         guard state.enqueue(uid: charged) else {
-            state.logger.warning("busy: refused a request from uid \(peer.uid) (charged to uid \(charged))")
+            state.log(.warning, uid: charged, "busy: refused a request from uid \(peer.uid) (charged to uid \(charged))")
             send(channel, admin ? AdminReply.failed(.daemon("busy")).encoded() : DaemonReply.outcome(.failed(.daemon("busy"))).encoded())
             return
         }
         let credentials = PeerCredentials(uid: peer.uid, pid: UInt32(bitPattern: peer.pid))
-        let work = state.pool.runIfActive(eventLoop: context.eventLoop) { () -> [UInt8] in
-            defer { state.dequeue(uid: charged) }
-            var frame = frame
-            defer { for i in frame.indices { frame[i] = 0 } }
-            if admin {
-                // The caller gave up while this waited for a worker (its deadline is 5 s, queue
-                // included): a change made now would be reported to no one, and totp-enroll has
-                // already told its user that it failed. Do nothing, as it said.
-                guard channel.isActive else {
-                    state.logger.warning("dropped an admin request from uid \(credentials.uid) pid \(credentials.pid): the caller had gone before a worker was free")
-                    return AdminReply.failed(.daemon("the caller had gone")).encoded()
-                }
-                let request: AdminRequest
-                do {
-                    request = try AdminRequest.decode(frame)
-                } catch {
-                    state.logger.warning("malformed admin request from uid \(credentials.uid) pid \(credentials.pid)")
-                    return AdminReply.failed(.malformed("admin request")).encoded()
-                }
-                let (reply, line) = state.handleAdmin(request, credentials, Int64(time(nil)))
-                switch reply {
-                case .failed(.daemon), .refused: state.logger.warning("\(line.string)")
-                default: state.logger.notice("\(line.string)")
-                }
-                return reply.encoded()
+        let account = Self.account(of: frame, admin: admin)
+        let eventLoop = context.eventLoop
+        state.serialize(account: account) {
+            let work = state.pool.runIfActive(eventLoop: eventLoop) { () -> [UInt8] in
+                defer { state.dequeue(uid: charged) }
+                var frame = frame
+                defer { for i in frame.indices { frame[i] = 0 } }
+                return admin ? Self.answerAdmin(frame, credentials, channel: channel, charged: charged, state: state)
+                             : Self.answer(frame, credentials, charged: charged, state: state)
             }
-            let request: DaemonRequest
-            do {
-                request = try DaemonRequest.decode(frame)
-            } catch {
-                state.logger.warning("malformed request from uid \(credentials.uid) pid \(credentials.pid)")
-                return DaemonReply.outcome(.failed(.malformed("request"))).encoded()
-            }
-            let (reply, line) = state.handle(request, credentials, Int64(time(nil)))
-            if case .outcome(.failed(.daemon)) = reply {
-                state.logger.error("\(line.string)")
-            } else {
-                state.logger.info("\(line.string)")
-            }
-            return reply.encoded()
-        }
-        work.whenComplete { result in
-            switch result {
-            case .success(let bytes): self.send(channel, bytes)
-            case .failure:
-                self.send(channel, admin ? AdminReply.failed(.daemon("shutting down")).encoded()
-                                         : DaemonReply.outcome(.failed(.daemon("shutting down"))).encoded())
+            work.whenComplete { result in
+                state.finished(account: account)
+                switch result {
+                case .success(let bytes): self.send(channel, bytes)
+                case .failure:
+                    self.send(channel, admin ? AdminReply.failed(.daemon("shutting down")).encoded()
+                                             : DaemonReply.outcome(.failed(.daemon("shutting down"))).encoded())
+                }
             }
         }
+    }
+
+    /// The account a request is about, to give each account at most one worker at a time
+    /// (`ServerState.serialize`); an undecodable request or an account listing: the empty name.
+    static func account(of frame: [UInt8], admin: Bool) -> [UInt8] {
+        if admin { return ((try? AdminRequest.decode(frame))?.user) ?? [] }
+        return (try? DaemonRequest.decode(frame))?.user ?? []
+    }
+
+    /// A module request on a worker: decoded, answered, logged.
+    static func answer(_ frame: [UInt8], _ credentials: PeerCredentials, charged: UInt32, state: ServerState) -> [UInt8] {
+        let request: DaemonRequest
+        do {
+            request = try DaemonRequest.decode(frame)
+        } catch {
+            state.log(.warning, uid: charged, "malformed request from uid \(credentials.uid) pid \(credentials.pid)")
+            return DaemonReply.outcome(.failed(.malformed("request"))).encoded()
+        }
+        let (reply, line) = state.handle(request, credentials, Int64(time(nil)))
+        if case .outcome(.failed(.daemon)) = reply {
+            state.log(.error, uid: charged, line.string)
+        } else {
+            state.log(.info, uid: charged, line.string)
+        }
+        return reply.encoded()
+    }
+
+    /// An enrolment-management request (totp-enroll) on a worker.
+    static func answerAdmin(_ frame: [UInt8], _ credentials: PeerCredentials, channel: Channel, charged: UInt32,
+                            state: ServerState) -> [UInt8] {
+        // The caller gave up while this waited for a worker (its deadline is 5 s, queue
+        // included): a change made now would be reported to no one, and totp-enroll has
+        // already told its user that it failed. Do nothing, as it said.
+        guard channel.isActive else {
+            state.log(.warning, uid: charged,
+                      "dropped an admin request from uid \(credentials.uid) pid \(credentials.pid): the caller had gone before a worker was free")
+            return AdminReply.failed(.daemon("the caller had gone")).encoded()
+        }
+        let request: AdminRequest
+        do {
+            request = try AdminRequest.decode(frame)
+        } catch {
+            state.log(.warning, uid: charged, "malformed admin request from uid \(credentials.uid) pid \(credentials.pid)")
+            return AdminReply.failed(.malformed("admin request")).encoded()
+        }
+        let (reply, line) = state.handleAdmin(request, credentials, Int64(time(nil)))
+        switch reply {
+        case .failed(.daemon), .refused: state.log(.warning, uid: charged, line.string)
+        default: state.log(.notice, uid: charged, line.string)
+        }
+        return reply.encoded()
     }
 
     private func send(_ channel: Channel, _ bytes: [UInt8]) {

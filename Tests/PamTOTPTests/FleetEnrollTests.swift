@@ -204,8 +204,9 @@ final class FleetEnrollTests: XCTestCase {
     /// deadline) must not be reported as "NOT saved, the previous codes still work" while the
     /// daemon commits it afterwards: the user would throw away the only codes that work.
     /// Replay: root's status goes through, then totp-enroll blocks writing the codes to a full
-    /// pipe; meanwhile a row lock in the database and 40 code checks stuck on it fill the
-    /// workers' queue, so the replace request waits behind them past the deadline.
+    /// pipe; meanwhile a row lock on root's row in the database and 6 code checks of root stuck
+    /// on it (1 s each, the statement timeout, recording nothing) fill root's lane (one worker
+    /// per account at a time), so the replace request waits behind them past the deadline.
     func testALostReplyIsNotReportedAsNothingChanged() throws {
         let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
         var rng = SystemRandomNumberGenerator()
@@ -256,24 +257,23 @@ final class FleetEnrollTests: XCTestCase {
             if wchan.contains("pipe") { break }
             usleep(50_000)
         }
-        // A row lock every code check for another user waits on (up to the statement
-        // timeout), held 7 s.
+        // A row lock every code check of root waits on (up to the statement timeout), held 12 s.
         let locker = Process()
         locker.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         locker.arguments = ["psql", "-X", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port), "-U", "postgres", "-d", db,
-                            "-c", "BEGIN; SELECT 1 FROM pam_totp.users WHERE name = 'nobody' FOR UPDATE; SELECT pg_sleep(7); COMMIT;"]
+                            "-c", "BEGIN; SELECT 1 FROM pam_totp.users WHERE name = 'root' FOR UPDATE; SELECT pg_sleep(12); COMMIT;"]
         locker.standardOutput = FileHandle.nullDevice
         try locker.run()
         for _ in 0..<100 {
-            if (try? sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(7)%' AND state = 'active' AND pid <> pg_backend_pid()")) == "1" { break }
+            if (try? sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(12)%' AND state = 'active' AND pid <> pg_backend_pid()")) == "1" { break }
             usleep(50_000)
         }
         var o = ModuleOptions()
         o.backend = .postgresql
-        let blocker = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("busy".utf8), user: Array("nobody".utf8),
+        let blocker = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("busy".utf8), user: Array("root".utf8),
                                                   options: o, answer: Array("000000".utf8)).encoded())
         var held: [Int32] = []
-        for _ in 0..<40 {
+        for _ in 0..<6 {
             let fd = DaemonTests.connectTo(host.socketPath)
             XCTAssertGreaterThanOrEqual(fd, 0)
             XCTAssertTrue(DaemonTests.send(fd, blocker))
