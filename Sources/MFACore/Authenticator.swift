@@ -20,7 +20,7 @@ public struct Account: Equatable {
 }
 
 /// An enrolled user as `lookup` found them.
-public struct EnrolledUser<Sys: SystemCalls> {
+public final class EnrolledUser<Sys: SystemCalls> {
     let store: FileStore<Sys>
     /// The name the record is stored under (the account's canonical name when the name given
     /// to PAM was another spelling of it).
@@ -30,6 +30,19 @@ public struct EnrolledUser<Sys: SystemCalls> {
     let accountUID: UInt32?
     let file: OwnedFD<Sys>
     let identity: FileIdentity
+
+    init(store: FileStore<Sys>, name: [UInt8], record: UserRecord, accountUID: UInt32?, file: OwnedFD<Sys>, identity: FileIdentity) {
+        self.store = store
+        self.name = name
+        self.record = record
+        self.accountUID = accountUID
+        self.file = file
+        self.identity = identity
+    }
+
+    /// The decoded secrets are zeroed before their buffers are freed (a login, right code or
+    /// wrong, left one freed block holding the secret: found by review with a free() scanner).
+    deinit { record.wipeSecretsInPlace() }
 }
 
 public enum AuthOutcome: Equatable, Sendable {
@@ -246,10 +259,18 @@ extension FileStore {
                 name = canonical
             }
         }
-        guard let (record, file, identity) = found, record.isEnrolled else { return .unenrolled }
-        if record.uid != nil && !lookedUp { resolved = try account() }
+        guard let (record, file, identity) = found, record.isEnrolled else {
+            found?.record.wipeSecretsInPlace()
+            return .unenrolled
+        }
+        if record.uid != nil && !lookedUp {
+            do throws(MFAError) { resolved = try account() } catch { record.wipeSecretsInPlace(); throw error }
+        }
         let uid = resolved?.uid
-        guard record.belongs(toAccount: uid) else { return .otherAccount(recordUID: record.uid ?? 0) }
+        guard record.belongs(toAccount: uid) else {
+            record.wipeSecretsInPlace()
+            return .otherAccount(recordUID: record.uid ?? 0)
+        }
         return .enrolled(EnrolledUser(store: self, name: name, record: record, accountUID: uid, file: file, identity: identity))
     }
 
@@ -264,6 +285,8 @@ extension FileStore {
             let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
             return try withLock(user: user) { () throws(MFAError) -> AuthOutcome in
                 var record = enrolled.record
+                var reread = false
+                defer { if reread { record.wipeSecretsInPlace() } }
                 if !isCurrent(user, identity: enrolled.identity) {
                     guard let now = try read(user: user), now.isEnrolled,
                           now.uid == nil || now.uid == enrolled.accountUID else {
@@ -271,6 +294,7 @@ extension FileStore {
                         return .unenrolled
                     }
                     record = now
+                    reread = true
                 }
                 let (state, file) = try readStateForUpdate(user: user)
                 // An attempt that costs a PBKDF2 is durable, as a failure, before that work.

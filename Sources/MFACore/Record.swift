@@ -1,3 +1,5 @@
+import CLibc
+
 /// One enrolled TOTP factor.
 public struct Factor: Equatable, Sendable {
     public static let maxLabelLength = 64
@@ -282,4 +284,18 @@ func uint64(_ bytes: [UInt8]) -> UInt64 {
     var v: UInt64 = 0
     for b in bytes.prefix(8) { v = v << 8 | UInt64(b) }
     return v
+}
+
+extension UserRecord {
+    /// Zeroes every factor's secret where it is stored: through the array's own buffer, which
+    /// every copy of this record shares, so the bytes are gone before that buffer is freed,
+    /// whichever copy is released last. Only for a record nothing will read a secret of again.
+    public func wipeSecretsInPlace() {
+        for factor in factors {
+            factor.secret.withUnsafeBufferPointer { bytes in
+                guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
+                clibc_wipe(UnsafeMutableRawPointer(mutating: base), bytes.count)
+            }
+        }
+    }
 }

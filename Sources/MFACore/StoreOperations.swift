@@ -28,10 +28,14 @@ public struct UnlockResult: Equatable, Sendable {
 }
 
 extension FileStore {
-    /// The user's record and state, or nil when the user has none. Takes no lock (each is read
-    /// atomically) and so creates no file.
+    /// The user's record and state, or nil when the user has none: every factor's secret
+    /// replaced by a placeholder (no caller of status needs one; the read ones are zeroed).
+    /// Takes no lock (each is read atomically) and so creates no file.
     public func status(user: [UInt8]) throws(MFAError) -> UserStatus? {
-        guard let record = try read(user: user) else { return nil }
+        guard let read = try read(user: user) else { return nil }
+        defer { read.wipeSecretsInPlace() }
+        var record = read
+        for i in record.factors.indices { record.factors[i].secret = [UInt8](repeating: 0, count: 10) }
         return UserStatus(record: record, state: try readState(user: user).adopted(by: record))
     }
 
@@ -69,6 +73,7 @@ extension FileStore {
     public func checkEnrollable(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError) {
         try Factor.validateNew(label: label)
         guard let record = try read(user: user) else { return }
+        defer { record.wipeSecretsInPlace() }
         try Self.checkAddable(to: record, accountUID: accountUID, label: label, secret: secret)
     }
 
@@ -117,6 +122,7 @@ extension FileStore {
         try Factor.validateNew(label: factor.label)
         return try withLock(user: user) { () throws(MFAError) -> Int in
             let existing = try read(user: user)
+            defer { existing?.wipeSecretsInPlace() }  // the factors read, not the new one
             if onlyIfNone, let existing, !existing.factors.isEmpty {
                 throw .invalidParameters("a factor was enrolled meanwhile: enrolment at login is only for a user with none")
             }
@@ -146,9 +152,11 @@ extension FileStore {
     public func removeFactor(user: [UInt8], accountUID: UInt32, label: [UInt8], mayRemoveLast: Bool) throws(MFAError) -> Int {
         var rng = SystemRandomNumberGenerator()
         return try withLock(user: user) { () throws(MFAError) -> Int in
-            guard var record = try read(user: user), record.belongs(toAccount: accountUID) else {
+            guard let read = try read(user: user), read.belongs(toAccount: accountUID) else {
                 throw .invalidParameters("no factor with that label (see totp-enroll list)")
             }
+            defer { read.wipeSecretsInPlace() }
+            var record = read
             var index: Int? = nil
             for i in record.factors.indices where record.factors[i].label == label { index = i }
             guard let index else { throw .invalidParameters("no factor with that label (see totp-enroll list)") }
@@ -170,9 +178,11 @@ extension FileStore {
     public func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
         var rng = SystemRandomNumberGenerator()
         return try withLock(user: user) { () throws(MFAError) -> Bool in
-            guard var record = try read(user: user), record.belongs(toAccount: accountUID), !record.factors.isEmpty else {
+            guard let read = try read(user: user), read.belongs(toAccount: accountUID), !read.factors.isEmpty else {
                 throw .invalidParameters("no factor yet: enrol one first (totp-enroll), then make recovery codes")
             }
+            defer { read.wipeSecretsInPlace() }
+            var record = read
             let replaced = record.recovery != nil
             record.recovery = set
             try commit(&record, user: user, accountUID: accountUID, using: &rng)
@@ -185,6 +195,7 @@ extension FileStore {
     public func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
         try withLock(user: user) { () throws(MFAError) -> UnlockResult in
             guard let record = try read(user: user) else { throw .invalidParameters("this user has no factor") }
+            defer { record.wipeSecretsInPlace() }
             var state: UserState
             var rebuilt = false
             do throws(MFAError) {
@@ -223,7 +234,9 @@ extension FileStore {
     public func purge(user: [UInt8]) throws(MFAError) -> Bool {
         let existed = try withLock(user: user) { () throws(MFAError) -> Bool in
             // Whether anything was there: the record, or a state file (even an unreadable one).
-            let hasRecord = try read(user: user) != nil
+            let record = try read(user: user)
+            record?.wipeSecretsInPlace()
+            let hasRecord = record != nil
             let hasState = try openChecked(Self.stateName(user), flags: O_RDONLY, what: "state file") != nil
             let had = hasRecord || hasState
             try removeLocked(user: user)
