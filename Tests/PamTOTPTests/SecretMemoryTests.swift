@@ -116,6 +116,19 @@ final class SecretMemoryTests: XCTestCase {
         let code = String(decoding: try currentCode(secret), as: UTF8.self)
         XCTAssertEqual(try scanned([enrollURL.path, "enroll", "--user", "daemon", "--store", store.path, "--secret", secretB32,
                                     "--code", code, "--quiet", "--qr", "none"]), [], "enroll")
+        // import-google-authenticator, from a file the user owns.
+        _ = try runCommand([enrollURL.path, "purge", "--user", "daemon", "--store", store.path])
+        let home = root.appendingPathComponent("home-daemon")
+        XCTAssertEqual(mkdir(home.path, 0o700), 0)
+        let file = home.appendingPathComponent(".google_authenticator").path
+        try "\(secretB32)\n\" RATE_LIMIT 3 30\n\" WINDOW_SIZE 3\n\" DISALLOW_REUSE\n\" TOTP_AUTH\n12345678\n87654321\n"
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let daemonUID = try XCTUnwrap(getpwnam("daemon")).pointee.pw_uid
+        XCTAssertEqual(chown(home.path, daemonUID, 0), 0)
+        XCTAssertEqual(chown(file, daemonUID, 0), 0)
+        XCTAssertEqual(chmod(file, 0o400), 0)
+        XCTAssertEqual(try scanned([enrollURL.path, "import-google-authenticator", file, "--user", "daemon", "--store", store.path]), [],
+                       "import-google-authenticator")
     }
 
     func testPamTotpdFreesNoSecret() throws {
