@@ -256,6 +256,14 @@ public final class PostgresStore: TOTPStore {
         return .daemon(Message(Array(("database unavailable: " + e.message).utf8)))
     }
 
+    /// For a change or an admin query: the database's refusal of this role (SQLSTATE 42501) is
+    /// a refusal the caller is told as such (nothing was done), never an unconfirmed change.
+    static func mappedChange(_ e: PQError) -> MFAError {
+        guard e.sqlState == "42501" else { return mapped(e) }
+        return .invalidParameters(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge and "
+                                                 + "status --all need pam_totp_admin: pam-totpd(8), FLEET MODE); nothing was changed").utf8)))
+    }
+
     static func text(_ bytes: [UInt8]) throws(MFAError) -> String {
         guard let s = String(validating: bytes, as: UTF8.self), !bytes.contains(0) else { throw .invalidParameters("not valid UTF-8") }
         return s
@@ -374,7 +382,7 @@ public final class PostgresStore: TOTPStore {
     /// Every enrolled name, in byte order (`all_status`, granted to pam_totp_admin only).
     public func users() throws(MFAError) -> [[UInt8]] {
         let rows: [[String?]]
-        do throws(PQError) { rows = try pool.read("SELECT name FROM pam_totp_api.all_status()") } catch { throw Self.mapped(error) }
+        do throws(PQError) { rows = try pool.read("SELECT name FROM pam_totp_api.all_status()") } catch { throw Self.mappedChange(error) }
         return rows.compactMap { $0.first ?? nil }.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
     }
 
@@ -407,7 +415,7 @@ public final class PostgresStore: TOTPStore {
             }
             _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
             return 0
-        } catch { throw Self.mapped(error) }
+        } catch { throw Self.mappedChange(error) }
     }
 
     func recoveryParameters(_ set: RecoverySet) -> [PQValue] {
@@ -420,7 +428,7 @@ public final class PostgresStore: TOTPStore {
         do throws(PQError) {
             let rows = try pool.write("SELECT pam_totp_api.remove_factor($1, $2, $3, $4)", params)
             return Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
-        } catch { throw Self.mapped(error) }
+        } catch { throw Self.mappedChange(error) }
     }
 
     public func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
@@ -428,13 +436,13 @@ public final class PostgresStore: TOTPStore {
         do throws(PQError) {
             let rows = try pool.write("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7)", params)
             return (rows.first?.first.flatMap { $0 }).flatMap { Int($0) }.map { $0 >= 0 } ?? false
-        } catch { throw Self.mapped(error) }
+        } catch { throw Self.mappedChange(error) }
     }
 
     public func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
         let name = try Self.text(user)
         let rows: [[String?]]
-        do throws(PQError) { rows = try pool.write("SELECT * FROM pam_totp_api.unlock($1)", [.text(name)]) } catch { throw Self.mapped(error) }
+        do throws(PQError) { rows = try pool.write("SELECT * FROM pam_totp_api.unlock($1)", [.text(name)]) } catch { throw Self.mappedChange(error) }
         guard let r = rows.first, r.count == 2 else { throw MFAError.daemon("database: malformed reply") }
         return UnlockResult(failures: UInt32(clamping: r[0].flatMap { Int64($0) } ?? 0),
                             lockedUntil: r[1].flatMap { Int64($0) } ?? 0, rebuilt: false)
@@ -445,6 +453,6 @@ public final class PostgresStore: TOTPStore {
         do throws(PQError) {
             let rows = try pool.write("SELECT pam_totp_api.purge($1)", [.text(name)])
             return rows.first?.first.flatMap { $0 } == "t"
-        } catch { throw Self.mapped(error) }
+        } catch { throw Self.mappedChange(error) }
     }
 }

@@ -162,6 +162,10 @@ final class FleetEnrollTests: XCTestCase {
         let refused = try enroll(["unlock", "--user", "root"])
         XCTAssertNotEqual(refused.status, 0)
         XCTAssertTrue(refused.stderr.contains("pam_totp_admin"), refused.stderr)
+        // A refusal is a refusal: nothing was changed, and totp-enroll says so (it said "may or
+        // may not have been made", as for a lost reply).
+        XCTAssertFalse(refused.stderr.contains("may or may not"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("nothing was changed"), refused.stderr)
         XCTAssertEqual(try sql("SELECT failures FROM pam_totp.users WHERE name = 'root'"), "4")
         let unlocked = try enroll(["unlock", "--user", "root"], config: admin.config)
         XCTAssertEqual(unlocked.status, 0, unlocked.stderr)
