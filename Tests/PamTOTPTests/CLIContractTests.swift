@@ -35,6 +35,27 @@ final class CLIContractTests: XCTestCase {
         }
     }
 
+    /// `totp-enroll --config F list` failed with "Unexpected argument 'list'" (a new admin's
+    /// trial): the options every subcommand shares may come before its name.
+    func testSharedOptionsMayComeBeforeTheSubcommand() throws {
+        try XCTSkipUnless(isRoot, "--user and --store are root's")
+        let dir = try makeTemporaryDirectory("pam_totp_cli_order")
+        defer { removeTemporaryDirectory(dir) }
+        XCTAssertEqual(chmod(dir.path, 0o700), 0)
+        try Store(path: Array(dir.path.utf8)).write(user: Array("nobody".utf8), record: UserRecord(uid: 65534, factors: [
+            try Factor(label: Array("phone".utf8), parameters: .default, created: 1_700_000_000, secret: Array("12345678901234567890".utf8))]))
+        let after = try runCommand([enrollURL.path, "list", "--user", "nobody", "--store", dir.path])
+        XCTAssertEqual(after.status, 0, after.stderr)
+        for before in [["--store", dir.path, "--user", "nobody", "list"], ["--store=\(dir.path)", "list", "--user", "nobody"],
+                       ["--user", "nobody", "--store", dir.path, "list"]] {
+            let r = try runCommand([enrollURL.path] + before)
+            XCTAssertEqual(r.status, 0, "\(before): \(r.stderr)")
+            XCTAssertEqual(r.stdout, after.stdout, "\(before)")
+        }
+        // A subcommand's own option before its name is still an error, as typed.
+        XCTAssertNotEqual(try runCommand([enrollURL.path, "--all", "status"]).status, 0)
+    }
+
     func testUnknownSubcommandOrOptionIsOneClearError() throws {
         for args in [["frobnicate"], ["list", "--bogus"], ["code"], ["remove"]] {
             let r = try runCommand([enrollURL.path] + args)
