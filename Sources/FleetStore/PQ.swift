@@ -231,6 +231,36 @@ public func checkConninfo(_ conninfo: String) -> (error: String?, hasPassword: B
     return (nil, hasPassword)
 }
 
+/// A warning when `conninfo` reaches a database on another machine without requiring TLS
+/// (sslmode unset, disable, allow or prefer): a host's requests — codes and passwords' neighbours
+/// — and the verdicts would cross the network readable and changeable. Nil for Unix sockets,
+/// localhost and loopback addresses, or sslmode require, verify-ca or verify-full.
+public func conninfoTLSWarning(_ conninfo: String) -> String? {
+    var err: UnsafeMutablePointer<CChar>? = nil
+    guard let options = PQconninfoParse(conninfo, &err) else {
+        if let err { PQfreemem(err) }
+        return nil
+    }
+    defer { PQconninfoFree(options) }
+    var values: [String: String] = [:]
+    var p = options
+    while let keyword = p.pointee.keyword {
+        if let v = p.pointee.val, v.pointee != 0 { values[String(cString: keyword)] = String(cString: v) }
+        p += 1
+    }
+    let mode = values["sslmode"] ?? "prefer"
+    guard !["require", "verify-ca", "verify-full"].contains(mode) else { return nil }
+    // hostaddr, where given, is what is connected to (host then only names it for TLS).
+    let targets = (values["hostaddr"] ?? values["host"] ?? "").split(separator: ",", omittingEmptySubsequences: false)
+        .map { String($0.filter { $0 != " " }) }
+    func local(_ h: String) -> Bool {
+        h.isEmpty || h.hasPrefix("/") || h.hasPrefix("@") || h == "localhost" || h.hasPrefix("127.") || h == "::1"
+    }
+    guard let remote = targets.first(where: { !local($0) }) else { return nil }
+    return "postgresql = CONNINFO reaches \(remote) without requiring TLS (sslmode=\(mode)): codes and verdicts would cross the network "
+        + "readable and changeable; use sslmode=verify-full with sslrootcert= (README, Fleet)"
+}
+
 private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
     var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
     pointers.append(nil)

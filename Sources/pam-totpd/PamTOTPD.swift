@@ -159,6 +159,10 @@ struct PamTOTPD: ParsableCommand {
         let conninfo = String(decoding: raw, as: UTF8.self)
         let checked = checkConninfo(conninfo)
         if let error = checked.error { throw SocketError("postgresql = CONNINFO is not valid: \(error)") }
+        if let warning = conninfoTLSWarning(conninfo) {
+            printError("warning: " + warning)
+            Logger(label: "pam-totpd").warning("\(warning)")
+        }
         if checked.hasPassword {
             let path = configPath ?? String(decoding: ModuleOptions.defaultConfigFile, as: UTF8.self)
             var st = stat()

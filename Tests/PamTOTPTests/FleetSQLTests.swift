@@ -117,6 +117,24 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_v8")).from, Migrations.all.last?.version)
     }
 
+    /// A CONNINFO without TLS to a host on another machine was accepted silently (a new
+    /// admin's trial): pam-totpd warns at start, on stderr and in syslog.
+    func testAConninfoWithoutTLSToAnotherMachineIsWarnedAbout() {
+        for (conninfo, warned) in [("host=db1.example.org dbname=pam_totp user=host_web1", true),
+                                   ("host=db1.example.org sslmode=prefer", true),
+                                   ("host=10.1.2.3 sslmode=disable", true),
+                                   ("host=/run/postgresql,db2.example.org", true),
+                                   ("postgresql://host_web1@db1.example.org/pam_totp", true),
+                                   ("host=db1.example.org sslmode=verify-full sslrootcert=/etc/ssl/ca.pem", false),
+                                   ("host=db1.example.org sslmode=require", false),
+                                   ("host=/run/postgresql dbname=pam_totp", false),
+                                   ("host=localhost", false), ("host=127.0.0.1", false), ("hostaddr=::1", false), ("dbname=x", false)] {
+            let w = conninfoTLSWarning(conninfo)
+            XCTAssertEqual(w != nil, warned, "\(conninfo): \(w ?? "no warning")")
+        }
+        XCTAssertTrue(conninfoTLSWarning("host=db1.example.org")?.contains("verify-full") ?? false)
+    }
+
     // MARK: - The SQL verifier against RFC 6238 and oathtool
 
     /// RFC 6238 Appendix B: every time, every algorithm, 8 digits; 6 digits are the last six.
