@@ -113,9 +113,10 @@ public struct DaemonService<S: TOTPStore> {
         case .recoveryCode(let remaining): return "accepted a recovery code (" + Message(decimalBytes(UInt64(max(remaining, 0)))) + " left)"
         case .wrongCode(let replayed, let failures, let lockedUntil):
             return (replayed ? "replayed code (" : "wrong code (") + Message(decimalBytes(UInt64(failures)))
-                + " consecutive failures)" + (lockedUntil != nil ? "; locked out for a while" : "")
+                + " consecutive failures)" + (lockedUntil.map { "; locked out until " + utcTimeText($0) } ?? "")
         case .notRecorded: return "denied: the attempt could not be recorded"
-        case .lockedOut(_, let permanent): return permanent ? "denied: locked until an admin unlocks" : "denied: temporarily locked out"
+        case .lockedOut(let until, let permanent):
+            return permanent ? "denied: locked until an admin unlocks" : "denied: locked out until " + utcTimeText(until)
         case .unenrolled: return "denied: not enrolled"
         case .failed(let e):
             // A database outage says why (libpq's reason: host and port, never a password).
@@ -202,3 +203,6 @@ extension UserStatus {
 /// `describe` (MFAError.swift) for DaemonService's log lines, whose own `describe(_:)` (an
 /// outcome) hides the global name inside the type.
 private func logText(_ error: MFAError) -> Message { describe(error) }
+
+/// When a lockout ends, for a log line ("2026-11-24 03:45:07 UTC").
+func utcTimeText(_ unixTime: Int64) -> Message { Message(ModuleOptions.utcText(unixTime)) }

@@ -292,6 +292,19 @@ public struct ModuleOptions: Equatable, Sendable {
         return (year, month, day)
     }
 
+    /// "2026-11-24 03:45:07 UTC": when a lockout ends, for log lines (no libc call).
+    public static func utcText(_ unixTime: Int64) -> [UInt8] {
+        guard unixTime >= 0, unixTime < 253_402_300_800 else { return Array("a time out of range".utf8) }  // years 1970-9999
+        let (year, month, day) = civilDay(unixTime)
+        let seconds = unixTime % 86_400
+        func two(_ v: Int64) -> [UInt8] { [UInt8(48 + v / 10), UInt8(48 + v % 10)] }
+        var out = decimalBytes(year)
+        out += [0x2D] + two(month) + [0x2D] + two(day) + [0x20] + two(seconds / 3600) + [0x3A] + two(seconds / 60 % 60)
+            + [0x3A] + two(seconds % 60)
+        out.append(literal: " UTC")
+        return out
+    }
+
     /// A flag: bare name, `=yes` or `=no`.
     static func flag(_ value: [UInt8]?) -> Bool? {
         guard let value else { return true }

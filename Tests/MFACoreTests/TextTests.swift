@@ -187,4 +187,18 @@ final class TextTests: XCTestCase {
             }
         }
     }
+
+    /// "locked out for a while" said nothing of when (a new admin's trial): the lockout's end, in UTC.
+    func testUTCTextOfALockoutsEnd() {
+        XCTAssertEqual(String(decoding: ModuleOptions.utcText(0), as: UTF8.self), "1970-01-01 00:00:00 UTC")
+        XCTAssertEqual(String(decoding: ModuleOptions.utcText(1_795_489_186), as: UTF8.self), "2026-11-24 02:59:46 UTC")
+        XCTAssertEqual(String(decoding: ModuleOptions.utcText(951_782_400), as: UTF8.self), "2000-02-29 00:00:00 UTC")
+        XCTAssertEqual(String(decoding: ModuleOptions.utcText(253_402_300_799), as: UTF8.self), "9999-12-31 23:59:59 UTC")
+        XCTAssertEqual(String(decoding: ModuleOptions.utcText(Int64.max), as: UTF8.self), "a time out of range")
+        XCTAssertEqual(String(decoding: ModuleOptions.utcText(-1), as: UTF8.self), "a time out of range")
+        let line = DaemonService<Store>.describe(.wrongCode(replayed: false, failures: 10, lockedUntil: 1_795_489_186))
+        XCTAssertEqual(line.string, "wrong code (10 consecutive failures); locked out until 2026-11-24 02:59:46 UTC")
+        XCTAssertEqual(DaemonService<Store>.describe(.lockedOut(until: 1_795_489_186, permanent: false)).string,
+                       "denied: locked out until 2026-11-24 02:59:46 UTC")
+    }
 }
