@@ -14,8 +14,15 @@
 # module (sshd, sudo, a hand-written line in common-auth outside the block, ...) is the
 # admin's, and only the admin can take it out.
 #
+# A line names the module when its module field is pam_totp.so, or is any other name or path
+# that resolves to the same file (device and inode: a symlink or hard link such as
+# pam_2fa.so -> pam_totp.so). Relative names are resolved in the PAM module directories
+# (--moduledir DIR, repeatable; default every /lib/*/security, /usr/lib/*/security,
+# /lib/security and /usr/lib/security); the module is pam_totp.so in the first of them that
+# has it (--module PATH names it instead).
+#
 # Usage:
-#   pam-stacks-naming-module [--pamdir DIR] [--all]
+#   pam-stacks-naming-module [--pamdir DIR] [--module PATH] [--moduledir DIR]... [--all]
 #       Prints FILE:LINE for each active line in DIR (default /etc/pam.d) that names
 #       pam_totp.so outside the managed blocks (with --all: managed ones too).
 #       Exit 0: none; 1: some (listed); 2: usage error or DIR unreadable.
@@ -37,11 +44,18 @@ set -eu
 pamdir=/etc/pam.d
 mode=list
 all=0
+module=
+moduledirs=
 while [ $# -gt 0 ]; do
     case "$1" in
         --pamdir) [ $# -ge 2 ] || { echo "pam-stacks-naming-module: --pamdir needs a directory" >&2; exit 2; }
                   pamdir=$2; shift 2 ;;
         --all) all=1; shift ;;
+        --module) [ $# -ge 2 ] || { echo "pam-stacks-naming-module: --module needs a path" >&2; exit 2; }
+                  module=$2; shift 2 ;;
+        --moduledir) [ $# -ge 2 ] || { echo "pam-stacks-naming-module: --moduledir needs a directory" >&2; exit 2; }
+                     moduledirs="$moduledirs
+$2"; shift 2 ;;
         --before-removal) mode=before-removal; shift ;;
         -h|--help) sed -n '2,/^set -eu/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "pam-stacks-naming-module: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -58,6 +72,29 @@ if [ "$pamdir" = /etc/pam.d ] && [ -d /usr/lib/pam.d ]; then vendordir=/usr/lib/
 
 nl='
 '
+if [ -z "$moduledirs" ]; then
+    moduledirs=$(for d in /lib/*/security /usr/lib/*/security /lib/security /usr/lib/security; do
+        if [ -d "$d" ]; then printf '%s\n' "$d"; fi; done)
+fi
+if [ -z "$module" ]; then
+    module=$(printf '%s\n' "$moduledirs" | while IFS= read -r d; do
+        if [ -n "$d" ] && [ -f "$d/pam_totp.so" ]; then printf '%s\n' "$d/pam_totp.so"; break; fi; done)
+fi
+# The installed module's device and inode (empty: not installed, so only names can match).
+module_id=
+if [ -n "$module" ]; then module_id=$(stat -L -c '%d:%i' -- "$module" 2>/dev/null || true); fi
+
+# Whether module field $1 of a stack line is the installed module's file under another name.
+same_file() {
+    [ -n "$module_id" ] || return 1
+    case "$1" in
+        /*) [ "$(stat -L -c '%d:%i' -- "$1" 2>/dev/null)" = "$module_id" ]; return ;;
+    esac
+    printf '%s\n' "$moduledirs" | while IFS= read -r d; do
+        [ -n "$d" ] || continue
+        if [ "$(stat -L -c '%d:%i' -- "$d/$1" 2>/dev/null)" = "$module_id" ]; then echo yes; break; fi
+    done | grep -q yes
+}
 
 # Prints the file each include, substack or @include line of file $1 names, as libpam opens it.
 # Lines are joined as libpam joins them: a trailing backslash continues a line, a line that is
@@ -112,7 +149,9 @@ stack_files() {
     set +f
 }
 
-# Prints FILE:LINE per naming line; $1 = 1: managed lines too.
+# Prints FILE:LINE per naming line; $1 = 1: managed lines too. awk prints a line that names
+# pam_totp.so as FILE:LINE, and every other module line as "?FILE:LINE<TAB>MODULE" for the
+# shell to compare by file (same_file).
 naming_lines() {
     stack_files | while IFS= read -r f; do
         [ -n "$f" ] || continue
@@ -123,9 +162,30 @@ naming_lines() {
             {
                 line = $0
                 sub(/#.*/, "", line)
-                if (line ~ /(^|[] \t\/])pam_totp\.so([ \t]|$)/ && (all == 1 || !managed))
-                    print FILENAME ":" FNR
+                if (!(all == 1 || !managed)) next
+                if (line ~ /(^|[] \t\/])pam_totp\.so([ \t]|$)/) { print FILENAME ":" FNR; next }
+                # The module field: after the type and the control (a bracketed control may
+                # span blanks, and the module may follow its "]" with none).
+                n = split(line, w, /[ \t]+/)
+                i = 1
+                if (w[i] == "") i++
+                if (tolower(w[i]) !~ /^-?(auth|account|password|session)$/) next
+                i++
+                if (tolower(w[i]) == "include" || tolower(w[i]) == "substack") next
+                if (substr(w[i], 1, 1) == "[") {
+                    while (i <= n && index(w[i], "]") == 0) i++
+                    rest = substr(w[i], index(w[i], "]") + 1)
+                    if (rest != "") { print "?" FILENAME ":" FNR "\t" rest; next }
+                }
+                i++
+                if (i <= n && w[i] != "") print "?" FILENAME ":" FNR "\t" w[i]
             }' "$f"
+    done | while IFS= read -r out; do
+        case "$out" in
+            \?*) where=${out%%"$(printf '\t')"*}; name=${out#*"$(printf '\t')"}
+                 if same_file "$name"; then printf '%s\n' "${where#\?}"; fi ;;
+            *) printf '%s\n' "$out" ;;
+        esac
     done
 }
 

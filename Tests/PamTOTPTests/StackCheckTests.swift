@@ -63,6 +63,37 @@ final class StackCheckTests: XCTestCase {
         XCTAssertTrue(all.stdout.contains("\(pamd.path)/common-auth:8"), all.stdout)
     }
 
+    /// A stack loading pam_2fa.so, a symlink to pam_totp.so, really used the module, yet the
+    /// check named no stack and the removal went ahead (review). Lines are compared by the file
+    /// their module resolves to (device and inode): a symlink, a hard link, an absolute path
+    /// to either, and a bracketed control right before it; another module is not the module.
+    func testAnotherNameForTheSameFileNamesTheModule() throws {
+        let modules = root.appendingPathComponent("security")
+        try FileManager.default.createDirectory(at: modules, withIntermediateDirectories: false)
+        let so = modules.appendingPathComponent("pam_totp.so").path
+        try Data("not really a module, but a file of its own".utf8).write(to: URL(fileURLWithPath: so))
+        XCTAssertEqual(symlink("pam_totp.so", modules.appendingPathComponent("pam_2fa.so").path), 0)
+        XCTAssertEqual(link(so, modules.appendingPathComponent("pam_hard.so").path), 0)
+        try Data("another module".utf8).write(to: modules.appendingPathComponent("pam_other.so"))
+        try write("sshd", "auth required pam_2fa.so\n")
+        try write("su", "auth [success=ok default=die]pam_hard.so\n")
+        try write("sudo", "auth required \(modules.path)/pam_2fa.so nullok\n")
+        try write("other", "-auth [default=die  success=ok] pam_hard.so\n")
+        try write("login", "auth required pam_other.so\nauth include common-auth\n")
+        try write("common-auth", commonAuth())
+        let r = try run(["--moduledir", modules.path])
+        XCTAssertEqual(r.status, 1, r.stdout + r.stderr)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init).sorted(),
+                       ["other", "sshd", "su", "sudo"].map { "\(pamd.path)/\($0):1" }, r.stdout)
+        let refused = try run(["--moduledir", modules.path, "--before-removal"])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertTrue(refused.stderr.contains("\(pamd.path)/sshd:1"), refused.stderr)
+        // --module names the module itself; a module elsewhere that is another file is not it.
+        let elsewhere = root.appendingPathComponent("pam_totp.so").path
+        try Data("a different file".utf8).write(to: URL(fileURLWithPath: elsewhere))
+        XCTAssertEqual(try run(["--moduledir", modules.path, "--module", elsewhere]).status, 0)
+    }
+
     func testNoStackNamesTheModule() throws {
         try write("common-auth", commonAuth())
         try write("sshd", "@include common-auth\n")
