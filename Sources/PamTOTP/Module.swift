@@ -39,6 +39,16 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     // Exempt by a section of the configuration file: PAM_IGNORE, never PAM_SUCCESS (the line
     // does not count; the rest of the stack decides). Logged every time.
     if options.exempt { return exempted(pamh, user: user, options: options) }
+    // A line before this one in the same transaction accepted a code (OneVerdict.swift).
+    if verifiedEarlier(pamh, user: user, options: options) { return PAM_SUCCESS }
+    let result = verify(pamh, user: user, options: options)
+    if result == PAM_SUCCESS { rememberVerified(pamh, user: user, options: options) }
+    return result
+}
+
+/// Asks for and checks a code of `user`: in process as root with the file store, else through
+/// pam-totpd.
+func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
     // Only root can read the store: everyone else (screen lockers) asks pam-totpd. In fleet
     // mode (backend = postgresql) everyone asks it: only pam-totpd talks to the database, and
     // this module links no database or TLS client (docs/ARCHITECTURE.md, section 8).
@@ -164,7 +174,8 @@ func refused(_ pamh: OpaquePointer, user: [UInt8], _ why: Message) -> Int32 {
 @_cdecl("pam_sm_setcred")
 public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32,
                            _ argv: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    PAM_SUCCESS
+    if let pamh { forgetVerified(pamh) }
+    return PAM_SUCCESS
 }
 
 /// Logs the outcome (never a code or secret) and returns its PAM code (ErrorMapping.swift).
@@ -182,7 +193,7 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
     case .wrongCode(let replayed, let failures, let lockedUntil):
         var line = (replayed ? "replayed code for " : "wrong code for ") + who + " (" + decimal(failures)
             + " consecutive failures)"
-        if lockedUntil != nil { line = line + "; locked out for a while" }
+        if let lockedUntil { line = line + "; locked out until " + Message(ModuleOptions.utcText(lockedUntil)) }
         if failures >= UserState.hardFailureCap { line = line + "; locked until an admin runs totp-enroll unlock" }
         log(pamh, LOG_NOTICE, line)
     case .notRecorded(let error):

@@ -115,6 +115,24 @@ final class PAMFixture {
         pam_end(handle, result)
         return result
     }
+
+    /// Two pam_authenticate calls on one handle (an application that keeps its handle, a
+    /// screen locker), with `between` run on the handle in between (e.g. pam_setcred).
+    func authenticateTwice(service: String, user: String, conversation: Conversation,
+                           between: (OpaquePointer) -> Void = { _ in }, beforeSecond: () -> Void = {}) -> (Int32, Int32) {
+        let data = Unmanaged.passUnretained(conversation).toOpaque()
+        var conv = pam_conv(conv: converse, appdata_ptr: data)
+        var handle: OpaquePointer? = nil
+        let started = pam_start_confdir(service, user, &conv, confdir.path, &handle)
+        guard started == PAM_SUCCESS, let handle else { return (started, started) }
+        XCTAssertEqual(pam_set_item(handle, PAM_FAIL_DELAY, unsafeBitCast(noDelay, to: UnsafeRawPointer.self)), PAM_SUCCESS)
+        let first = pam_authenticate(handle, 0)
+        between(handle)
+        beforeSecond()
+        let second = pam_authenticate(handle, 0)
+        pam_end(handle, second)
+        return (first, second)
+    }
 }
 
 func currentCode(_ secret: [UInt8], _ parameters: OTPParameters = .default, offsetSteps: Int64 = 0) throws -> [UInt8] {
