@@ -96,6 +96,7 @@ final class DaemonStarvationTests: XCTestCase {
         let (other, out) = try python(b, timed, [daemon.socketPath, try frame(.lookup, user: b.name)])
         other.waitUntilExit()
         let lines = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+        print("another user's requests while A's lock was stuck (seconds, reply bytes): \(lines)")
         XCTAssertEqual(lines.count, 3, "B got no reply: \(lines)\n\(daemon.output)")
         for line in lines {
             let f = line.split(separator: " ")
