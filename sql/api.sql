@@ -8,7 +8,7 @@
 -- DEFINER with search_path pinned (pg_temp last: a search_path that does not name pg_temp
 -- searches it first for types and relations, and TEMP is PUBLIC's by default) and
 -- standard_conforming_strings on (PL/pgSQL bodies compile with the caller's settings), except
--- the two login procedures, which must commit and so run as their caller (see login).
+-- the login procedure, which must commit and so runs as its caller (see login).
 -- Every limit is read from the one settings row.
 
 CREATE SCHEMA pam_totp_api;
@@ -160,7 +160,8 @@ END $$;
 -- attempt's id. Nothing a caller can read differs between a right and a wrong answer until
 -- login_finish, which answers only once this transaction has committed: no savepoint,
 -- rollback, aborted statement or killed session turns a wrong guess into an uncounted one.
--- `p_now` is the caller's clock: for the owner (tests); hosts call login_begin.
+-- `p_now` is the caller's clock: for the owner (tests, which then call login_finish in a
+-- second statement); hosts call login_begin, or the procedure login.
 CREATE FUNCTION pam_totp_api.login_begin_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
                                             p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -305,24 +306,6 @@ AS $$
 DECLARE attempt pg_catalog.int8;
 BEGIN
   attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass);
-  COMMIT;
-  SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
-    INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
-    FROM pam_totp_api.login_finish(attempt) f;
-END $$;
-
--- The same on the caller's clock: for the owner (tests), through login_begin_at.
-CREATE PROCEDURE pam_totp_api.login_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
-                                       p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
-                                       INOUT outcome text DEFAULT NULL, INOUT label text DEFAULT NULL, INOUT step bigint DEFAULT NULL,
-                                       INOUT digits integer DEFAULT NULL, INOUT failures integer DEFAULT NULL,
-                                       INOUT locked_until bigint DEFAULT NULL, INOUT replayed boolean DEFAULT NULL,
-                                       INOUT remaining integer DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE attempt pg_catalog.int8;
-BEGIN
-  attempt := pam_totp_api.login_begin_at(p_user, p_uid, p_answer, p_now, p_window, p_max_failures, p_lockout, p_forward_pass);
   COMMIT;
   SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
     INTO outcome, label, step, digits, failures, locked_until, replayed, remaining

@@ -234,7 +234,7 @@ public struct FleetEnrolled {
 public final class PostgresStore: TOTPStore {
     public typealias Enrolled = FleetEnrolled
     public let pool: ConnectionPool
-    /// Tests and the owner role only: verify at the caller's clock (login_at, which a host
+    /// Tests and the owner role only: verify at the caller's clock (login_begin_at, which a host
     /// role may not execute). Production uses the database's clock (login).
     public let callerClock: Bool
 
@@ -297,7 +297,8 @@ public final class PostgresStore: TOTPStore {
         verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
     }
 
-    /// `CALL login`, on the database's clock or, for tests, the caller's (login_at, the owner's).
+    /// `CALL login` on the database's clock; for tests, on the caller's: login_begin_at (the
+    /// owner's), committed, then login_finish, two statements on one connection.
     func verdict(name: String, uid: PQValue, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
         // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
         let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
@@ -306,12 +307,17 @@ public final class PostgresStore: TOTPStore {
         if callerClock { params.append(.text(String(unixTime))) }
         params += [.text(String(options.adjacentIntervals)), .text(String(options.maxFailures)),
                    .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
-        let function = "login" + (callerClock ? "_at" : "")
         let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
-        let sql = "CALL pam_totp_api.\(function)(\(placeholders))"
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.write(sql, params)
+            if callerClock {
+                rows = try pool.with { (c) throws(PQError) -> [[String?]] in
+                    let attempt = try c.execute("SELECT pam_totp_api.login_begin_at(\(placeholders))", params)
+                    return try c.execute("SELECT * FROM pam_totp_api.login_finish($1)", [.text(attempt.first?.first.flatMap { $0 } ?? "")])
+                }
+            } else {
+                rows = try pool.write("CALL pam_totp_api.login(\(placeholders))", params)
+            }
         } catch {
             // Sent: the verdict may or may not have been recorded; denied either way.
             return error.sent && error.sqlState == nil ? .notRecorded(Self.mapped(error)) : .failed(Self.mapped(error))

@@ -81,29 +81,8 @@ final class PamtesterTests: XCTestCase {
             try files.write(user: user, record: UserRecord(uid: 65534, factors: [
                 try Factor(label: Array("key".utf8), parameters: eight, created: 1, secret: secret)], recovery: set))
         }
-        /// pamtester with `answer`, SIGKILLed after `delay` µs (or reaped if it ended first).
-        func login(_ answer: String, killAfter delay: UInt32) throws {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
-            p.arguments = [service, "nobody", "authenticate"]
-            let input = Pipe()
-            p.standardInput = input
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            input.fileHandleForWriting.write(Data((answer + "\n").utf8))
-            usleep(delay)
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-        }
-        awayFromStepBoundary(margin: 10)
-        let right = String(decoding: try currentCode(secret, eight), as: UTF8.self)
-        let wrong = right == "00000000" ? "11111111" : "00000000"
-        func kept() throws -> Bool { try files.readState(user: user).lastStep(forLabel: Array("key".utf8)) != nil }
-        func counted() throws -> Bool { try files.readState(user: user).failures > 0 }
-        /// How long after its start a login has recorded what `done` looks for (at most 3 s).
-        func timeToRecord(_ answer: String, _ done: () throws -> Bool) throws -> UInt32 {
-            try reset()
+        /// pamtester started with `answer` on its standard input, and when it started.
+        func started(_ answer: String) throws -> (Process, Date) {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
             p.arguments = [service, "nobody", "authenticate"]
@@ -114,10 +93,27 @@ final class PamtesterTests: XCTestCase {
             let t0 = Date()
             try p.run()
             input.fileHandleForWriting.write(Data((answer + "\n").utf8))
+            return (p, t0)
+        }
+        func killed(_ p: Process) { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        /// pamtester with `answer`, SIGKILLed after `delay` µs (or reaped if it ended first).
+        func login(_ answer: String, killAfter delay: UInt32) throws {
+            let (p, _) = try started(answer)
+            usleep(delay)
+            killed(p)
+        }
+        awayFromStepBoundary(margin: 10)
+        let right = String(decoding: try currentCode(secret, eight), as: UTF8.self)
+        let wrong = right == "00000000" ? "11111111" : "00000000"
+        func kept() throws -> Bool { try files.readState(user: user).lastStep(forLabel: Array("key".utf8)) != nil }
+        func counted() throws -> Bool { try files.readState(user: user).failures > 0 }
+        /// How long after its start a login has recorded what `done` looks for (at most 3 s).
+        func timeToRecord(_ answer: String, _ done: () throws -> Bool) throws -> UInt32 {
+            try reset()
+            let (p, t0) = try started(answer)
             while try !done(), Date().timeIntervalSince(t0) < 3 { usleep(500) }
             let took = Date().timeIntervalSince(t0)
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
+            killed(p)
             return UInt32(took * 1_000_000)
         }
         let whole = max(try timeToRecord(right, kept), try timeToRecord(wrong, counted))

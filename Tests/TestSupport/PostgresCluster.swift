@@ -119,12 +119,19 @@ public final class PostgresCluster {
 }
 
 extension PostgresCluster {
-    /// One login through the procedure pam_totp_api.login (or `procedure`, e.g. login_at for
-    /// the owner's clock) as `user`, then `select`, an expression over its result row's columns
+    /// One login through the procedure pam_totp_api.login as `user`, or with `procedure`
+    /// "login_at" on the caller's clock (the owner's: login_begin_at, then login_finish, each
+    /// a statement of its own), then `select`, an expression over its result row's columns
     /// (outcome, label, step, digits, failures, locked_until, replayed, remaining).
     public func login(_ select: String, _ arguments: String, procedure: String = "login", user: String = "postgres",
                       database: String) throws -> String {
-        let row = try psql("CALL pam_totp_api.\(procedure)(\(arguments))", user: user, database: database)
+        let row: String
+        if procedure == "login_at" {
+            let attempt = try psql("SELECT pam_totp_api.login_begin_at(\(arguments))", user: user, database: database)
+            row = try psql("SELECT * FROM pam_totp_api.login_finish(\(attempt))", user: user, database: database)
+        } else {
+            row = try psql("CALL pam_totp_api.\(procedure)(\(arguments))", user: user, database: database)
+        }
         let v = row.split(separator: "|", omittingEmptySubsequences: false)
             .map { $0.isEmpty ? "NULL" : "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }
         guard v.count == 8 else { throw ClusterError("login: not one verdict row: \(row)") }
