@@ -108,6 +108,7 @@ install: deps all
 	chmod 0644 $(DESTDIR)$(UNITDIR)/pam-totpd.service
 	install -D -m 0644 man/pam-totpd.8 $(DESTDIR)$(MANDIR)/man8/pam-totpd.8
 	install -m 0644 pam.d/* $(DESTDIR)$(DOCDIR)/pam.d/
+	install -D -m 0644 sshd_config.d/pam_totp.conf $(DESTDIR)$(DOCDIR)/sshd_config.d/pam_totp.conf
 	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
 	# pam-auth-update --enable pam_totp.
 	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp

@@ -137,6 +137,7 @@ check "$SO 644 root:root" mode_is "$SO" "644 root:root"
 check "/usr/bin/totp-enroll set-uid root (4755 root:root)" mode_is /usr/bin/totp-enroll "4755 root:root"
 check "/usr/sbin/pam-totpd 755 root:root" mode_is /usr/sbin/pam-totpd "755 root:root"
 check "the store /var/lib/pam-totp is 700 root:root" mode_is /var/lib/pam-totp "700 root:root"
+check "the sshd drop-in example in the doc directory" test -f "$R/usr/share/doc/pam-totp/sshd_config.d/pam_totp.conf"
 check "systemd units in /lib/systemd/system" test -f "$R/lib/systemd/system/pam-totpd.socket" -a -f "$R/lib/systemd/system/pam-totpd.service"
 check "pam-totpd.socket is enabled (the service is socket-activated only)" \
     bash -c '[ -L "$0/etc/systemd/system/sockets.target.wants/pam-totpd.socket" ] && ! ls "$0"/etc/systemd/system/*.wants/pam-totpd.service >/dev/null 2>&1' "$R"

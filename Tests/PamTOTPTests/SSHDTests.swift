@@ -145,6 +145,42 @@ final class SSHDTests: XCTestCase {
 
     // MARK: the list above is every shipped sshd stack
 
+    /// The README's sshd_config lines, added to Debian's own file, did not work: Debian's file
+    /// says "KbdInteractiveAuthentication no" and sshd keeps the first value (`sshd -t`:
+    /// "AuthenticationMethods cannot be satisfied"). The shipped drop-in
+    /// (sshd_config.d/pam_totp.conf) is read through Debian's Include, before that line.
+    func testTheShippedDropInWorksWithDebiansSshdConfig() throws {
+        let debian = try String(contentsOfFile: "/usr/share/openssh/sshd_config", encoding: .utf8)
+        let include = "Include /etc/ssh/sshd_config.d/*.conf"
+        XCTAssertTrue(debian.contains(include), "Debian's sshd_config includes its drop-in directory")
+        let dir = try makeTemporaryDirectory("pam_totp_dropin")
+        defer { removeTemporaryDirectory(dir) }
+        let key = dir.appendingPathComponent("hostkey").path
+        XCTAssertEqual(try runCommand(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key]).status, 0)
+        let dropins = dir.appendingPathComponent("sshd_config.d")
+        try FileManager.default.createDirectory(at: dropins, withIntermediateDirectories: false)
+        let ours = debian.replacingOccurrences(of: include, with: "Include \(dropins.path)/*.conf") + "HostKey \(key)\n"
+        // The lines appended to Debian's file: refused.
+        let appended = dir.appendingPathComponent("appended")
+        try (ours + "UsePAM yes\nKbdInteractiveAuthentication yes\nAuthenticationMethods keyboard-interactive\n")
+            .write(to: appended, atomically: true, encoding: .utf8)
+        let refused = try runCommand(["/usr/sbin/sshd", "-t", "-f", appended.path])
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.stderr.contains("AuthenticationMethods cannot be satisfied"), refused.stderr)
+        // The shipped drop-in: accepted, and in effect.
+        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("sshd_config.d/pam_totp.conf"),
+                                         to: dropins.appendingPathComponent("pam_totp.conf"))
+        let config = dir.appendingPathComponent("sshd_config")
+        try ours.write(to: config, atomically: true, encoding: .utf8)
+        let test = try runCommand(["/usr/sbin/sshd", "-t", "-f", config.path])
+        XCTAssertEqual(test.status, 0, test.stderr)
+        let effective = try runCommand(["/usr/sbin/sshd", "-T", "-f", config.path])
+        XCTAssertEqual(effective.status, 0, effective.stderr)
+        for line in ["usepam yes", "kbdinteractiveauthentication yes", "authenticationmethods keyboard-interactive"] {
+            XCTAssertTrue(effective.stdout.split(separator: "\n").contains(Substring(line)), "\(line) not in effect")
+        }
+    }
+
     func testEveryShippedSSHDStackIsTested() throws {
         let files = try FileManager.default.contentsOfDirectory(atPath: packageRoot.appendingPathComponent("pam.d").path)
         XCTAssertEqual(Set(files.filter { $0.hasPrefix("sshd") }), Set(Self.shippedStacks))
