@@ -1,7 +1,10 @@
 import CLibc
 
 /// The module's settings (docs/ARCHITECTURE.md, section 5): from `/etc/security/pam_totp.conf` (or `config=FILE`),
-/// then the pam.d arguments, which override the file. Parsing is strict: an unknown name, a
+/// then the pam.d arguments, which override the file except for the policy settings
+/// (`PolicySetting`): where both set one, the stricter value wins, so a pam.d line (the
+/// pam-auth-update profile's `nullok`) cannot loosen what the site's file requires, nor the
+/// file what a line requires. Parsing is strict: an unknown name, a
 /// malformed or out-of-range value throws `invalidOption` naming it (and, for the file, the
 /// file and line), and the module denies; nothing is silently ignored.
 public struct ModuleOptions: Equatable, Sendable {
@@ -42,6 +45,9 @@ public struct ModuleOptions: Equatable, Sendable {
     /// `enroll_at_login=YYYY-MM-DD`: until the end of that day (UTC), a user with no factor is
     /// offered enrolment through the PAM conversation; the Unix time the offer ends (exclusive).
     public var enrollAtLoginUntil: Int64? = nil
+    /// Where each policy setting came from, in the order applied (the last one of a setting is
+    /// in force): for `totp-enroll policy`.
+    public var sources: [PolicySource] = []
     /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
     public static let maxSectionNameLength = 256
 
@@ -88,8 +94,47 @@ public struct ModuleOptions: Equatable, Sendable {
         if let text = try readConfigFile(path, required: explicit) {
             try o.applyConfig(text, file: printable(path), service: service, isMember: isMember)
         }
-        for arg in arguments where !isConfigArgument(arg) { try o.apply(arg, origin: Message([]), fromFile: false) }
+        let file = o
+        for arg in arguments where !isConfigArgument(arg) {
+            try o.apply(arg, origin: Message([]), fromFile: false)
+            guard let setting = PolicySetting(name: arg.firstIndex(of: ASCII.equals).map { Array(arg[..<$0]) } ?? arg) else { continue }
+            if let fromFile = file.source(of: setting) {
+                o.keepStricter(setting, file: file, fileSource: fromFile)
+            } else {
+                o.sources.append(PolicySource(setting: setting, from: Array("the pam.d line".utf8)))
+            }
+        }
         return o
+    }
+
+    /// Where `setting`'s value in force came from; nil: the built-in default.
+    public func source(of setting: PolicySetting) -> [UInt8]? {
+        sources.last { $0.setting == setting }?.from
+    }
+
+    /// After a pam.d line set `setting` that the file set too: the file's value back unless
+    /// the line's is stricter.
+    mutating func keepStricter(_ setting: PolicySetting, file: ModuleOptions, fileSource: [UInt8]) {
+        let lineStricter: Bool
+        switch setting {
+        case .nullok: lineStricter = !nullok && file.nullok
+        case .exempt: lineStricter = !exempt && file.exempt
+        case .adjacentIntervals: lineStricter = adjacentIntervals < file.adjacentIntervals
+        case .maxFailures: lineStricter = maxFailures < file.maxFailures
+        case .lockout: lineStricter = lockoutSeconds > file.lockoutSeconds
+        }
+        if lineStricter {
+            sources.append(PolicySource(setting: setting, from: Array("the pam.d line (stricter than ".utf8) + fileSource + [0x29]))
+            return
+        }
+        switch setting {
+        case .nullok: nullok = file.nullok
+        case .exempt: exempt = file.exempt; exemptBy = file.exemptBy
+        case .adjacentIntervals: adjacentIntervals = file.adjacentIntervals
+        case .maxFailures: maxFailures = file.maxFailures
+        case .lockout: lockoutSeconds = file.lockoutSeconds
+        }
+        sources.append(PolicySource(setting: setting, from: fileSource + Array(" (the pam.d line's is not stricter)".utf8)))
     }
 
     static func isConfigArgument(_ arg: [UInt8]) -> Bool {
@@ -145,12 +190,14 @@ public struct ModuleOptions: Equatable, Sendable {
                 if current.matches {
                     try apply(line, origin: at + ": ", fromFile: true)
                     if equals(name, "exempt") { exemptBy = exempt ? current.header : [] }
+                    if let setting = PolicySetting(name: name) { sources.append(PolicySource(setting: setting, from: current.header)) }
                 } else {
                     try scratch.apply(line, origin: at + ": ", fromFile: true)
                 }
             } else {
                 try apply(line, origin: at + ": ", fromFile: true)
                 if equals(name, "exempt") { exemptBy = exempt ? at.bytes : [] }
+                if let setting = PolicySetting(name: name) { sources.append(PolicySource(setting: setting, from: at.bytes)) }
             }
         }
     }
@@ -363,4 +410,35 @@ public func printable(_ bytes: [UInt8]) -> Message {
     for c in bytes.prefix(128) { out.append(c >= 0x20 && c < 0x7F ? c : 0x3F) }
     if bytes.count > 128 { out += [0x2E, 0x2E, 0x2E] }
     return Message(out)
+}
+
+/// The settings where the site's file and a pam.d line meet by strictness (ARCHITECTURE rule 16:
+/// site policy cannot be silently defeated): no nullok over nullok, not exempt over exempt, the
+/// narrower window, the fewer failures before a lockout, the longer lockout.
+public enum PolicySetting: Equatable, Sendable {
+    case nullok, exempt, adjacentIntervals, maxFailures, lockout
+
+    public static var all: [PolicySetting] { [.nullok, .exempt, .adjacentIntervals, .maxFailures, .lockout] }
+
+    public init?(name: [UInt8]) {
+        if equals(name, "nullok") { self = .nullok } else if equals(name, "exempt") { self = .exempt }
+        else if equals(name, "adjacent_intervals") { self = .adjacentIntervals } else if equals(name, "max_failures") { self = .maxFailures }
+        else if equals(name, "lockout") { self = .lockout } else { return nil }
+    }
+
+    public var name: Message {
+        switch self {
+        case .nullok: return "nullok"
+        case .exempt: return "exempt"
+        case .adjacentIntervals: return "adjacent_intervals"
+        case .maxFailures: return "max_failures"
+        case .lockout: return "lockout"
+        }
+    }
+}
+
+public struct PolicySource: Equatable, Sendable {
+    public var setting: PolicySetting
+    /// "FILE:LINE", "[group NAME] at FILE:LINE", "the pam.d line", ...
+    public var from: [UInt8]
 }

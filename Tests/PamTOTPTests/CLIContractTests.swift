@@ -17,6 +17,7 @@ final class CLIContractTests: XCTestCase {
         ("recovery-codes", ["--user"]),
         ("import-google-authenticator", ["<FILE>", "--user"]),
         ("unlock", ["--user"]),
+        ("policy", ["--user", "--service", "--arguments", "--config"]),
     ]
 
     func testHelpIsCompleteForEverySubcommand() throws {
@@ -54,6 +55,37 @@ final class CLIContractTests: XCTestCase {
         }
         // A subcommand's own option before its name is still an error, as typed.
         XCTAssertNotEqual(try runCommand([enrollURL.path, "--all", "status"]).status, 0)
+    }
+
+    /// `totp-enroll policy`: the effective policy of a user on a service and where each
+    /// setting came from, with the stack read from /etc/pam.d (includes followed).
+    func testPolicyShowsEachSettingAndWhereItCameFrom() throws {
+        try XCTSkipUnless(isRoot, "policy is root's; the test writes /etc/pam.d files")
+        let dir = try makeTemporaryDirectory("pam_totp_cli_policy")
+        defer { removeTemporaryDirectory(dir) }
+        let config = dir.appendingPathComponent("pam_totp.conf").path
+        try "nullok\nlockout = 600\n[group nogroup]\nnullok = no\nadjacent_intervals = 2\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let service = "pamtotp_policy_\(getpid())"
+        defer { unlink("/etc/pam.d/" + service); unlink("/etc/pam.d/" + service + "-common") }
+        try "auth [success=1 default=ignore] pam_unix.so\nauth required pam_totp.so nullok adjacent_intervals=3 max_failures=5\n"
+            .write(toFile: "/etc/pam.d/\(service)-common", atomically: true, encoding: .utf8)
+        try "# a stack\n@include \(service)-common\naccount required pam_unix.so\n".write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        let r = try runCommand([enrollURL.path, "policy", "--user", "nobody", "--service", service, "--config", config])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let lines = r.stdout.split(separator: "\n").map { $0.split(separator: " ").joined(separator: " ") }
+        XCTAssertTrue(lines.contains("pam_totp line: /etc/pam.d/\(service)-common:2: nullok adjacent_intervals=3 max_failures=5"), r.stdout)
+        XCTAssertTrue(lines.contains("nullok no [group nogroup] at \(config):3 (the pam.d line's is not stricter)"), r.stdout)
+        XCTAssertTrue(lines.contains("adjacent_intervals 2 [group nogroup] at \(config):3 (the pam.d line's is not stricter)"), r.stdout)
+        XCTAssertTrue(lines.contains("max_failures 5 the pam.d line"), r.stdout)
+        XCTAssertTrue(lines.contains("lockout 600 s \(config):2"), r.stdout)
+        XCTAssertTrue(lines.contains("exempt no the built-in default"), r.stdout)
+        // daemon is not in nogroup: the file's and the line's nullok agree.
+        let d = try runCommand([enrollURL.path, "policy", "--user", "daemon", "--service", service, "--config", config,
+                                "--arguments", "adjacent_intervals=1"])
+        XCTAssertTrue(d.stdout.contains("adjacent_intervals  1       the pam.d line"), d.stdout)
+        XCTAssertTrue(d.stdout.contains("nullok              yes     \(config):1"), d.stdout)
+        XCTAssertNotEqual(try runCommand(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", enrollURL.path,
+                                          "policy", "--user", "nobody", "--service", service]).status, 0, "root only")
     }
 
     func testUnknownSubcommandOrOptionIsOneClearError() throws {

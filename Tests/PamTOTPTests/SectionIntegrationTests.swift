@@ -60,8 +60,8 @@ final class SectionIntegrationTests: XCTestCase {
     }
 
     func testServiceSectionAndPrecedence() throws {
-        // A stricter window for one service; later sections override earlier ones; the pam.d
-        // line overrides everything.
+        // A stricter window for one service; later sections override earlier ones; where the
+        // file and the pam.d line both set it, the stricter value wins.
         try writeConfig("""
             adjacent_intervals = 5
             [service strict-sudo]
@@ -72,14 +72,15 @@ final class SectionIntegrationTests: XCTestCase {
             adjacent_intervals = 0
             [group nogroup]
             adjacent_intervals = 4
-            [service line-wins]
+            [service line-looser]
             adjacent_intervals = 0
             """)
-        // nobody is in nogroup: its last section (4) applies on every service but line-wins.
+        // nobody is in nogroup: its last section (4) applies on every service but line-looser.
         try service("strict-sudo")
         try service("plain")
         try service("loose-later")
-        try service("line-wins", args: "adjacent_intervals=3")
+        try service("line-looser", args: "adjacent_intervals=3")
+        try service("line-stricter", args: "adjacent_intervals=1")
         func check(_ service: String, ahead: Int64) throws -> Int32 {
             resetState()
             awayFromStepBoundary()
@@ -101,9 +102,33 @@ final class SectionIntegrationTests: XCTestCase {
         XCTAssertEqual(try check("strict-sudo", ahead: 4), PAM_SUCCESS)
         XCTAssertEqual(try check("loose-later", ahead: 4), PAM_SUCCESS)
         XCTAssertEqual(try check("plain", ahead: 5), PAM_AUTH_ERR)
-        // The pam.d line's 3 overrides the section's 0 (and the global 5).
-        XCTAssertEqual(try check("line-wins", ahead: 3), PAM_SUCCESS)
-        XCTAssertEqual(try check("line-wins", ahead: 4), PAM_AUTH_ERR)
+        // The pam.d line's 3 cannot loosen the section's 0 (it used to override it).
+        XCTAssertEqual(try check("line-looser", ahead: 3), PAM_AUTH_ERR)
+        XCTAssertEqual(try check("line-looser", ahead: 0), PAM_SUCCESS)
+        // A pam.d line stricter than the file (1 against [group nogroup]'s 4) holds.
+        XCTAssertEqual(try check("line-stricter", ahead: 1), PAM_SUCCESS)
+        XCTAssertEqual(try check("line-stricter", ahead: 2), PAM_AUTH_ERR)
+    }
+
+    /// A new admin's trial: the README's "mandatory for one group" file had no effect with the
+    /// pam-auth-update profile enabled, because the profile's line carries nullok and a pam.d
+    /// option overrode the file: an unenrolled member of the group logged in with the password
+    /// alone, and nothing was logged. The stricter of the file and the line now wins.
+    func testAGroupsMandatoryPolicyBeatsTheProfilesNullok() throws {
+        try writeConfig("nullok\n[group nogroup]\nnullok = no\n")
+        try service("profile", args: "nullok", ["auth required pam_permit.so"])
+        unlink(fixture.store.appendingPathComponent("nobody").path)
+        // nobody, a member of nogroup, without a factor: asked and denied (was: PAM_IGNORE, in).
+        let (member, asked) = auth("profile", "nobody", Array("123456".utf8))
+        XCTAssertEqual(member, PAM_AUTH_ERR)
+        XCTAssertEqual(asked.count, 1)
+        // daemon, not a member, without a factor: the file's nullok and the line's agree.
+        let (other, notAsked) = auth("profile", "daemon", nil)
+        XCTAssertEqual(other, PAM_SUCCESS)
+        XCTAssertEqual(notAsked, [])
+        // The file's global nullok = no beats the profile's nullok for everyone.
+        try writeConfig("nullok = no\n")
+        XCTAssertEqual(auth("profile", "daemon", Array("123456".utf8)).0, PAM_AUTH_ERR)
     }
 
     func testExemptGivesIgnoreNeverSuccess() throws {
