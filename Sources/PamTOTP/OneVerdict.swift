@@ -11,7 +11,9 @@ import MFACore
 // hand the password on), after pam_setcred (an application that keeps one handle for several
 // authentications, a screen locker, is asked again), nor after `verdictReuseSeconds`.
 
-let verdictDataName: Message = "pam_totp_verified"
+// Computed, not stored: a global array would be allocated on every load of the module and
+// never freed (libpam dlopens and dlcloses it around every login; LeakTests).
+var verdictDataName: Message { "pam_totp_verified" }
 let verdictReuseSeconds: Int64 = 30
 
 /// What a line leaves: 16 hex digits of the monotonic clock's seconds, then the store (the
