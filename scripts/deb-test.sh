@@ -180,6 +180,17 @@ check "remove unregisters the profile: common-auth no longer names pam_totp" bas
 check "remove deletes the module and the tool" bash -c '[ ! -e "$0$1" ] && [ ! -e "$0/usr/bin/totp-enroll" ]' "$R" "$SO"
 check "remove keeps the store and the enrolment" bash -c '[ -s "$0/var/lib/pam-totp/$1" ] && [ "$(stat -c %a "$0/var/lib/pam-totp")" = 700 ]' "$R" "$USERNAME"
 check "remove keeps the conffile /etc/pam.d/totp-enroll" test -f "$R/etc/pam.d/totp-enroll"
+# A reinstall after the remove: the profile was enabled before it, so it is enabled again, and
+# the install says so (a new admin's trial: the factors came back, 2FA stayed off, nothing said).
+if in_root apt-get install -y -qq /tmp/new.deb >"$WORK/reinstall.log" 2>&1; then pass "apt installs the package again after the remove"
+else tail -5 "$WORK/reinstall.log"; fail "apt installs the package again after the remove"; fi
+check "the reinstall enables the profile that was enabled before the remove" grep -q pam_totp.so "$R/etc/pam.d/common-auth"
+check "the reinstall says it enabled the profile again" grep -q "enabled it again" "$WORK/reinstall.log"
+check "the reinstall keeps the enrolment" test -s "$R/var/lib/pam-totp/$USERNAME"
+in_root pam-auth-update --disable pam_totp
+if in_root apt-get remove -y -qq pam-totp >"$WORK/remove2.log" 2>&1; then pass "apt removes it again (profile disabled first)"
+else tail -5 "$WORK/remove2.log"; fail "apt removes it again (profile disabled first)"; fi
+check "a profile disabled before the remove leaves no note to enable it" test ! -e "$R/var/lib/pam-totp/.profile-enabled-before-removal"
 if in_root apt-get purge -y -qq pam-totp >"$WORK/purge.log" 2>&1; then pass "apt purges the package"
 else tail -5 "$WORK/purge.log"; fail "apt purges the package"; fi
 check "purge deletes the store /var/lib/pam-totp" test ! -e "$R/var/lib/pam-totp"
