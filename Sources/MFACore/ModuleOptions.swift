@@ -57,6 +57,9 @@ public struct ModuleOptions: Equatable, Sendable {
     /// pam-totpd's libpq CONNINFO (fleet mode). Only pam-totpd uses it; only the
     /// configuration file may set it (pam.d arguments are world-readable).
     public var postgresql: [UInt8]? = nil
+    /// `postgresql_file = PATH`: pam-totpd reads the CONNINFO from this root-only file, so the
+    /// configuration file, which every caller's module reads, holds no credential.
+    public var postgresqlFile: [UInt8]? = nil
     public static let maxConninfoLength = 4096
 
     public enum Backend: Equatable, Sendable {
@@ -183,7 +186,8 @@ public struct ModuleOptions: Equatable, Sendable {
             }
             let name = line.firstIndex(of: ASCII.equals).map { Array(line[..<$0]) } ?? line
             if let current = section {
-                if equals(name, "store") || equals(name, "socket") || equals(name, "backend") || equals(name, "postgresql") {
+                if equals(name, "store") || equals(name, "socket") || equals(name, "backend") || equals(name, "postgresql")
+                    || equals(name, "postgresql_file") {
                     throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
                                          + printable(line))
                 }
@@ -297,6 +301,12 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw .invalidOption(origin + "postgresql must be a libpq CONNINFO of 1 to 4096 printable bytes")
             }
             postgresql = v
+        } else if equals(name, "postgresql_file") {
+            guard fromFile else { throw .invalidOption(origin + "postgresql_file= is only allowed in the configuration file") }
+            guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw bad("postgresql_file must be an absolute path")
+            }
+            postgresqlFile = v
         } else {
             throw bad("unknown or malformed setting")
         }
@@ -370,6 +380,13 @@ public struct ModuleOptions: Equatable, Sendable {
             }
         } catch {
             if case .system(_, let e) = error, e == ENOENT, !required { return nil }
+            if case .system(_, let e) = error, e == EACCES {
+                // A caller without root (a screen locker) reads it too: a 0600 file (a database
+                // password in it) denied every such login with a bare errno.
+                throw .invalidOption("cannot read " + printable(path) + " (permission denied): every caller's pam_totp reads it, "
+                                     + "a screen locker as the user, so it must be readable by all (0644); keep a database password "
+                                     + "out of it: postgresql_file = a root-only file, passfile= or a client certificate")
+            }
             throw .invalidOption("cannot open " + printable(path) + describeErrno(error))
         }
         let file = OwnedFD<LiveSystemCalls>(fd)

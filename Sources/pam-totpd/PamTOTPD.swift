@@ -153,8 +153,16 @@ struct PamTOTPD: ParsableCommand {
     /// Fleet mode: the CONNINFO checked (libpq parses it; a password in it needs a root-only
     /// 0600 file), one connection made to prove the server is there, then the pool.
     static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws -> PostgresStore {
-        guard let raw = site.postgresql else {
-            throw SocketError("backend = postgresql needs postgresql = CONNINFO in the configuration file")
+        if site.postgresql != nil && site.postgresqlFile != nil {
+            throw SocketError("set one of postgresql = CONNINFO and postgresql_file = PATH, not both")
+        }
+        let raw: [UInt8]
+        if let path = site.postgresqlFile {
+            raw = try Self.credentialsFile(String(decoding: path, as: UTF8.self))
+        } else if let inline = site.postgresql {
+            raw = inline
+        } else {
+            throw SocketError("backend = postgresql needs postgresql = CONNINFO (or postgresql_file = PATH) in the configuration file")
         }
         let conninfo = String(decoding: raw, as: UTF8.self)
         let checked = checkConninfo(conninfo)
@@ -163,7 +171,7 @@ struct PamTOTPD: ParsableCommand {
             printError("warning: " + warning)
             Logger(label: "pam-totpd").warning("\(warning)")
         }
-        if checked.hasPassword {
+        if checked.hasPassword && site.postgresqlFile == nil {  // postgresql_file: its own root-only mode was checked
             let path = configPath ?? String(decoding: ModuleOptions.defaultConfigFile, as: UTF8.self)
             var st = stat()
             guard stat(path, &st) == 0, st.st_uid == 0, st.st_mode & 0o077 == 0 else {
@@ -178,6 +186,28 @@ struct PamTOTPD: ParsableCommand {
                               : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")
         }
         return PostgresStore(pool: pool)
+    }
+
+    /// The CONNINFO in `postgresql_file`: a regular file owned by root that nobody else may
+    /// read or write (it may hold a password), one line of at most 4096 bytes.
+    static func credentialsFile(_ path: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw SocketError("cannot open postgresql_file \(path) (errno \(errno))") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == 0, st.st_mode & 0o077 == 0 else {
+            throw SocketError("postgresql_file \(path) must be a regular file owned by root with mode 0600 or 0400")
+        }
+        var bytes = [UInt8](repeating: 0, count: 4097)
+        let n = read(fd, &bytes, bytes.count)
+        guard n > 0, n <= 4096 else { throw SocketError("postgresql_file \(path) must hold one CONNINFO of 1 to 4096 bytes") }
+        var line = Array(bytes[0..<n])
+        for i in bytes.indices { bytes[i] = 0 }
+        while let last = line.last, last == 0x0A || last == 0x0D || last == 0x20 { line.removeLast() }
+        guard !line.isEmpty, !line.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw SocketError("postgresql_file \(path) must hold one CONNINFO line")
+        }
+        return line
     }
 
     /// The listening socket systemd passed (LISTEN_FDS=1 for this pid: fd 3), checked to be a
