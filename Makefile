@@ -133,8 +133,13 @@ install: deps all
 
 # The package's prerm runs the same check (scripts/pam-stacks-naming-module.sh): refuse while a
 # stack that pam-auth-update does not manage names the module, else unregister the profile.
+# The check compares files (pam_2fa.so -> pam_totp.so names the module too), so it is told the
+# module this Makefile installed and the module directories, both under DESTDIR and with PAMDIR
+# among them: its defaults are the live system's, which a staging tree or a PAMDIR elsewhere
+# does not use (a pam_2fa.so there went unnoticed and the module was removed).
+STACKCHECK_MODULEDIRS = $(sort $(wildcard $(DESTDIR)/lib/*/security $(DESTDIR)/usr/lib/*/security $(DESTDIR)/lib/security $(DESTDIR)/usr/lib/security) $(DESTDIR)$(PAMDIR))
 uninstall:
-	@if [ -d $(DESTDIR)$(PAMCONFDIR) ]; then scripts/pam-stacks-naming-module.sh --pamdir $(DESTDIR)$(PAMCONFDIR) --before-removal; fi
+	@if [ -d $(DESTDIR)$(PAMCONFDIR) ]; then scripts/pam-stacks-naming-module.sh --pamdir $(DESTDIR)$(PAMCONFDIR) --before-removal --module $(DESTDIR)$(PAMDIR)/pam_totp.so $(foreach d,$(STACKCHECK_MODULEDIRS),--moduledir $(d)); fi
 	-if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now pam-totpd.socket pam-totpd.service; fi
 	rm -f $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(BINDIR)/totp-enroll $(DESTDIR)/usr/share/pam-configs/pam_totp
 	rm -f $(DESTDIR)$(SBINDIR)/pam-totpd $(DESTDIR)$(UNITDIR)/pam-totpd.socket $(DESTDIR)$(UNITDIR)/pam-totpd.service $(DESTDIR)$(MANDIR)/man8/pam-totpd.8

@@ -225,6 +225,38 @@ final class StackCheckTests: XCTestCase {
         XCTAssertTrue(makefile.contains("install -D -m 0755 scripts/pam-stacks-naming-module.sh $(DESTDIR)$(LIBEXECDIR)/pam-totp/pam-stacks-naming-module"))
     }
 
+    /// `make uninstall` into a staging tree: the check compares files, so it must be told the
+    /// module the Makefile installed and the module directories under DESTDIR. It was not, and
+    /// took the live system's: with no pam_totp.so there, a staged sshd loading pam_2fa.so ->
+    /// pam_totp.so went unnoticed, and the module was removed from under it (review).
+    func testMakeUninstallComparesTheFilesItInstalled() throws {
+        let dest = root.appendingPathComponent("dest")
+        let modules = dest.appendingPathComponent("lib/security")
+        let etcPamd = dest.appendingPathComponent("etc/pam.d")
+        try FileManager.default.createDirectory(at: modules, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: etcPamd, withIntermediateDirectories: true)
+        let so = modules.appendingPathComponent("pam_totp.so").path
+        try Data("not really a module".utf8).write(to: URL(fileURLWithPath: so))
+        XCTAssertEqual(symlink("pam_totp.so", modules.appendingPathComponent("pam_2fa.so").path), 0)
+        try "auth required pam_2fa.so\n".write(to: etcPamd.appendingPathComponent("sshd"), atomically: true, encoding: .utf8)
+        // Only this make's variables: not those of a `make check` that runs the tests.
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"] { environment[name] = nil }
+        func uninstall() throws -> CommandResult {
+            try runCommand(["make", "-s", "-C", packageRoot.path, "uninstall", "DESTDIR=\(dest.path)", "PAMDIR=/lib/security"],
+                           environment: environment)
+        }
+        let refused = try uninstall()
+        XCTAssertNotEqual(refused.status, 0, refused.stdout + refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("\(etcPamd.path)/sshd:1 still name it"), refused.stderr)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: so), "the module stays while a stack loads it")
+        // Without the line, the removal goes ahead.
+        try "auth required pam_unix.so\n".write(to: etcPamd.appendingPathComponent("sshd"), atomically: true, encoding: .utf8)
+        let removed = try uninstall()
+        XCTAssertEqual(removed.status, 0, removed.stdout + removed.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: so))
+    }
+
     /// The real pam-auth-update, on copies of /etc/pam.d/common-*, /usr/share/pam-configs and /var/lib/pam
     /// bound over the real ones in a private mount namespace: the profile enabled, an sshd line
     /// refuses the removal (and the profile stays enabled), then without it the script
