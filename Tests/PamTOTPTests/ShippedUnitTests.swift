@@ -61,6 +61,31 @@ final class ShippedUnitTests: XCTestCase {
         return lines.first.map { $0.dropFirst("RestrictAddressFamilies=".count).split(separator: " ").map(String.init) } ?? []
     }
 
+    /// The shipped unit read as text (no root, no PostgreSQL, so it runs everywhere): its
+    /// [Service] section allows the families fleet mode needs to reach PostgreSQL over TCP,
+    /// AF_INET and AF_INET6, next to AF_UNIX, and keeps every other line of the confinement.
+    /// The unit said AF_UNIX only, and in fleet mode every login was denied (review).
+    func testTheUnitAllowsTCPToTheDatabaseAndKeepsItsConfinement() throws {
+        let families = try unitFamilies()
+        for family in ["AF_UNIX", "AF_INET", "AF_INET6"] {
+            XCTAssertTrue(families.contains(family), "RestrictAddressFamilies= lacks \(family): \(families)")
+        }
+        XCTAssertFalse(families.contains { $0.hasPrefix("~") }, "a list of what is allowed, not of what is denied: \(families)")
+        let unit = try String(contentsOf: packageRoot.appendingPathComponent("systemd/pam-totpd.service"), encoding: .utf8)
+        var section = "", service: Set<String> = []
+        for raw in unit.split(separator: "\n") {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.hasPrefix("[") { section = line } else if section == "[Service]" && !line.hasPrefix("#") { service.insert(line) }
+        }
+        XCTAssertTrue(service.contains { $0.hasPrefix("RestrictAddressFamilies=") }, "in [Service]: \(service.sorted())")
+        for line in ["NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/pam-totp", "ProtectHome=yes",
+                     "PrivateTmp=yes", "PrivateDevices=yes", "ProtectKernelTunables=yes", "ProtectKernelModules=yes",
+                     "ProtectControlGroups=yes", "RestrictNamespaces=yes", "LockPersonality=yes", "MemoryDenyWriteExecute=yes",
+                     "RestrictRealtime=yes", "SystemCallArchitectures=native"] {
+            XCTAssertTrue(service.contains(line), "[Service] lost \(line): \(service.sorted())")
+        }
+    }
+
     func testFleetModeWorksUnderTheShippedUnitsAddressFamilies() throws {
         try XCTSkipUnless(isRoot, "pam-totpd runs as root")
         guard PostgresCluster.available else { return XCTFail("PostgreSQL 15 not found: make check installs postgresql-15") }
