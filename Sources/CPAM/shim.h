@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 
 // Ask one question through the application's conversation; *answer is malloc'd by libpam.
 static inline int cpam_prompt(pam_handle_t *pamh, int style, char **answer, const char *text) {
@@ -32,30 +33,94 @@ static inline const char *cpam_get_string_item(pam_handle_t *pamh, int item) {
     return (const char *)value;
 }
 
-// pam_set_data/pam_get_data with a C string: the verdict one pam_totp line leaves for a later
-// one in the same transaction (PamTOTP/OneVerdict.swift). libpam calls the cleanup at pam_end
-// or on replacement; it zeroes the string before freeing it.
-static inline void cpam_wipe_free(pam_handle_t *pamh, void *data, int status) {
+// One code per PAM transaction (PamTOTP/OneVerdict.swift): what pam_totp lines leave in the
+// handle with pam_set_data, one malloc'd block freed (zeroed first) by the cleanup below, which
+// libpam calls on replacement or at pam_end. It holds no code and no secret: which lines ran
+// (their argv, which libpam keeps for the handle's life, one array per line) and, once a line
+// accepted a code, when and for what key (backend, store, socket, service, user).
+#define CPAM_VERDICT_NAME "pam_totp_verified"
+#define CPAM_VERDICT_LINES 32
+struct cpam_verdict {
+    long long at_ms;                          // when the code was accepted (monotonic clock)
+    unsigned lines;                           // entries used in line[]
+    const void *line[CPAM_VERDICT_LINES];     // the lines that ran since pam_authenticate began
+    size_t key_length;                        // 0: no code accepted
+    unsigned char key[];
+};
+static inline void cpam_verdict_free(pam_handle_t *pamh, void *data, int status) {
     (void)pamh; (void)status;
     if (!data) return;
-    volatile char *p = (volatile char *)data;
-    while (*p) *p++ = 0;
+    volatile unsigned char *p = (volatile unsigned char *)data;
+    size_t n = sizeof(struct cpam_verdict) + ((struct cpam_verdict *)data)->key_length;
+    for (size_t i = 0; i < n; i++) p[i] = 0;
     free(data);
 }
-static inline int cpam_set_string_data(pam_handle_t *pamh, const char *name, const char *value) {
-    char *copy = strdup(value);
-    if (!copy) return PAM_BUF_ERR;
-    int rc = pam_set_data(pamh, name, copy, cpam_wipe_free);
-    if (rc != PAM_SUCCESS) free(copy);
+static inline long long cpam_verdict_now_ms(void) {
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return -1;
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+static inline struct cpam_verdict *cpam_verdict_get(pam_handle_t *pamh) {
+    const void *data = NULL;
+    if (pam_get_data(pamh, CPAM_VERDICT_NAME, &data) != PAM_SUCCESS) return NULL;
+    return (struct cpam_verdict *)data;
+}
+static inline void cpam_verdict_forget(pam_handle_t *pamh) {
+    if (cpam_verdict_get(pamh)) (void)pam_set_data(pamh, CPAM_VERDICT_NAME, NULL, NULL);
+}
+// A new block: the lines of `from` (if any) and `line`, and the key (key_length 0: none). If
+// `line` cannot be noted, nothing is kept: a verdict must always name the line that left it.
+static inline int cpam_verdict_set(pam_handle_t *pamh, const struct cpam_verdict *from, const void *line,
+                                   const unsigned char *key, size_t key_length, long long at_ms) {
+    if (key_length > 65536 || (key_length && !key)) { cpam_verdict_forget(pamh); return PAM_BUF_ERR; }
+    struct cpam_verdict *v = (struct cpam_verdict *)calloc(1, sizeof *v + key_length);
+    if (!v) { cpam_verdict_forget(pamh); return PAM_BUF_ERR; }
+    unsigned n = 0;
+    int noted = 0;
+    for (unsigned i = 0; from && i < from->lines && i < CPAM_VERDICT_LINES; i++) {
+        v->line[n++] = from->line[i];
+        if (from->line[i] == line) noted = 1;
+    }
+    if (!noted) {
+        if (n >= CPAM_VERDICT_LINES) { free(v); cpam_verdict_forget(pamh); return PAM_BUF_ERR; }
+        v->line[n++] = line;
+    }
+    v->lines = n;
+    v->at_ms = at_ms;
+    v->key_length = key_length;
+    if (key_length) memcpy(v->key, key, key_length);
+    int rc = pam_set_data(pamh, CPAM_VERDICT_NAME, v, cpam_verdict_free);  // frees `from`
+    if (rc != PAM_SUCCESS) { cpam_verdict_free(pamh, v, 0); cpam_verdict_forget(pamh); }
     return rc;
 }
-static inline const char *cpam_get_string_data(pam_handle_t *pamh, const char *name) {
-    const void *value = NULL;
-    if (pam_get_data(pamh, name, &value) != PAM_SUCCESS) return NULL;
-    return (const char *)value;
+// First thing in every pam_sm_authenticate: a line that already ran on this handle means a new
+// pam_authenticate began (libpam runs a line once per pass), so everything left is dropped;
+// then this line is noted. (Lines without arguments all have argv NULL: one such line after
+// another looks like a new pass, which only means asking again.)
+static inline void cpam_verdict_line(pam_handle_t *pamh, const void *line) {
+    struct cpam_verdict *v = cpam_verdict_get(pamh);
+    if (v) {
+        for (unsigned i = 0; i < v->lines && i < CPAM_VERDICT_LINES; i++) {
+            if (v->line[i] == line) { v = NULL; break; }
+        }
+        if (v && v->lines < CPAM_VERDICT_LINES) { v->line[v->lines++] = line; return; }
+        cpam_verdict_forget(pamh);
+    }
+    (void)cpam_verdict_set(pamh, NULL, line, NULL, 0, 0);
 }
-static inline int cpam_clear_data(pam_handle_t *pamh, const char *name) {
-    return pam_set_data(pamh, name, NULL, NULL);
+// 1 if a line of this pass accepted a code for exactly this key, at most window_ms ago (by the
+// monotonic clock; without a clock, never).
+static inline int cpam_verdict_matches(pam_handle_t *pamh, const unsigned char *key, size_t key_length,
+                                       long long window_ms) {
+    const struct cpam_verdict *v = cpam_verdict_get(pamh);
+    long long now_ms = cpam_verdict_now_ms();
+    return v && key && v->key_length && v->key_length == key_length && now_ms >= 0 && v->at_ms >= 0
+        && now_ms >= v->at_ms && now_ms - v->at_ms <= window_ms && memcmp(v->key, key, key_length) == 0;
+}
+// After an accepted code: the verdict for this key, keeping the lines noted so far.
+static inline int cpam_verdict_keep(pam_handle_t *pamh, const void *line, const unsigned char *key, size_t key_length) {
+    if (!key_length) return PAM_BUF_ERR;
+    return cpam_verdict_set(pamh, cpam_verdict_get(pamh), line, key, key_length, cpam_verdict_now_ms());
 }
 
 #endif

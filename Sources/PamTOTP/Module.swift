@@ -13,6 +13,9 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
                                 _ argv: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     guard let pamh else { return PAM_SERVICE_ERR }
     _ = pam_fail_delay(pamh, failDelayMicroseconds)
+    // This line's argv identifies it for as long as the handle lives (OneVerdict.swift).
+    let line = UnsafeRawPointer(argv)
+    noteLine(pamh, line)
     let options: ModuleOptions
     // The user's groups are looked up only if the configuration has [group NAME] sections,
     // once per login (Groups.swift).
@@ -42,7 +45,7 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     // A line before this one in the same transaction accepted a code (OneVerdict.swift).
     if verifiedEarlier(pamh, user: user, options: options) { return PAM_SUCCESS }
     let result = verify(pamh, user: user, options: options)
-    if result == PAM_SUCCESS { rememberVerified(pamh, user: user, options: options) }
+    if result == PAM_SUCCESS { rememberVerified(pamh, line, user: user, options: options) }
     return result
 }
 

@@ -4,77 +4,60 @@ import MFACore
 
 // One code per PAM transaction. With the pam-auth-update profile enabled (pam_totp in
 // common-auth), a service stack that also names pam_totp.so asked for a code twice, and the
-// same code typed twice failed as a replay. A line that accepted a code leaves its verdict in
-// the PAM handle (pam_set_data); a later line of the same transaction, for the same user and
-// the same store, returns PAM_SUCCESS without asking. What is left holds no code and no
-// secret: the time, the store and the user. It is not reused with forward_pass (that line must
-// hand the password on), after pam_setcred (an application that keeps one handle for several
-// authentications, a screen locker, is asked again), nor after `verdictReuseSeconds`.
+// same code typed twice failed as a replay. A line that accepted a code leaves its verdict in the
+// PAM handle (pam_set_data; the block and its cleanup are cpam_verdict_* in CPAM/shim.h); a later
+// line of the same pam_authenticate, for the same backend, store, socket, service and user,
+// returns PAM_SUCCESS without asking. What is left holds no code and no secret.
+//
+// Only an accepted code is reused: a failure, PAM_IGNORE (nullok, exempt) or an error leaves
+// nothing, so the next line asks and decides on its own. Never reused: with forward_pass (that
+// line must hand the password on); in a later pam_authenticate on the same handle (every line
+// notes itself first thing, and a line that finds itself already noted drops what was left: a
+// screen locker that keeps its handle is asked each time, pam_setcred or not); after pam_setcred;
+// after `verdictReuseMilliseconds`.
 
-// Computed, not stored: a global array would be allocated on every load of the module and
-// never freed (libpam dlopens and dlcloses it around every login; LeakTests).
-var verdictDataName: Message { "pam_totp_verified" }
-let verdictReuseSeconds: Int64 = 30
+let verdictReuseMilliseconds: Int64 = 30_000
 
-/// What a line leaves: 16 hex digits of the monotonic clock's seconds, then the store (the
-/// backend, the store directory and the daemon's socket) and the user, each after a newline.
-func verdictValue(user: [UInt8], options: ModuleOptions, at seconds: Int64) -> [UInt8] {
-    var value = [UInt8](repeating: 0x30, count: 16)
-    var x = UInt64(bitPattern: seconds)
-    var i = 15
-    while i >= 0 {
-        let d = UInt8(truncatingIfNeeded: x & 15)
-        value[i] = d < 10 ? 0x30 + d : 0x57 + d
-        x >>= 4
-        i -= 1
-    }
-    value.append(0x0A)
-    value.append(options.backend == .postgresql ? 0x70 : 0x66)  // 'p' or 'f'
-    value += options.store
-    value.append(0x0A)
-    value += options.socket
-    value.append(0x0A)
-    value += user
-    return value
+// @inline(never): the cpam_verdict_* C functions then stay in this file's object. An object
+// holding C functions gets unwind tables (.eh_frame) for all its functions, and inlined into
+// Module.swift they cost the module 1.5 KB.
+
+/// First thing in every pam_sm_authenticate: notes this line (its argv, which libpam keeps for
+/// the life of the handle); a line that ran already means that a new pam_authenticate began.
+@inline(never)
+func noteLine(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?) {
+    cpam_verdict_line(pamh, line)
 }
 
-/// Whether a line before this one in the same transaction accepted a code of `user` from the
-/// same store, within `verdictReuseSeconds`: then this line returns PAM_SUCCESS unasked.
+/// What a verdict is for: the backend, then the store, the daemon's socket, the PAM service and
+/// the user, separated by NULs (none of them can hold one), so equal keys mean equal fields.
+func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> [UInt8] {
+    [options.backend == .postgresql ? 0x70 : 0x66] + options.store + [0] + options.socket + [0] + serviceName(pamh) + [0] + user
+}
+
+/// Whether a line before this one in the same pam_authenticate accepted a code for the same
+/// key, within `verdictReuseMilliseconds`: then this line returns PAM_SUCCESS unasked.
+@inline(never)
 func verifiedEarlier(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Bool {
     guard !options.forwardPass else { return false }
-    var found: [UInt8] = []
-    _ = withCString(verdictDataName) { name in
-        guard let value = cpam_get_string_data(pamh, name) else { return 0 }
-        found = Array(UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
-        return 0
+    let key = verdictKey(pamh, user: user, options: options)
+    guard key.withUnsafeBufferPointer({ cpam_verdict_matches(pamh, $0.baseAddress, $0.count, verdictReuseMilliseconds) }) == 1 else {
+        return false
     }
-    let now = clibc_monotonic_ms() / 1000
-    let expected = verdictValue(user: user, options: options, at: 0)
-    guard found.count == expected.count, found.count > 16 else { return false }
-    var at: Int64 = 0
-    var same = true
-    for i in 0..<found.count {
-        if i < 16 {
-            let c = found[i]
-            let d: Int64 = c >= 0x30 && c <= 0x39 ? Int64(c - 0x30) : (c >= 0x61 && c <= 0x66 ? Int64(c - 0x57) : -1)
-            if d < 0 { same = false } else { at = (at << 4) | d }
-        } else if found[i] != expected[i] {
-            same = false
-        }
-    }
-    guard same, now >= at, now - at <= verdictReuseSeconds else { return false }
     log(pamh, LOG_INFO, "user " + printable(user) + ": a code was accepted earlier in this PAM transaction; not asked again")
     return true
 }
 
-/// After an accepted code: the verdict for later lines of this transaction.
-func rememberVerified(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) {
-    let value = Message(verdictValue(user: user, options: options, at: clibc_monotonic_ms() / 1000))
-    _ = withCString(verdictDataName) { name in withCString(value) { cpam_set_string_data(pamh, name, $0) } }
+/// After an accepted code: the verdict for later lines of this pam_authenticate.
+@inline(never)
+func rememberVerified(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?, user: [UInt8], options: ModuleOptions) {
+    let key = verdictKey(pamh, user: user, options: options)
+    _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, line, $0.baseAddress, $0.count) }
 }
 
 /// pam_setcred: the application is done with this authentication; a later one on the same
 /// handle asks again.
+@inline(never)
 func forgetVerified(_ pamh: OpaquePointer) {
-    _ = withCString(verdictDataName) { cpam_clear_data(pamh, $0) }
+    cpam_verdict_forget(pamh)
 }
