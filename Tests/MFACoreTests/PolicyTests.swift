@@ -247,9 +247,18 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(o.lockoutSeconds, 600)
         XCTAssertTrue(o.nullok)
         XCTAssertEqual(o.prompt, Array("One-time code:".utf8), "trailing spaces are trimmed in the file")
-        let p = try ModuleOptions.load([c, Array("adjacent_intervals=7".utf8), Array("nullok=no".utf8)])
-        XCTAssertEqual(p.adjacentIntervals, 7)
+        // The pam.d line overrides what is not policy (the prompt) and may make the policy
+        // stricter, never looser: where both set a limit, the stricter value wins.
+        let p = try ModuleOptions.load([c, Array("adjacent_intervals=1".utf8), Array("nullok=no".utf8), Array("prompt=Code:".utf8)])
+        XCTAssertEqual(p.adjacentIntervals, 1)
         XCTAssertFalse(p.nullok)
+        XCTAssertEqual(p.prompt, Array("Code:".utf8))
+        let looser = try ModuleOptions.load([c, Array("adjacent_intervals=7".utf8), Array("max_failures=50".utf8),
+                                             Array("lockout=60".utf8)])
+        XCTAssertEqual(looser.adjacentIntervals, 2, "the file's narrower window stays")
+        XCTAssertEqual(looser.maxFailures, 5)
+        XCTAssertEqual(looser.lockoutSeconds, 600)
+        XCTAssertTrue(looser.nullok, "nullok in the file and not turned off on the line")
     }
 
     func testErrorsNameFileAndLine() throws {

@@ -3,9 +3,12 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// One code, twenty logins at once: half through pam-totpd as the user (a screen locker), half
+/// One code, sixteen logins at once: half through pam-totpd as the user (a screen locker), half
 /// in-process as root (sshd). The same store and locks serve both, so exactly one succeeds per
 /// round, and failures are counted exactly across both paths (docs/ARCHITECTURE.md, section 4.1).
+/// Eight is pam-totpd's per-user queue (`Limits.maxQueuedPerUser`): a ninth request of the
+/// same user at once may be answered "busy" without its code being looked at, and so without a
+/// failure counted (DaemonTests covers that refusal).
 final class MixedPathConcurrencyTests: XCTestCase {
     var root: URL!
     var store: String { root.appendingPathComponent("store").path }
@@ -57,7 +60,7 @@ final class MixedPathConcurrencyTests: XCTestCase {
     }
 
     /// Starts every login at once; returns the exit statuses, root's first.
-    func loginsAtOnce(_ answer: String, each: Int = 10) throws -> (root: [Int32], user: [Int32]) {
+    func loginsAtOnce(_ answer: String, each: Int = 8) throws -> (root: [Int32], user: [Int32]) {
         var processes: [(Process, Bool)] = []
         for i in 0..<(2 * each) {
             let asUser = i % 2 == 1
@@ -85,7 +88,7 @@ final class MixedPathConcurrencyTests: XCTestCase {
 
     func state() throws -> UserState { try Store(path: Array(store.utf8)).readState(user: Array(user.utf8)) }
 
-    func testOneCodeTwentyLoginsOverBothPaths() throws {
+    func testOneCodeSixteenLoginsOverBothPaths() throws {
         let now = Int64(time(nil))
         try Store(path: Array(store.utf8)).write(user: Array(user.utf8), record: UserRecord(uid: uid, factors: [
             try Factor(label: Array("phone".utf8), parameters: .default, created: now - 3600,
@@ -105,12 +108,12 @@ final class MixedPathConcurrencyTests: XCTestCase {
             if userStatuses.contains(0) { successesByPath[1] += 1 }
             XCTAssertEqual(try state().lastStep(forLabel: Array("phone".utf8)), step + UInt64(round))
         }
-        // Twenty wrong codes at once: twenty failures, counted across both paths.
+        // Sixteen wrong codes at once: sixteen failures, counted across both paths.
         let before = try state().failures
         let wrong = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: Int64(step) * 30 + 86_400 * 7), as: UTF8.self)
         let (rootStatuses, userStatuses) = try loginsAtOnce(wrong)
         XCTAssertFalse((rootStatuses + userStatuses).contains(0))
-        XCTAssertEqual(try state().failures, before + 20, "every failure counted once, whichever path")
+        XCTAssertEqual(try state().failures, before + 16, "every failure counted once, whichever path")
         print("mixed paths: successes in process \(successesByPath[0]), through pam-totpd \(successesByPath[1]) of 3 rounds")
     }
 }
