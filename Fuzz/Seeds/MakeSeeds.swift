@@ -121,6 +121,7 @@ struct MakeSeeds {
             .enroll(user: user, uid: 1000, factor: three.factors[1], importedCodes: adminCodes),
             .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
             .replaceRecovery(user: user, uid: 1000, set: adminSet), .unlock(user: user), .purge(user: user),
+            .auditTrail(user: nil, since: 0, after: 0), .auditTrail(user: user, since: 1_700_000_000, after: 41),
         ]
         for (i, r) in adminRequests.enumerated() { if let f = r.encoded() { save(f, corpus + "/admin", "gen-request-\(i + 1)") } }
         var state = UserState()
@@ -130,6 +131,12 @@ struct MakeSeeds {
             .done, .number(3), .status(nil), .status(UserStatus(record: three, state: state)),
             .users([user, Array("bob".utf8)], more: true), .unlocked(UnlockResult(failures: 100, lockedUntil: 0, rebuilt: false)),
             .failed(.invalidParameters("a factor with this name already exists")), .refused("needs root"),
+            .auditTrail([AuditEvent(id: 42, time: 1_700_000_000, role: Array("host_web1".utf8), account: user, uid: 1000,
+                                    event: Array("failure".utf8), label: [], failures: 3, lockedUntil: 1_700_000_600,
+                                    detail: Array("wrong code".utf8)),
+                         AuditEvent(id: 43, time: 1_700_000_010, role: Array("admin_alice".utf8), account: user, uid: nil,
+                                    event: Array("unlock".utf8), label: Array("phone".utf8), failures: nil, lockedUntil: 0,
+                                    detail: [])], more: true),
         ]
         for (i, r) in adminReplies.enumerated() { save(r.encoded(), corpus + "/admin", "gen-reply-\(i + 1)") }
     }

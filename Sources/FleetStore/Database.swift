@@ -249,8 +249,8 @@ public final class PostgresStore: TOTPStore {
         if e.sqlState == "P0001" { return .invalidParameters(Message(Array(e.message.utf8))) }
         if e.sqlState == "42501" {
             // insufficient_privilege: a host role (pam_totp_host) asked for an admin operation.
-            return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge and "
-                                          + "status --all need pam_totp_admin; README, Fleet): " + e.message).utf8)))
+            return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
+                                          + "status --all and audit need pam_totp_admin; README, Fleet): " + e.message).utf8)))
         }
         if let state = e.sqlState { return .daemon(Message(Array(("database error (SQLSTATE " + state + "): " + e.message).utf8))) }
         return .daemon(Message(Array(("database unavailable: " + e.message).utf8)))
@@ -260,8 +260,8 @@ public final class PostgresStore: TOTPStore {
     /// a refusal the caller is told as such (nothing was done), never an unconfirmed change.
     static func mappedChange(_ e: PQError) -> MFAError {
         guard e.sqlState == "42501" else { return mapped(e) }
-        return .invalidParameters(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge and "
-                                                 + "status --all need pam_totp_admin: pam-totpd(8), FLEET MODE); nothing was changed").utf8)))
+        return .invalidParameters(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
+                                                 + "status --all and audit need pam_totp_admin: pam-totpd(8), FLEET MODE); nothing was changed").utf8)))
     }
 
     static func text(_ bytes: [UInt8]) throws(MFAError) -> String {
@@ -452,6 +452,27 @@ public final class PostgresStore: TOTPStore {
         guard let r = rows.first, r.count == 2 else { throw MFAError.daemon("database: malformed reply") }
         return UnlockResult(failures: UInt32(clamping: r[0].flatMap { Int64($0) } ?? 0),
                             lockedUntil: r[1].flatMap { Int64($0) } ?? 0, rebuilt: false)
+    }
+
+    /// The audit trail (`audit_trail`, granted to pam_totp_admin only).
+    public func auditTrail(user: [UInt8]?, since: Int64, after: UInt64, limit: Int) throws(MFAError) -> [AuditEvent] {
+        var name = PQValue.null
+        if let user { name = .text(try Self.text(user)) }
+        let params: [PQValue] = [name, .text(String(since)),
+                                 .text(String(Int64(clamping: after))), .text(String(max(1, min(limit, 1000))))]
+        let rows: [[String?]]
+        do throws(PQError) {
+            rows = try pool.read("SELECT * FROM pam_totp_api.audit_trail($1, $2, $3, $4)", params)
+        } catch { throw Self.mappedChange(error) }
+        var events: [AuditEvent] = []
+        for r in rows {
+            guard r.count == 10, let id = r[0].flatMap({ UInt64($0) }), let at = r[1].flatMap({ Int64($0) }),
+                  let role = r[2], let account = r[3], let event = r[5] else { throw MFAError.daemon("database: malformed reply") }
+            events.append(AuditEvent(id: id, time: at, role: Array(role.utf8), account: Array(account.utf8), uid: r[4].flatMap { UInt32($0) },
+                              event: Array(event.utf8), label: Array((r[6] ?? "").utf8), failures: r[7].flatMap { UInt32($0) },
+                              lockedUntil: r[8].flatMap { Int64($0) } ?? 0, detail: Array((r[9] ?? "").utf8)))
+        }
+        return events
     }
 
     public func purge(user: [UInt8]) throws(MFAError) -> Bool {

@@ -140,6 +140,37 @@ REVOKE ALL ON SEQUENCE pam_totp.attempts_id_seq FROM PUBLIC;
 -- The functions moved to their own schema (sql/api.sql): the data schema is no login role's.
 REVOKE ALL ON SCHEMA pam_totp FROM pam_totp_host, pam_totp_admin;
 """####),
+        (3, "003_audit.sql", ####"""
+-- pam_totp fleet schema, version 3: the audit trail (docs/ARCHITECTURE.md, section 8).
+--
+-- Who logged in where, who was locked out, and who enrolled, removed, made recovery codes,
+-- unlocked, purged or imported: one row per event, written by the API's functions in the
+-- transaction that made the change (sql/api.sql: audit_append), so a change and its row
+-- commit together or not at all. Rows are only appended: no login role may read or change
+-- the table; pam_totp_admin reads it through audit_trail. Never a code, secret or hash.
+-- Rows older than settings.audit_days are deleted a few at a time as new ones are written.
+
+ALTER TABLE pam_totp.settings
+  ADD COLUMN audit_days integer NOT NULL DEFAULT 365 CHECK (audit_days BETWEEN 1 AND 36500);
+
+CREATE TABLE pam_totp.audit (
+  id bigserial PRIMARY KEY,
+  at bigint NOT NULL,                       -- the database's clock, Unix seconds
+  role name NOT NULL,                       -- the session_user: the host's (or admin's) login role
+  account text NOT NULL,
+  uid bigint,
+  event text NOT NULL CHECK (event IN ('success', 'recovery', 'failure', 'locked', 'unfinished',
+                                       'enroll', 'recovery-codes', 'remove', 'unlock', 'purge', 'import')),
+  label text,                               -- the factor, where there is one
+  failures integer,                         -- consecutive failures after the event
+  locked_until bigint,                      -- a lockout the event started (failure) or met (locked)
+  detail text                               -- e.g. "replayed", "9 left": never a code or secret
+);
+CREATE INDEX audit_at ON pam_totp.audit (at);
+CREATE INDEX audit_account ON pam_totp.audit (account, id);
+REVOKE ALL ON pam_totp.audit FROM PUBLIC;
+REVOKE ALL ON SEQUENCE pam_totp.audit_id_seq FROM PUBLIC;
+"""####),
     ]
 
     /// sql/api.sql: every function's current body, in the schema pam_totp_api.
@@ -250,6 +281,33 @@ BEGIN
   RETURN had;
 END $$;
 
+-- A time for the audit trail's details: "2026-11-24 09:30:05 UTC".
+CREATE FUNCTION pam_totp_api.utc_text(t bigint) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT to_char(to_timestamp(least(t, 253402300799)) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
+$$;
+
+-- One row of the audit trail (pam_totp.audit), in the caller's transaction: a change and its
+-- row commit together. Called only by the functions here (EXECUTE is nobody's). Deletes a few
+-- rows past settings.audit_days on the way (SKIP LOCKED: concurrent logins never wait on it).
+CREATE FUNCTION pam_totp_api.audit_append(p_event text, p_account text, p_uid bigint, p_label text,
+                                          p_failures integer, p_locked_until bigint, p_detail text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  DELETE FROM pam_totp.audit WHERE id IN (
+    SELECT a.id FROM pam_totp.audit a
+     WHERE a.at < clock - 86400::bigint * (SELECT s.audit_days FROM pam_totp.settings s)
+     ORDER BY a.at LIMIT 8 FOR UPDATE SKIP LOCKED);
+  INSERT INTO pam_totp.audit (at, role, account, uid, event, label, failures, locked_until, detail)
+  VALUES (clock, session_user, p_account, p_uid, p_event, p_label, p_failures, nullif(p_locked_until, 0), p_detail);
+END $$;
+
 -- The verdict of one answer against p_user's factors and recovery codes at p_now, with no
 -- change. Every factor's whole window is computed (no early exit); a step counts only above
 -- the factor's last used one. A recovery-code-shaped answer costs one PBKDF2 whether or not a
@@ -332,8 +390,14 @@ BEGIN
   win := least(greatest(coalesce(p_window, 0), 0), cfg.max_window);
   maxf := least(greatest(coalesce(p_max_failures, cfg.max_failures), 1), cfg.max_failures);
   lock_for := least(greatest(coalesce(p_lockout, 0), cfg.min_lockout), cfg.max_lockout);
-  -- Attempts never finished were counted when they began: the rows themselves can go.
-  DELETE FROM pam_totp.attempts WHERE begun < clock - 3600;
+  -- Attempts never finished were counted when they began (the audit trail says so): the rows
+  -- themselves can go.
+  FOR j IN DELETE FROM pam_totp.attempts x WHERE x.begun < clock - 3600 RETURNING x.* LOOP
+    IF j.verdict IN ('match', 'recovery', 'wrong') THEN
+      PERFORM pam_totp_api.audit_append('unfinished', j.user_name, j.uid, NULL, j.failures, j.locked_until,
+                                        'begun at ' || pam_totp_api.utc_text(j.begun) || ', never finished: counted as a failure');
+    END IF;
+  END LOOP;
 
   SELECT NULL::bigint AS factor_id, NULL::text AS label, NULL::bigint AS step, NULL::integer AS digits,
          NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed INTO j;
@@ -393,6 +457,7 @@ DECLARE
   a pam_totp.attempts%ROWTYPE;
   cfg pam_totp.settings%ROWTYPE;
   used_now bigint;
+  left_ integer;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
@@ -411,6 +476,7 @@ BEGIN
       IF FOUND THEN
         UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + cfg.proof_seconds
          WHERE u.name = a.user_name;
+        PERFORM pam_totp_api.audit_append('success', a.user_name, a.uid, a.label, 0, 0, NULL);
         RETURN QUERY SELECT 'success'::text, a.label, a.step, a.digits, 0, 0::bigint, false, NULL::integer;
         RETURN;
       END IF;
@@ -422,17 +488,27 @@ BEGIN
       IF FOUND THEN
         UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + cfg.proof_seconds
          WHERE u.name = a.user_name;
-        RETURN QUERY SELECT 'recovery'::text, NULL::text, NULL::bigint, NULL::integer, 0, 0::bigint, false,
-                            (SELECT count(*)::integer FROM pam_totp.recovery r, generate_series(0, cardinality(r.hashes) - 1) i
-                              WHERE r.user_name = a.user_name AND (used_now >> i) & 1 = 0);
+        SELECT count(*)::integer INTO left_ FROM pam_totp.recovery r, generate_series(0, cardinality(r.hashes) - 1) i
+         WHERE r.user_name = a.user_name AND (used_now >> i) & 1 = 0;
+        PERFORM pam_totp_api.audit_append('recovery', a.user_name, a.uid, NULL, 0, 0, left_ || ' recovery codes left');
+        RETURN QUERY SELECT 'recovery'::text, NULL::text, NULL::bigint, NULL::integer, 0, 0::bigint, false, left_;
         RETURN;
       END IF;
     END IF;
   END IF;
   IF a.verdict = 'locked' OR a.verdict = 'unenrolled' THEN
+    -- A login of a name with no factor is not an event of the trail (nothing was checked).
+    IF a.verdict = 'locked' THEN
+      PERFORM pam_totp_api.audit_append('locked', a.user_name, a.uid, NULL, a.failures, a.locked_until, 'refused');
+    END IF;
     RETURN QUERY SELECT a.verdict, NULL::text, NULL::bigint, NULL::integer, a.failures, a.locked_until, false, NULL::integer;
     RETURN;
   END IF;
+  PERFORM pam_totp_api.audit_append('failure', a.user_name, a.uid, NULL, a.failures, a.locked_until,
+                                    CASE WHEN a.replayed THEN 'a used code'
+                                         WHEN a.verdict = 'wrong' THEN 'wrong code'
+                                         WHEN clock - a.begun > cfg.attempt_seconds THEN 'a right code, finished too late'
+                                         ELSE 'a code used by another login meanwhile' END);
   RETURN QUERY SELECT 'wrong'::text, NULL::text, NULL::bigint, NULL::integer, a.failures, a.locked_until, a.replayed, NULL::integer;
 END $$;
 
@@ -530,6 +606,8 @@ BEGIN
   PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
   INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret)
   VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret);
+  PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
+                                    upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s');
   IF NOT had THEN
     UPDATE pam_totp.users SET proof_role = session_user,
                               proof_until = pam_totp_api.now_seconds() + (SELECT s.proof_seconds FROM pam_totp.settings s)
@@ -579,6 +657,9 @@ BEGIN
     INSERT INTO pam_totp.recovery (user_name, set_id, iterations, salt, hashes, used)
     VALUES (p_user, p_set_id, p_iterations, p_salt, keep, 0);
   END IF;
+  PERFORM pam_totp_api.audit_append('recovery-codes', p_user, p_uid, NULL, NULL, 0,
+                                    cardinality(keep) || CASE WHEN p_codes IS NULL THEN ' new' ELSE ' imported' END
+                                    || ' recovery codes' || CASE WHEN had THEN ', replacing the old set' ELSE '' END);
   RETURN CASE WHEN had THEN left_out ELSE -1 END;
 END $$;
 
@@ -602,6 +683,7 @@ BEGIN
   END IF;
   DELETE FROM pam_totp.factors WHERE user_name = p_user AND label = p_label;
   IF n - 1 = 0 THEN DELETE FROM pam_totp.users WHERE name = p_user; END IF;
+  PERFORM pam_totp_api.audit_append('remove', p_user, p_uid, p_label, NULL, 0, (n - 1) || ' factors left');
   RETURN n - 1;
 END $$;
 
@@ -619,6 +701,9 @@ BEGIN
   IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'P0001'; END IF;
   UPDATE pam_totp.users SET failures = 0, locked_until = 0 WHERE name = p_user;
   UPDATE pam_totp.factors f SET last_step = now_ / f.period WHERE f.user_name = p_user AND f.last_step > now_ / f.period;
+  PERFORM pam_totp_api.audit_append('unlock', p_user, u.uid, NULL, 0, 0,
+                                    u.failures || ' failures cleared' || CASE WHEN u.locked_until > now_
+                                    THEN ', a lockout until ' || pam_totp_api.utc_text(u.locked_until) || ' lifted' ELSE '' END);
   RETURN QUERY SELECT u.failures, u.locked_until;
 END $$;
 
@@ -628,9 +713,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pam_totp, pg_temp
 SET standard_conforming_strings = on
 AS $$
+DECLARE gone pam_totp.users%ROWTYPE;
 BEGIN
-  DELETE FROM pam_totp.users WHERE name = p_user;
-  RETURN FOUND;
+  DELETE FROM pam_totp.users WHERE name = p_user RETURNING * INTO gone;
+  IF NOT FOUND THEN RETURN false; END IF;
+  PERFORM pam_totp_api.audit_append('purge', p_user, gone.uid, NULL, NULL, 0, 'every factor, recovery code and count removed');
+  RETURN true;
 END $$;
 
 -- Admin: everyone's status (no secret).
@@ -664,6 +752,8 @@ BEGIN
   UPDATE pam_totp.users SET failures = greatest(failures, p_failures), locked_until = greatest(locked_until, p_locked_until)
    WHERE name = p_user;
   UPDATE pam_totp.recovery SET used = used | p_recovery_used WHERE user_name = p_user;
+  PERFORM pam_totp_api.audit_append('import', p_user, (SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user), NULL,
+                                    p_failures, p_locked_until, 'failure count, lockout and used recovery codes from a file store');
 END $$;
 
 CREATE FUNCTION pam_totp_api.import_last_step(p_user text, p_label text, p_last_step bigint) RETURNS void
@@ -677,7 +767,24 @@ BEGIN
     RAISE EXCEPTION 'import: a last used step in the future is not a file store''s' USING ERRCODE = 'P0001';
   END IF;
   UPDATE pam_totp.factors SET last_step = greatest(last_step, p_last_step) WHERE user_name = p_user AND label = p_label;
+  PERFORM pam_totp_api.audit_append('import', p_user, (SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user), p_label,
+                                    NULL, 0, 'last used step ' || p_last_step || ' from a file store');
 END $$;
+
+-- Admin: the audit trail, oldest first: rows after p_after (an id; 0 from the start), of p_user
+-- (NULL: everyone) at or after p_since, at most p_limit (1-1000) rows.
+CREATE FUNCTION pam_totp_api.audit_trail(p_user text, p_since bigint, p_after bigint, p_limit integer)
+RETURNS TABLE (id bigint, at bigint, role text, account text, uid bigint, event text, label text, failures integer,
+               locked_until bigint, detail text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+  SELECT a.id, a.at, a.role::text, a.account, a.uid, a.event, a.label, a.failures, a.locked_until, a.detail
+    FROM pam_totp.audit a
+   WHERE a.id > coalesce(p_after, 0) AND a.at >= coalesce(p_since, 0) AND (p_user IS NULL OR a.account = p_user)
+   ORDER BY a.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
+$$;
 
 -- Functions are executable by PUBLIC by default: none of these is.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_api FROM PUBLIC;
@@ -702,7 +809,8 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.purge(text),
   pam_totp_api.all_status(),
   pam_totp_api.import_state(text, integer, bigint, bigint),
-  pam_totp_api.import_last_step(text, text, bigint)
+  pam_totp_api.import_last_step(text, text, bigint),
+  pam_totp_api.audit_trail(text, bigint, bigint, integer)
 TO pam_totp_admin;
 """####
 }

@@ -14,6 +14,7 @@
 //     5 remove factor: user · uid u32 · label · may remove last u8
 //     6 replace recovery: user · uid u32 · recovery set
 //     7 unlock: user            8 purge: user
+//     9 audit trail: has user u8 · user · since i64 · after id u64 (events after it, oldest first)
 //     factor = label · algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) · digits u8 · period u32 ·
 //              created i64 · enrolled step u64 · secret (u8 + bytes)
 //     recovery set = id u64 · iterations u32 · salt (u8 + bytes) · hashes (u8 count, each u8 + bytes)
@@ -22,6 +23,9 @@
 //     0 done    1 number: i64    2 status: present u8, then a status (no secret)
 //     3 users: more u8 · count u16 · names      4 unlocked: failures u32 · locked until i64 · rebuilt u8
 //     5 failed: error (as DaemonReply)          6 refused: message (u16 + bytes)
+//     7 audit trail: more u8 · count u16 · events (each id u64 · time i64 · role · account ·
+//       has uid u8 · uid u32 · event · label (empty: none) · has failures u8 · failures u32 ·
+//       locked until i64 (0: none) · detail)
 //     status = uid present u8 · uid u32 · factors (u8 count; each label · algorithm u8 · digits u8 ·
 //              period u32 · created i64 · enrolled step u64) · recovery present u8 · id u64 ·
 //              iterations u32 · codes u8 · sequence u64 · failures u32 · locked until i64 ·
@@ -60,12 +64,17 @@ public enum AdminRequest: Equatable, Sendable {
     case replaceRecovery(user: [UInt8], uid: UInt32, set: RecoverySet)
     case unlock(user: [UInt8])
     case purge(user: [UInt8])
+    /// Fleet mode: the audit trail's events after the one numbered `after`, of `user` (nil:
+    /// everyone) at or after `since`, as many as fit in one reply.
+    case auditTrail(user: [UInt8]?, since: Int64, after: UInt64)
 
     /// The user the request is about (none for `users`).
     public var user: [UInt8]? {
         switch self {
         case .status(let u), .checkEnrollable(let u, _, _, _), .enroll(let u, _, _, _), .removeFactor(let u, _, _, _),
              .replaceRecovery(let u, _, _), .unlock(let u), .purge(let u):
+            return u
+        case .auditTrail(let u, _, _):
             return u
         case .users:
             return nil
@@ -75,7 +84,7 @@ public enum AdminRequest: Equatable, Sendable {
     /// Whether the request changes the store (everything but status, users, check enrollable).
     public var changesStore: Bool {
         switch self {
-        case .status, .users, .checkEnrollable: return false
+        case .status, .users, .checkEnrollable, .auditTrail: return false
         case .enroll, .removeFactor, .replaceRecovery, .unlock, .purge: return true
         }
     }
@@ -114,6 +123,9 @@ public enum AdminRequest: Equatable, Sendable {
             b.append(7); short(user)
         case .purge(let user):
             b.append(8); short(user)
+        case .auditTrail(let user, let since, let after):
+            b.append(9); b.append(user == nil ? 0 : 1); short(user ?? [])
+            Writer.u64(UInt64(bitPattern: since), &b); Writer.u64(after, &b)
         }
         let out = ok ? DaemonProtocol.frame(DaemonProtocol.adminRequestMagic, b) : nil
         wipe(&b)
@@ -151,6 +163,11 @@ public enum AdminRequest: Equatable, Sendable {
         case 8:
             guard let user = r.short() else { throw .malformed("admin request") }
             request = .purge(user: user)
+        case 9:
+            guard let has = r.flag(), let user = r.short(), has || user.isEmpty, let since = r.u64(), let after = r.u64() else {
+                throw .malformed("admin request")
+            }
+            request = .auditTrail(user: has ? user : nil, since: Int64(bitPattern: since), after: after)
         default:
             throw .malformed("admin request")
         }
@@ -172,11 +189,14 @@ public enum AdminReply: Equatable, Sendable {
     /// `users`: a page of names; `more` when names after the last one remain.
     case users([[UInt8]], more: Bool)
     case unlocked(UnlockResult)
+    /// `auditTrail`: a page of events, oldest first; `more` when later ones remain.
+    case auditTrail([AuditEvent], more: Bool)
     case failed(MFAError)
     /// Not for this caller (only root manages enrolments through the daemon).
     case refused(Message)
 
-    /// At most this many bytes of names go in one `users` page.
+    /// At most this many bytes of names go in one `users` page, or of events in one
+    /// `auditTrail` page.
     public static let usersPageBytes = 3_000
 
     public func encoded() -> [UInt8] {
@@ -199,6 +219,10 @@ public enum AdminReply: Equatable, Sendable {
             b.append(5); Writer.error(e, &b)
         case .refused(let why):
             b.append(6); Writer.long(Array(why.bytes.prefix(1024)), &b)
+        case .auditTrail(let events, let more):
+            b.append(7); b.append(more ? 1 : 0)
+            Writer.u16(UInt16(truncatingIfNeeded: min(events.count, 65535)), &b)
+            for e in events.prefix(65535) { e.write(&b) }
         }
         // A status is bounded by 32 factors of 64-byte labels (~3.7 KB) and a users page by
         // `usersPageBytes`; anything larger is an error rather than a cut frame.
@@ -235,11 +259,77 @@ public enum AdminReply: Equatable, Sendable {
         case 6:
             guard let why = r.long() else { throw .malformed("admin reply") }
             reply = .refused(Message(why))
+        case 7:
+            guard let more = r.flag(), let count = r.u16() else { throw .malformed("admin reply") }
+            var events: [AuditEvent] = []
+            for _ in 0..<Int(count) {
+                guard let e = AuditEvent.read(&r) else { throw .malformed("admin reply") }
+                events.append(e)
+            }
+            reply = .auditTrail(events, more: more)
         default:
             throw .malformed("admin reply")
         }
         guard r.atEnd else { throw .malformed("admin reply") }
         return reply
+    }
+}
+
+/// One row of the fleet's audit trail (sql/migrations/003_audit.sql): who (the database login
+/// role of the host or admin), whom, what, when. Never a code or a secret.
+public struct AuditEvent: Equatable, Sendable {
+    public var id: UInt64
+    /// The database's clock, Unix seconds.
+    public var time: Int64
+    public var role: [UInt8]
+    public var account: [UInt8]
+    public var uid: UInt32?
+    /// success, recovery, failure, locked, unfinished, enroll, recovery-codes, remove, unlock,
+    /// purge, import.
+    public var event: [UInt8]
+    /// The factor, where there is one (empty: none).
+    public var label: [UInt8]
+    /// Consecutive failures after the event, where it changed or read them.
+    public var failures: UInt32?
+    /// A lockout the event started (failure) or met (locked); 0: none.
+    public var lockedUntil: Int64
+    public var detail: [UInt8]
+
+    public init(id: UInt64, time: Int64, role: [UInt8], account: [UInt8], uid: UInt32?, event: [UInt8], label: [UInt8],
+                failures: UInt32?, lockedUntil: Int64, detail: [UInt8]) {
+        self.id = id; self.time = time; self.role = role; self.account = account; self.uid = uid; self.event = event
+        self.label = label; self.failures = failures; self.lockedUntil = lockedUntil; self.detail = detail
+    }
+
+    /// What a store without a trail answers: a single host's record is the log. (Not a
+    /// requirement of TOTPStore: the module's file store carries no audit code.)
+    public static var notKept: MFAError {
+        .invalidParameters("the audit trail is kept in fleet mode (backend = postgresql); on a single host, see the authpriv log (pam_totp, pam-totpd and totp-enroll log every login, lockout and change there)")
+    }
+
+    /// Reads a page of the trail: up to `limit` events after the one numbered `after`, of
+    /// `user` (nil: everyone) at or after `since`, oldest first.
+    public typealias Source = ([UInt8]?, Int64, UInt64, Int) throws(MFAError) -> [AuditEvent]
+
+    /// Its size in a reply.
+    public var encodedSize: Int { 8 + 8 + 5 + 1 + 4 + 1 + 4 + 8 + [role, account, event, label, detail].reduce(0) { $0 + min($1.count, 255) } }
+
+    func write(_ b: inout [UInt8]) {
+        Writer.u64(id, &b); Writer.u64(UInt64(bitPattern: time), &b)
+        Writer.short(Array(role.prefix(255)), &b); Writer.short(Array(account.prefix(255)), &b)
+        b.append(uid == nil ? 0 : 1); Writer.u32(uid ?? 0, &b)
+        Writer.short(Array(event.prefix(255)), &b); Writer.short(Array(label.prefix(255)), &b)
+        b.append(failures == nil ? 0 : 1); Writer.u32(failures ?? 0, &b)
+        Writer.u64(UInt64(bitPattern: lockedUntil), &b); Writer.short(Array(detail.prefix(255)), &b)
+    }
+
+    static func read(_ r: inout Reader) -> AuditEvent? {
+        guard let id = r.u64(), let time = r.u64(), let role = r.short(), let account = r.short(), let hasUID = r.flag(),
+              let uid = r.u32(), let event = r.short(), let label = r.short(), let hasFailures = r.flag(), let failures = r.u32(),
+              let until = r.u64(), let detail = r.short() else { return nil }
+        return AuditEvent(id: id, time: Int64(bitPattern: time), role: role, account: account, uid: hasUID ? uid : nil,
+                          event: event, label: label, failures: hasFailures ? failures : nil,
+                          lockedUntil: Int64(bitPattern: until), detail: detail)
     }
 }
 

@@ -20,10 +20,13 @@ public struct DaemonService<S: TOTPStore> {
     public let site: ModuleOptions
     /// Opens the store at a path.
     let openStore: ([UInt8]) throws(MFAError) -> S
+    /// Fleet mode: the database's audit trail. nil: the store keeps none (`AuditEvent.notKept`).
+    let auditTrail: AuditEvent.Source?
 
-    public init(site: ModuleOptions, openStore: @escaping ([UInt8]) throws(MFAError) -> S) {
+    public init(site: ModuleOptions, openStore: @escaping ([UInt8]) throws(MFAError) -> S, auditTrail: AuditEvent.Source? = nil) {
         self.site = site
         self.openStore = openStore
+        self.auditTrail = auditTrail
     }
 
     /// The settings one request runs with. Root could read the store itself, so its module's
@@ -104,6 +107,9 @@ public struct DaemonService<S: TOTPStore> {
         }
     }
 
+    /// Audit events read from the store for one reply page.
+    static var auditFetch: Int { 100 }
+
     static func describe(_ outcome: AuthOutcome) -> Message {
         switch outcome {
         case .success(let factor, _, _, let jump):
@@ -180,6 +186,19 @@ extension DaemonService {
             case .purge(let user):
                 let existed = try store.purge(user: user)
                 return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
+            case .auditTrail(let user, let since, let after):
+                // One page: as many events as fit, oldest first; `more` when any were left out.
+                guard let auditTrail else { throw AuditEvent.notKept }
+                let fetched = try auditTrail(user, since, after, Self.auditFetch)
+                var page: [AuditEvent] = []
+                var bytes = 0
+                for e in fetched {
+                    guard bytes + e.encodedSize <= AdminReply.usersPageBytes else { break }
+                    page.append(e)
+                    bytes += e.encodedSize
+                }
+                let more = page.count < fetched.count || fetched.count == Self.auditFetch
+                return (.auditTrail(page, more: more), who + "read the audit trail (" + Message(decimalBytes(UInt64(page.count))) + " events)")
             }
         } catch {
             return (.failed(error), who + "failed: " + logText(error))

@@ -158,3 +158,25 @@ public final class DaemonStore: TOTPStore {
         return n != 0
     }
 }
+
+// In an extension, not the class body: the class's vtable holds every method of its body, so
+// the module (which uses DaemonStore) would carry the audit trail's code.
+extension DaemonStore {
+    /// Every event of the audit trail after `after` (of `user`, nil: everyone, at or after
+    /// `since`), page by page, at most `limit`.
+    public func auditTrail(user: [UInt8]?, since: Int64, after: UInt64, limit: Int) throws(MFAError) -> [AuditEvent] {
+        var all: [AuditEvent] = []
+        var after = after
+        while all.count < limit {
+            guard case .auditTrail(let page, let more) = try ask(.auditTrail(user: user, since: since, after: after)) else {
+                throw Self.unexpected()
+            }
+            // Each page must move forward, or a broken daemon could keep us here.
+            guard page.allSatisfy({ $0.id > after }), !(more && page.isEmpty) else { throw Self.unexpected() }
+            all += page
+            guard more, let last = page.last else { break }
+            after = last.id
+        }
+        return Array(all.prefix(limit))
+    }
+}

@@ -74,7 +74,10 @@ struct PamTOTPD: ParsableCommand {
             do { store = try Self.fleetStore(site: site, configPath: config, workers: limits.workers) } catch let e as SocketError {
                 throw fail(e.text)
             }
-            let service = DaemonService<PostgresStore>(site: site, openStore: { (_: [UInt8]) throws(MFAError) -> PostgresStore in store })
+            let service = DaemonService<PostgresStore>(site: site, openStore: { (_: [UInt8]) throws(MFAError) -> PostgresStore in store },
+                                                       auditTrail: { (user, since, after, limit) throws(MFAError) -> [AuditEvent] in
+                                                           try store.auditTrail(user: user, since: since, after: after, limit: limit)
+                                                       })
             let recent = RecentSuccesses()
             handle = { request, peer, now in
                 let answered = service.handle(request, peer: peer, at: now, account: lookupAccount)

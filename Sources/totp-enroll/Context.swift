@@ -191,6 +191,12 @@ enum EnrolStore {
     func purge(user: [UInt8]) throws(MFAError) -> Bool {
         switch self { case .files(let s): return try s.purge(user: user); case .daemon(let s): return try s.purge(user: user) }
     }
+    func auditTrail(user: [UInt8]?, since: Int64, after: UInt64, limit: Int) throws(MFAError) -> [AuditEvent] {
+        switch self {
+        case .files: throw AuditEvent.notKept
+        case .daemon(let s): return try s.auditTrail(user: user, since: since, after: after, limit: limit)
+        }
+    }
 
     /// A code checked like a login (failure count, lockout, replay guard) for the account
     /// `uid`: a name enrolled for another account is not enrolled.

@@ -26,6 +26,8 @@ final class AdminProtocolTests: XCTestCase {
             .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
             .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: false),
             .replaceRecovery(user: user, uid: 1000, set: set), .unlock(user: user), .purge(user: user),
+            .auditTrail(user: nil, since: 0, after: 0), .auditTrail(user: user, since: 1_700_000_000, after: 42),
+            .auditTrail(user: [], since: -1, after: UInt64.max),
         ]
         for r in requests {
             let frame = try XCTUnwrap(r.encoded(), "\(r)")
@@ -92,6 +94,12 @@ final class AdminProtocolTests: XCTestCase {
             .unlocked(UnlockResult(failures: 100, lockedUntil: 1_700_000_000, rebuilt: true)),
             .failed(.invalidParameters("a factor with this name already exists; choose another name")),
             .failed(.daemon("database unavailable")), .failed(.invalidUserName), .refused("needs root"),
+            .auditTrail([], more: false),
+            .auditTrail([AuditEvent(id: 1, time: 1_700_000_000, role: Array("host_web1".utf8), account: user, uid: 1000,
+                                    event: Array("failure".utf8), label: [], failures: 3, lockedUntil: 1_700_000_600,
+                                    detail: Array("wrong code".utf8)),
+                         AuditEvent(id: 9, time: -1, role: [], account: [], uid: nil, event: Array("purge".utf8),
+                                    label: Array("phone".utf8), failures: nil, lockedUntil: 0, detail: [])], more: true),
         ]
         for r in replies {
             let frame = r.encoded()
@@ -113,7 +121,7 @@ final class AdminProtocolTests: XCTestCase {
         badFlag[badFlag.count - 1] = 2
         XCTAssertThrowsError(try AdminReply.decode(badFlag), "a flag that is not 0 or 1")
         var unknownOp = request
-        unknownOp[6] = 9
+        unknownOp[6] = 99
         XCTAssertThrowsError(try AdminRequest.decode(unknownOp))
         XCTAssertThrowsError(try AdminReply.decode(request), "a request is not a reply")
         // A factor out of range inside an otherwise well-formed frame.
@@ -218,6 +226,50 @@ final class AdminProtocolTests: XCTestCase {
             AdminReply.users([Array("a".utf8)], more: true).encoded()
         }
         XCTAssertThrowsError(try stuck.users())
+    }
+
+    /// The audit trail comes in pages too; a daemon whose pages do not move forward is an error,
+    /// and `limit` bounds what is read. A file store keeps no trail and says where to look.
+    func testAuditTrailIsPagedAndAFileStoreSaysItKeepsNone() throws {
+        func event(_ id: UInt64) -> AuditEvent {
+            AuditEvent(id: id, time: Int64(id), role: Array("host".utf8), account: user, uid: 1000, event: Array("success".utf8),
+                       label: Array("phone".utf8), failures: 0, lockedUntil: 0, detail: [UInt8](repeating: 0x61, count: 200))
+        }
+        var asked: [UInt64] = []
+        let store = DaemonStore(storePath: []) { (frame, _, _) throws(MFAError) -> [UInt8] in
+            guard case .auditTrail(_, _, let after) = try AdminRequest.decode(frame) else { throw .malformed("test") }
+            asked.append(after)
+            // What DaemonService sends: as many of the 100 events after `after` as fit.
+            let all = after < 100 ? Array(after + 1...100) : []
+            var page: [AuditEvent] = []
+            var bytes = 0
+            for id in all {
+                let e = event(id)
+                guard bytes + e.encodedSize <= AdminReply.usersPageBytes else { break }
+                page.append(e); bytes += e.encodedSize
+            }
+            return AdminReply.auditTrail(page, more: (page.last?.id ?? 100) < 100).encoded()
+        }
+        XCTAssertEqual(try store.auditTrail(user: nil, since: 0, after: 0, limit: 1000).map(\.id), Array(1...100))
+        XCTAssertGreaterThan(asked.count, 5, "pages of about 3 KB")
+        XCTAssertEqual(try store.auditTrail(user: nil, since: 0, after: 0, limit: 20).map(\.id), Array(1...20))
+        XCTAssertEqual(try store.auditTrail(user: nil, since: 0, after: 90, limit: 1000).map(\.id), Array(91...100))
+        let stuck = DaemonStore(storePath: []) { (_, _, _) throws(MFAError) -> [UInt8] in
+            AdminReply.auditTrail([event(1)], more: true).encoded()
+        }
+        XCTAssertThrowsError(try stuck.auditTrail(user: nil, since: 0, after: 5, limit: 1000))
+
+        let dir = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(dir) }
+        var site = ModuleOptions()
+        site.store = Array(dir.path.utf8)
+        let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
+        var rng = SystemRandomNumberGenerator()
+        let reply = service.handleAdmin(.auditTrail(user: nil, since: 0, after: 0), peer: PeerCredentials(uid: 0, pid: 1), at: 0, using: &rng).reply
+        guard case .failed(.invalidParameters(let why)) = reply else { return XCTFail("\(reply)") }
+        XCTAssertTrue(why.string.contains("fleet mode"), why.string)
+        let refused = service.handleAdmin(.auditTrail(user: nil, since: 0, after: 0), peer: PeerCredentials(uid: 1000, pid: 1), at: 0, using: &rng).reply
+        guard case .refused = refused else { return XCTFail("only root: \(refused)") }
     }
 
     /// A change whose reply is lost after the daemon had the whole request may have been made:

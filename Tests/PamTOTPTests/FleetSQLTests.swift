@@ -248,7 +248,7 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertEqual(try sql("""
                 SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                  WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
-                """), (hostFunctions + ["all_status", "import_last_step", "import_state", "purge", "unlock"]).sorted().joined(separator: ","), who)
+                """), (hostFunctions + ["all_status", "audit_trail", "import_last_step", "import_state", "purge", "unlock"]).sorted().joined(separator: ","), who)
         }
         // No function is left in the data schema; the API's schema is its own.
         XCTAssertEqual(try sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp'::regnamespace"), "0")

@@ -9,7 +9,7 @@ import XCTest
 final class ManPageTests: XCTestCase {
     /// docs/ARCHITECTURE.md, section 5: the subcommands of totp-enroll. Fixed by design.
     static let subcommands = [
-        "enroll", "code", "list", "status", "remove", "recovery-codes", "import-google-authenticator", "unlock", "policy",
+        "enroll", "code", "list", "status", "remove", "recovery-codes", "import-google-authenticator", "unlock", "audit", "policy",
     ]
     /// docs/ARCHITECTURE.md, section 5: the options of totp-enroll's subcommands (and --store, root only).
     static let enrollOptions = [
