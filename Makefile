@@ -183,7 +183,7 @@ deb: deb-deps all
 # the same tree built as a lower version.
 deb-test: deb
 	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
-	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB)
+	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb
 
 $(FUZZ_BIN): $(wildcard Sources/MFACore/*.swift Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
 	@mkdir -p $(FUZZ_DIR)

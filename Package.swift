@@ -56,7 +56,7 @@ if !embedded {
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
         // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
         // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
-        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
+        .target(name: "CLibPQ", path: "Sources/CLibPQ", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
         .target(name: "FleetStore", dependencies: ["MFACore", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "totp-enroll",

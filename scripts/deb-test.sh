@@ -11,9 +11,9 @@
 # Ends with "deb-test: N passed, M failed"; exits non-zero when a check failed.
 set -uo pipefail
 
-[ $# -eq 2 ] || { echo "usage: $0 PREVIOUS.deb NEW.deb" >&2; exit 2; }
-PREV=$(realpath "$1") NEW=$(realpath "$2")
-[ -f "$PREV" ] && [ -f "$NEW" ] || { echo "deb-test: no such package: $1 or $2" >&2; exit 2; }
+[ $# -eq 3 ] || { echo "usage: $0 PREVIOUS.deb NEW.deb NEW-FLEET.deb" >&2; exit 2; }
+PREV=$(realpath "$1") NEW=$(realpath "$2") FLEET=$(realpath "$3")
+[ -f "$PREV" ] && [ -f "$NEW" ] && [ -f "$FLEET" ] || { echo "deb-test: no such package: $1, $2 or $3" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "deb-test: needs root (debootstrap, chroot)" >&2; exit 2; }
 command -v debootstrap >/dev/null || { echo "deb-test: debootstrap is not installed (make deb-deps)" >&2; exit 2; }
 
@@ -153,6 +153,28 @@ done
 check "totp-enroll code gives RFC 6238's first vector (94287082)" \
     bash -c '[ "$(chroot "$0" totp-enroll code --secret - --time 59 --digits 8 <<<"$1")" = 94287082 ]' "$R" "$SECRET"
 check "pam-totpd --help runs" in_root pam-totpd --help
+
+# --- no database client without fleet mode (a new admin's trial: libpq pulled libssl, Kerberos,
+# LDAP and SASL onto every host); the metapackage pam-totp-fleet brings it
+check "pam-totp depends on no database, TLS, Kerberos or LDAP library" \
+    bash -c '! dpkg-deb -f "$0" Depends | grep -Eq "libpq|libssl|libkrb5|libgssapi|libldap|libsasl"' "$NEW"
+# The previous build depended on libpq5; after the upgrade nothing does, and autoremove takes it.
+in_root apt-get autoremove -y -qq >"$WORK/autoremove.log" 2>&1
+check "libpq is not installed in the root (after apt autoremove)" bash -c '! chroot "$0" ldconfig -p | grep -q "libpq\.so"' "$R"
+mkdir -p "$R/etc/pam_totp"
+printf 'backend = postgresql\npostgresql = host=/nonexistent dbname=pam_totp user=host_test\nsocket = /run/fleet-test.socket\n' > "$R/etc/pam_totp/fleet-test.conf"
+fleet_start() { timeout 20 chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin pam-totpd --config /etc/pam_totp/fleet-test.conf >"$WORK/fleet.log" 2>&1; }
+fleet_without_libpq() { ! fleet_start && grep -q 'apt install pam-totp-fleet' "$WORK/fleet.log"; }
+fleet_with_libpq() { ! fleet_start && grep -q 'cannot reach the database' "$WORK/fleet.log" && ! grep -q 'pam-totp-fleet' "$WORK/fleet.log"; }
+check "without libpq, pam-totpd in fleet mode says to install pam-totp-fleet" fleet_without_libpq
+cp "$FLEET" "$R/tmp/fleet.deb"
+if in_root apt-get install -y -qq /tmp/fleet.deb >"$WORK/install-fleet.log" 2>&1; then pass "apt installs pam-totp-fleet (and libpq5 with it)"
+else tail -5 "$WORK/install-fleet.log"; fail "apt installs pam-totp-fleet (and libpq5 with it)"; fi
+check "with pam-totp-fleet, pam-totpd loads libpq and tries the database" fleet_with_libpq
+if in_root apt-get remove -y -qq pam-totp-fleet >"$WORK/remove-fleet.log" 2>&1; then pass "apt removes pam-totp-fleet, pam-totp stays"
+else tail -5 "$WORK/remove-fleet.log"; fail "apt removes pam-totp-fleet, pam-totp stays"; fi
+rm -f "$R/etc/pam_totp/fleet-test.conf"
+echo "deb-test: installed sizes: pam-totp $(dpkg-deb -f "$NEW" Installed-Size) KiB, pam-totp-fleet $(dpkg-deb -f "$FLEET" Installed-Size) KiB"
 
 # --- prerm refuses while a stack the profile does not manage names the module
 refused_remove() {  # $1: what the message must name

@@ -73,6 +73,18 @@ extension Substring {
     }
 }
 
+/// libpq, loaded on first use (CLibPQ, dlopen): pam-totpd links no database client, so a host
+/// without fleet mode needs neither libpq nor the TLS, Kerberos and LDAP libraries it pulls in.
+public enum PQLibrary {
+    /// Loads libpq.so.5 (once); throws, saying what to install, when it cannot.
+    public static func load() throws(PQError) {
+        var why = [CChar](repeating: 0, count: 512)
+        guard cpq_load(&why, why.count) != 0 else { return }
+        throw PQError(message: "fleet mode needs libpq, which cannot be loaded (Debian: apt install pam-totp-fleet): "
+                      + String(cString: why), sqlState: nil, connectionLost: true, sent: false)
+    }
+}
+
 /// Milliseconds on the monotonic clock.
 func monotonicMilliseconds() -> Int64 {
     var ts = timespec()
@@ -89,24 +101,25 @@ public final class PQConnection: @unchecked Sendable {
     /// CONNINFO sets one), then sets the server-side statement_timeout.
     public init(conninfo: String, timeoutMilliseconds: Int = 2_000, statementTimeoutMilliseconds: Int = 3_000) throws(PQError) {
         self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        try PQLibrary.load()
         let deadline = monotonicMilliseconds() + Int64(timeoutMilliseconds)
         let seconds = String(max(2, (timeoutMilliseconds + 999) / 1000))
         // Earlier keywords are defaults: CONNINFO (expanded from dbname) overrides them.
         let keys = ["connect_timeout", "application_name", "dbname"]
         let values = [seconds, "pam-totpd", conninfo]
         let c: OpaquePointer? = withCStrings(keys) { k in
-            withCStrings(values) { v in PQconnectStartParams(k, v, 1) }
+            withCStrings(values) { v in cpq_PQconnectStartParams(k, v, 1) }
         }
         guard let c else { throw PQError(message: "out of memory", sqlState: nil, connectionLost: true, sent: false) }
         conn = c
-        if PQstatus(c) == CONNECTION_BAD { let e = lastError("cannot connect"); finish(); throw e }
+        if cpq_PQstatus(c) == CONNECTION_BAD { let e = lastError("cannot connect"); finish(); throw e }
         var status = PGRES_POLLING_WRITING
         while true {
             if status == PGRES_POLLING_OK { break }
             if status == PGRES_POLLING_FAILED { let e = lastError("cannot connect"); finish(); throw e }
             let events = status == PGRES_POLLING_READING ? Int16(POLLIN) : Int16(POLLOUT)
             do throws(PQError) { try wait(events, deadline: deadline, doing: "connecting") } catch { finish(); throw error }
-            status = PQconnectPoll(c)
+            status = cpq_PQconnectPoll(c)
         }
         do throws(PQError) {
             _ = try execute("SELECT set_config('statement_timeout', $1, false)", [.text(String(statementTimeoutMilliseconds))],
@@ -116,7 +129,7 @@ public final class PQConnection: @unchecked Sendable {
 
     deinit { finish() }
 
-    public var isBroken: Bool { conn == nil || PQstatus(conn) != CONNECTION_OK }
+    public var isBroken: Bool { conn == nil || cpq_PQstatus(conn) != CONNECTION_OK }
 
     /// An idle connection with anything to read is dead or dying: the server's "terminating
     /// connection" notice, or end of file after it was stopped or killed (an async
@@ -124,18 +137,18 @@ public final class PQConnection: @unchecked Sendable {
     /// Checked before a pooled connection is used, so a statement is only ever sent on a
     /// connection that was alive, and an outage shows as a failed connect (nothing sent).
     public var looksDead: Bool {
-        guard let c = conn, PQstatus(c) == CONNECTION_OK else { return true }
-        var p = pollfd(fd: PQsocket(c), events: Int16(POLLIN), revents: 0)
+        guard let c = conn, cpq_PQstatus(c) == CONNECTION_OK else { return true }
+        var p = pollfd(fd: cpq_PQsocket(c), events: Int16(POLLIN), revents: 0)
         return poll(&p, 1, 0) != 0
     }
 
     private func finish() {
-        if let c = conn { PQfinish(c) }
+        if let c = conn { cpq_PQfinish(c) }
         conn = nil
     }
 
     private func lastError(_ what: String) -> PQError {
-        var text = conn.flatMap { PQerrorMessage($0) }.map { String(cString: $0) } ?? ""
+        var text = conn.flatMap { cpq_PQerrorMessage($0) }.map { String(cString: $0) } ?? ""
         while text.last == "\n" || text.last == " " { text.removeLast() }
         // libpq's messages name the host and port, never the password.
         return PQError(message: what + (text.isEmpty ? "" : ": " + text.split(separator: "\n").joined(separator: "; ")),
@@ -147,7 +160,7 @@ public final class PQConnection: @unchecked Sendable {
         while true {
             let left = deadline - monotonicMilliseconds()
             guard left > 0 else { throw PQError(message: "timed out " + what, sqlState: nil, connectionLost: true, sent: true) }
-            var p = pollfd(fd: PQsocket(c), events: events, revents: 0)
+            var p = pollfd(fd: cpq_PQsocket(c), events: events, revents: 0)
             let rc = poll(&p, 1, Int32(min(left, 60_000)))
             if rc > 0 { return }
             if rc < 0 && errno != EINTR {
@@ -160,53 +173,53 @@ public final class PQConnection: @unchecked Sendable {
     /// On a lost connection or timeout the connection is closed (`isBroken`).
     public func execute(_ sql: String, _ parameters: [PQValue] = [],
                         timeoutMilliseconds: Int? = nil) throws(PQError) -> [[String?]] {
-        guard let c = conn, PQstatus(c) == CONNECTION_OK else {
+        guard let c = conn, cpq_PQstatus(c) == CONNECTION_OK else {
             throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false)
         }
         let deadline = monotonicMilliseconds() + Int64(timeoutMilliseconds ?? statementTimeoutMilliseconds + 500)
         let literals = parameters.map(\.literal)
         // Without parameters: the simple protocol, which also runs a script of several
         // statements (a migration).
-        let sentOK: Int32 = literals.isEmpty ? PQsendQuery(c, sql) : withOptionalCStrings(literals) { values in
-            PQsendQueryParams(c, sql, Int32(literals.count), nil, values, nil, nil, 0)
+        let sentOK: Int32 = literals.isEmpty ? cpq_PQsendQuery(c, sql) : withOptionalCStrings(literals) { values in
+            cpq_PQsendQueryParams(c, sql, Int32(literals.count), nil, values, nil, nil, 0)
         }
         guard sentOK == 1 else { let e = lastError("cannot send"); finish(); throw e }
         // Flush (a short statement fits the socket buffer; PQflush loops only if it did not).
-        while PQflush(c) == 1 {
+        while cpq_PQflush(c) == 1 {
             do throws(PQError) { try wait(Int16(POLLOUT), deadline: deadline, doing: "sending") } catch { finish(); throw error }
         }
         var rows: [[String?]] = []
         var failure: PQError? = nil
         while true {
-            while PQisBusy(c) == 1 {
+            while cpq_PQisBusy(c) == 1 {
                 do throws(PQError) { try wait(Int16(POLLIN), deadline: deadline, doing: "waiting for the database") } catch {
                     finish(); throw error
                 }
-                guard PQconsumeInput(c) == 1 else {
+                guard cpq_PQconsumeInput(c) == 1 else {
                     var e = lastError("connection lost")
                     e = PQError(message: e.message, sqlState: nil, connectionLost: true, sent: true)
                     finish(); throw e
                 }
             }
-            guard let result = PQgetResult(c) else { break }
-            defer { PQclear(result) }
-            let status = PQresultStatus(result)
+            guard let result = cpq_PQgetResult(c) else { break }
+            defer { cpq_PQclear(result) }
+            let status = cpq_PQresultStatus(result)
             if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK {
-                let n = PQntuples(result), m = PQnfields(result)
+                let n = cpq_PQntuples(result), m = cpq_PQnfields(result)
                 for i in 0..<n {
                     var row: [String?] = []
                     for j in 0..<m {
-                        row.append(PQgetisnull(result, i, j) == 1 ? nil : String(cString: PQgetvalue(result, i, j)))
+                        row.append(cpq_PQgetisnull(result, i, j) == 1 ? nil : String(cString: cpq_PQgetvalue(result, i, j)))
                     }
                     rows.append(row)
                 }
             } else if failure == nil {
-                let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-                let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "error"
-                failure = PQError(message: primary, sqlState: state, connectionLost: PQstatus(c) != CONNECTION_OK, sent: true)
+                let state = cpq_PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+                let primary = cpq_PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "error"
+                failure = PQError(message: primary, sqlState: state, connectionLost: cpq_PQstatus(c) != CONNECTION_OK, sent: true)
             }
         }
-        if PQstatus(c) != CONNECTION_OK { finish() }
+        if cpq_PQstatus(c) != CONNECTION_OK { finish() }
         if let failure { throw failure }
         return rows
     }
@@ -215,13 +228,14 @@ public final class PQConnection: @unchecked Sendable {
 /// Checks a CONNINFO without connecting: nil if libpq parses it, else libpq's message. And
 /// whether it holds a password (then its file must be root-only).
 public func checkConninfo(_ conninfo: String) -> (error: String?, hasPassword: Bool) {
+    do throws(PQError) { try PQLibrary.load() } catch { return (error.message, false) }
     var err: UnsafeMutablePointer<CChar>? = nil
-    guard let options = PQconninfoParse(conninfo, &err) else {
+    guard let options = cpq_PQconninfoParse(conninfo, &err) else {
         let text = err.map { String(cString: $0) } ?? "cannot parse"
-        if let err { PQfreemem(err) }
+        if let err { cpq_PQfreemem(err) }
         return (text.split(separator: "\n").joined(separator: "; "), false)
     }
-    defer { PQconninfoFree(options) }
+    defer { cpq_PQconninfoFree(options) }
     var hasPassword = false
     var p = options
     while let keyword = p.pointee.keyword {
@@ -236,12 +250,13 @@ public func checkConninfo(_ conninfo: String) -> (error: String?, hasPassword: B
 /// — and the verdicts would cross the network readable and changeable. Nil for Unix sockets,
 /// localhost and loopback addresses, or sslmode require, verify-ca or verify-full.
 public func conninfoTLSWarning(_ conninfo: String) -> String? {
+    guard (try? PQLibrary.load()) != nil else { return nil }
     var err: UnsafeMutablePointer<CChar>? = nil
-    guard let options = PQconninfoParse(conninfo, &err) else {
-        if let err { PQfreemem(err) }
+    guard let options = cpq_PQconninfoParse(conninfo, &err) else {
+        if let err { cpq_PQfreemem(err) }
         return nil
     }
-    defer { PQconninfoFree(options) }
+    defer { cpq_PQconninfoFree(options) }
     var values: [String: String] = [:]
     var p = options
     while let keyword = p.pointee.keyword {

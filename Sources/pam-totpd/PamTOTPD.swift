@@ -168,6 +168,8 @@ struct PamTOTPD: ParsableCommand {
             throw SocketError("backend = postgresql needs postgresql = CONNINFO (or postgresql_file = PATH) in the configuration file")
         }
         let conninfo = String(decoding: raw, as: UTF8.self)
+        // libpq is loaded now, and only in fleet mode (CLibPQ): a host without it is told what to install.
+        do throws(PQError) { try PQLibrary.load() } catch { throw SocketError(error.message) }
         let checked = checkConninfo(conninfo)
         if let error = checked.error { throw SocketError("postgresql = CONNINFO is not valid: \(error)") }
         if let warning = conninfoTLSWarning(conninfo) {
