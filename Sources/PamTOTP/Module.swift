@@ -49,79 +49,41 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     return result
 }
 
-/// Asks for and checks a code of `user`: in process as root with the file store, else through
-/// pam-totpd.
+/// Asks for and checks a code of `user`: one sequence — look-up, enrolment at first login,
+/// nullok, prompt, verdict, forward_pass, log — over the store chosen at the start
+/// (LoginStore: the file store in process as root, else pam-totpd).
 func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
-    // Only root can read the store: everyone else (screen lockers) asks pam-totpd. In fleet
-    // mode (backend = postgresql) everyone asks it: only pam-totpd talks to the database, and
-    // this module links no database or TLS client (docs/ARCHITECTURE.md, section 8).
-    if clibc_geteuid() != 0 || options.backend == .postgresql { return throughDaemon(pamh, user: user, options: options) }
+    let store = LoginStore.open(pamh, user: user, options: options)
     // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
     // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no
     // account enumeration).
-    var account: UInt32? = nil  // for the log line below
-    var login = Authenticator.lookup(user: user, options: options) { () throws(MFAError) -> Account? in
-        let found = try lookupAccount(user)
-        account = found?.uid
-        return found
-    }
-    if case .otherAccount(let recordUID) = login.enrollment {
-        log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)
-            + (account.map { ", not for this account's uid " + decimal($0) } ?? ", and no such account exists")
-            + ": not enrolled (remove it with totp-enroll purge --user NAME)")
-        login.enrollment = .unenrolled
-    }
+    let skippable = options.nullok && !options.forwardPass
     var unenrolled = false
-    if case .unenrolled = login.enrollment { unenrolled = true }
+    switch store.enrolment(user: user, options: options, mayMatter: skippable) {
+    case .enrolled, .unknown: break
+    case .unenrolled: unenrolled = true
+    case .decided(let outcome): return finish(pamh, outcome, user: user, debug: options.debug)
+    case .refused(let why): return refused(pamh, user: user, why)
+    }
     // Enrolment at first login, where policy offers it (the deadline; sections bound it to groups).
-    if unenrolled, let until = options.enrollAtLoginUntil, !options.forwardPass,
+    if unenrolled, store.mayEnrolAtLogin, let until = options.enrollAtLoginUntil, !options.forwardPass,
        let code = enrolAtLogin(pamh, user: user, options: options, until: until) {
         return code
     }
-    if unenrolled && options.nullok && !options.forwardPass { return ignored(pamh, user: user, options: options) }
+    if unenrolled && skippable { return ignored(pamh, user: user, options: options) }
     guard var answer = prompt(pamh, Message(options.prompt)) else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
     defer { wipe(&answer) }
-    if unenrolled && options.nullok {  // forward_pass: the whole answer is the password
+    // forward_pass under nullok for a user without a factor: the whole answer is the password.
+    if unenrolled && options.nullok {
         forwardPassword(pamh, answer, codeLength: 0)
         return ignored(pamh, user: user, options: options)
     }
-    let outcome = login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
-                                     process: UInt32(truncatingIfNeeded: clibc_getpid()))
-    if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
-    return finish(pamh, outcome, user: user, debug: options.debug)
-}
-
-/// The module run by a caller without root: the same verdicts, asked of pam-totpd. A lookup
-/// before the prompt only when nullok may skip it; with forward_pass only the answer's last
-/// eight bytes leave this process (the password never does).
-func throughDaemon(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
-    let service = serviceName(pamh)
-    if options.nullok && !options.forwardPass {
-        let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
-        switch askDaemon(request, socket: options.socket) {
-        case .enrolled: break
-        case .outcome(.unenrolled): return ignored(pamh, user: user, options: options)
-        case .outcome(let other): return finish(pamh, other, user: user, debug: options.debug)
-        case .refused(let why): return refused(pamh, user: user, why)
-        }
-    }
-    guard var answer = prompt(pamh, Message(options.prompt)) else {
-        log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
-        return PAM_CONV_ERR
-    }
-    defer { wipe(&answer) }
-    var sent = options.forwardPass ? Array(answer.suffix(maxCodeDigits)) : answer
-    let reply = askDaemon(DaemonRequest(operation: .authenticate, service: service, user: user,
-                                        options: options, answer: sent), socket: options.socket)
-    wipe(&sent)
-    switch reply {
+    switch store.authenticate(user: user, answer: answer, options: options) {
     case .refused(let why):
         return refused(pamh, user: user, why)
-    case .enrolled:
-        return finish(pamh, .failed(.malformed("an enrolment where a verdict was due")), user: user, debug: options.debug)
     case .outcome(.unenrolled) where options.nullok:
         if options.forwardPass { forwardPassword(pamh, answer, codeLength: 0) }
         return ignored(pamh, user: user, options: options)

@@ -1,0 +1,91 @@
+import CLibc
+import CPAM
+import MFACore
+
+/// Where one login's verdicts come from, chosen once at its start (`LoginStore.open`): the file
+/// store in process (root, backend = files), or pam-totpd — every caller without root (screen
+/// lockers), and everyone in fleet mode: only pam-totpd talks to the database, and this module
+/// links no database or TLS client (docs/ARCHITECTURE.md, sections 2 and 8). The login flow in
+/// Module.swift (`verify`) is one sequence over either; this is the only place they differ.
+enum LoginStore {
+    case files(Login<Store>)
+    case daemon(service: [UInt8])
+
+    /// What is known before the prompt.
+    enum Enrolment {
+        case enrolled
+        case unenrolled
+        /// Not asked: pam-totpd is asked before the prompt only when nullok may skip it.
+        case unknown
+        /// pam-totpd's answer to the look-up was already a verdict (it is unreachable, the
+        /// look-up failed): told without a prompt.
+        case decided(AuthOutcome)
+        case refused(Message)
+    }
+
+    /// A verdict, or pam-totpd's refusal to give one.
+    enum Verdict {
+        case outcome(AuthOutcome)
+        case refused(Message)
+    }
+
+    static func open(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> LoginStore {
+        // Only root can read the store; in fleet mode nobody here reads it.
+        if clibc_geteuid() != 0 || options.backend == .postgresql { return .daemon(service: serviceName(pamh)) }
+        var account: UInt32? = nil  // for the log line below
+        var login = Authenticator.lookup(user: user, options: options) { () throws(MFAError) -> Account? in
+            let found = try lookupAccount(user)
+            account = found?.uid
+            return found
+        }
+        if case .otherAccount(let recordUID) = login.enrollment {
+            log(pamh, LOG_WARNING, "the record of user " + printable(user) + " was enrolled for uid " + decimal(recordUID)
+                + (account.map { ", not for this account's uid " + decimal($0) } ?? ", and no such account exists")
+                + ": not enrolled (remove it with totp-enroll purge --user NAME)")
+            login.enrollment = .unenrolled
+        }
+        return .files(login)
+    }
+
+    /// Enrolment at first login writes the store itself: in process only.
+    var mayEnrolAtLogin: Bool { if case .files = self { return true }; return false }
+
+    /// Before the prompt. The file store has looked already (it costs no round trip; a failed
+    /// look-up still prompts, and is told after, like a wrong code); pam-totpd is asked only
+    /// when the answer may skip the prompt.
+    func enrolment(user: [UInt8], options: ModuleOptions, mayMatter: Bool) -> Enrolment {
+        switch self {
+        case .files(let login):
+            if case .unenrolled = login.enrollment { return .unenrolled }
+            return .enrolled
+        case .daemon(let service):
+            guard mayMatter else { return .unknown }
+            let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
+            switch askDaemon(request, socket: options.socket) {
+            case .enrolled: return .enrolled
+            case .outcome(.unenrolled): return .unenrolled
+            case .outcome(let other): return .decided(other)
+            case .refused(let why): return .refused(why)
+            }
+        }
+    }
+
+    /// Checks the answer and records the outcome. With forward_pass only the answer's last
+    /// eight bytes leave this process for pam-totpd (the password never does).
+    func authenticate(user: [UInt8], answer: [UInt8], options: ModuleOptions) -> Verdict {
+        switch self {
+        case .files(let login):
+            return .outcome(login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
+                                               process: UInt32(truncatingIfNeeded: clibc_getpid())))
+        case .daemon(let service):
+            var sent = options.forwardPass ? Array(answer.suffix(maxCodeDigits)) : answer
+            defer { wipe(&sent) }
+            switch askDaemon(DaemonRequest(operation: .authenticate, service: service, user: user, options: options, answer: sent),
+                             socket: options.socket) {
+            case .outcome(let outcome): return .outcome(outcome)
+            case .refused(let why): return .refused(why)
+            case .enrolled: return .outcome(.failed(.malformed("an enrolment where a verdict was due")))
+            }
+        }
+    }
+}
