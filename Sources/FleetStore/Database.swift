@@ -237,6 +237,8 @@ public final class PostgresStore: TOTPStore {
     /// Tests and the owner role only: verify at the caller's clock (login_begin_at, which a host
     /// role may not execute). Production uses the database's clock (login).
     public let callerClock: Bool
+    /// Which process last had a code accepted for each user, for `status` (RecentSuccesses).
+    let recent = RecentSuccesses()
 
     public init(pool: ConnectionPool, callerClock: Bool = false) {
         self.pool = pool
@@ -286,7 +288,9 @@ public final class PostgresStore: TOTPStore {
         guard let name = try? Self.text(user) else { return .unenrolled }
         let uid: UInt32?
         do throws(MFAError) { uid = try account()?.uid } catch { return .failed(error) }
-        return verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
+        let outcome = verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
+        recent.record(outcome, user: user, process: process)
+        return outcome
     }
 
     /// After `lookup`: `login` with the uid the lookup saw, so the verdict is bound to that
@@ -294,7 +298,9 @@ public final class PostgresStore: TOTPStore {
     /// between is unenrolled, never verified).
     public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrolled: FleetEnrolled) -> AuthOutcome {
-        verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
+        let outcome = verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
+        recent.record(outcome, user: Array(enrolled.name.utf8), process: process)
+        return outcome
     }
 
     /// `CALL login` on the database's clock; for tests, on the caller's: login_begin_at (the
@@ -382,7 +388,9 @@ public final class PostgresStore: TOTPStore {
         for r in f where r.count == 6 {
             if let label = r[0], let last = r[5].flatMap({ UInt64($0) }) { state.setLastStep(last, forLabel: Array(label.utf8)) }
         }
-        return UserStatus(record: record, state: state)
+        var status = UserStatus(record: record, state: state)
+        recent.apply(to: &status, user: user)
+        return status
     }
 
     /// Every enrolled name, in byte order (`all_status`, granted to pam_totp_admin only).

@@ -57,21 +57,30 @@ struct ImportFiles: ParsableCommand {
     var directory: String
 
     func run() throws {
-        guard geteuid() == 0 else { printError("must run as root (it reads the root-only store)"); throw ExitCode.failure }
-        guard let config = daemon.config else { printError("import-files needs --config FILE (backend = postgresql)"); throw ExitCode.failure }
-        guard let site = PamTOTPD.siteOptions(config) else { printError("configuration error: " + PamTOTPD.configError); throw ExitCode.failure }
-        guard site.backend == .postgresql else { printError("\(config) does not say backend = postgresql"); throw ExitCode.failure }
-        let store: PostgresStore
-        do { store = try PamTOTPD.fleetStore(site: site, configPath: config, workers: 1) } catch let e as SocketError {
-            printError(e.text); throw ExitCode.failure
-        }
-        let files: Store
-        do throws(MFAError) { files = try Store(path: Array(directory.utf8)) } catch {
-            printError("cannot open the file store \(directory): \(error)"); throw ExitCode.failure
+        let (files, store): (Store, PostgresStore)
+        do {
+            (files, store) = try open()
+        } catch let e as DaemonError {
+            printError(e.text)
+            throw ExitCode.failure
         }
         let report = FileImport.run(from: files, directory: Array(directory.utf8), to: store)
         for line in report.lines { print("pam-totpd: " + line) }
         print("pam-totpd: imported \(report.imported) user(s), \(report.failed) failed")
         if report.failed > 0 { throw ExitCode.failure }
+    }
+
+    /// The file store to read and the database to write, or why not.
+    func open() throws -> (Store, PostgresStore) {
+        guard geteuid() == 0 else { throw DaemonError("must run as root (it reads the root-only store)") }
+        guard let config = daemon.config else { throw DaemonError("import-files needs --config FILE (backend = postgresql)") }
+        let site = try PamTOTPD.siteOptions(config)
+        guard site.backend == .postgresql else { throw DaemonError("\(config) does not say backend = postgresql") }
+        let store = try PamTOTPD.fleetStore(site: site, configPath: config, workers: 1)
+        do throws(MFAError) {
+            return (try Store(path: Array(directory.utf8)), store)
+        } catch {
+            throw DaemonError("cannot open the file store \(directory): \(error)")
+        }
     }
 }

@@ -32,20 +32,28 @@ struct PamTOTPD: ParsableCommand {
     func run() throws {
         SyslogLogHandler.bootstrap()
         let logger = Logger(label: "pam-totpd")
-        func fail(_ text: String) -> ExitCode {
-            printError(text)
-            logger.error("\(text)")
-            return ExitCode.failure
+        do {
+            guard geteuid() == 0 else { throw DaemonError("must run as root (it reads the root-only store)") }
+            let site = try Self.siteOptions(config)
+            let socketPath = socket ?? String(decoding: site.socket, as: UTF8.self)
+            guard socketPath.hasPrefix("/"), socketPath.utf8.count <= ModuleOptions.maxSocketPathLength else {
+                throw DaemonError("the socket must be an absolute path of at most \(ModuleOptions.maxSocketPathLength) bytes: \(socketPath)")
+            }
+            var limits = Self.limits()
+            let activated = Self.activatedSocket()
+            if activated != nil { limits.idleExit = .seconds(60) }
+            let backend = try Self.backend(site: site, configPath: config, workers: limits.workers)
+            try Self.serve(backend, limits: limits, socketPath: socketPath, activated: activated, logger: logger)
+        } catch let e as DaemonError {
+            printError(e.text)
+            logger.error("\(e.text)")
+            throw ExitCode.failure
         }
-        guard geteuid() == 0 else { throw fail("must run as root (it reads the root-only store)") }
-        guard let site = Self.siteOptions(config) else {
-            throw fail("configuration error: " + Self.configError)
-        }
-        let socketPath = socket ?? String(decoding: site.socket, as: UTF8.self)
-        guard socketPath.hasPrefix("/"), socketPath.utf8.count <= ModuleOptions.maxSocketPathLength else {
-            throw fail("the socket must be an absolute path of at most \(ModuleOptions.maxSocketPathLength) bytes: \(socketPath)")
-        }
-        // Room for many connections (each holds a descriptor until its deadline).
+    }
+
+    /// Room for many connections (each holds a descriptor until its deadline), and the limits
+    /// that follow from the descriptors there are.
+    static func limits() -> Limits {
         var nofile = rlimit()
         if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max {
             nofile.rlim_cur = nofile.rlim_max
@@ -55,52 +63,46 @@ struct PamTOTPD: ParsableCommand {
         if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &nofile) == 0 {
             limits.maxConnections = max(16, min(limits.maxConnections, Int(clamping: nofile.rlim_cur) - 64))
         }
-        let activated = Self.activatedSocket()
-        if activated != nil { limits.idleExit = .seconds(60) }
+        return limits
+    }
 
+    /// What answers requests: DaemonService on the configuration's backend.
+    struct Backend {
         let handle: RequestHandlerFunction
         let handleAdmin: AdminHandlerFunction
-        var backendName = "store " + String(decoding: site.store, as: UTF8.self)
-        switch site.backend {
-        case .files:
-            let service = DaemonService<Store>(site: site, openStore: Self.openStore)
+        let name: String
+
+        init<S: TOTPStore>(_ service: DaemonService<S>, name: String) {
             handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: lookupAccount) }
             handleAdmin = { request, peer, now in
                 var rng = SystemRandomNumberGenerator()
                 return service.handleAdmin(request, peer: peer, at: now, using: &rng)
             }
+            self.name = name
+        }
+    }
+
+    static func backend(site: ModuleOptions, configPath: String?, workers: Int) throws -> Backend {
+        switch site.backend {
+        case .files:
+            return Backend(DaemonService<Store>(site: site, openStore: Self.openStore),
+                           name: "store " + String(decoding: site.store, as: UTF8.self))
         case .postgresql:
-            let store: PostgresStore
-            do { store = try Self.fleetStore(site: site, configPath: config, workers: limits.workers) } catch let e as SocketError {
-                throw fail(e.text)
-            }
+            let store = try Self.fleetStore(site: site, configPath: configPath, workers: workers)
             let service = DaemonService<PostgresStore>(site: site, openStore: { (_: [UInt8]) throws(MFAError) -> PostgresStore in store },
                                                        auditTrail: { (user, since, after, limit) throws(MFAError) -> [AuditEvent] in
                                                            try store.auditTrail(user: user, since: since, after: after, limit: limit)
                                                        })
-            let recent = RecentSuccesses()
-            handle = { request, peer, now in
-                let answered = service.handle(request, peer: peer, at: now, account: lookupAccount)
-                if request.operation == .authenticate, case .outcome(let outcome) = answered.reply {
-                    recent.record(outcome, user: request.user, process: peer.pid)
-                }
-                return answered
-            }
-            handleAdmin = { request, peer, now in
-                var rng = SystemRandomNumberGenerator()
-                var answered = service.handleAdmin(request, peer: peer, at: now, using: &rng)
-                if case .status(var status?) = answered.reply, let user = request.user {
-                    recent.apply(to: &status, user: user)
-                    answered.reply = .status(status)
-                }
-                return answered
-            }
-            backendName = "backend postgresql"
+            return Backend(service, name: "backend postgresql")
         }
+    }
+
+    /// Listens (on the socket systemd passed, or on `socketPath`) and answers until closed.
+    static func serve(_ backend: Backend, limits: Limits, socketPath: String, activated: CInt?, logger: Logger) throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let pool = NIOThreadPool(numberOfThreads: limits.workers)
         pool.start()
-        let state = ServerState(limits: limits, handle: handle, handleAdmin: handleAdmin, pool: pool, logger: logger)
+        let state = ServerState(limits: limits, handle: backend.handle, handleAdmin: backend.handleAdmin, pool: pool, logger: logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 512)
             .childChannelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
@@ -115,14 +117,14 @@ struct PamTOTPD: ParsableCommand {
                 try Self.prepare(socketPath)
                 server = try bootstrap.bind(unixDomainSocketPath: socketPath).wait()
                 // Every local user may connect; each request is authorised by SO_PEERCRED.
-                guard chmod(socketPath, 0o666) == 0 else { throw SocketError("cannot chmod \(socketPath): \(String(cString: strerror(errno)))") }
+                guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(String(cString: strerror(errno)))") }
             }
-        } catch let error as SocketError {
-            throw fail(error.text)
+        } catch let error as DaemonError {
+            throw error
         } catch {
-            throw fail("cannot listen on \(socketPath): \(error)")
+            throw DaemonError("cannot listen on \(socketPath): \(error)")
         }
-        logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (\(backendName))")
+        logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (\(backend.name))")
         if let idle = limits.idleExit {
             group.next().scheduleRepeatedTask(initialDelay: .seconds(10), delay: .seconds(10)) { _ in
                 if state.isIdle(for: idle) {
@@ -136,18 +138,16 @@ struct PamTOTPD: ParsableCommand {
         try? group.syncShutdownGracefully()
     }
 
-    nonisolated(unsafe) static var configError = ""
-
     /// The daemon's settings: `--config FILE` (required to exist), else the default file if
-    /// there is one. nil (with `configError`) when it is broken or unsafe.
-    static func siteOptions(_ config: String?) -> ModuleOptions? {
+    /// there is one. A broken or unsafe file is an error that says where.
+    static func siteOptions(_ config: String?) throws -> ModuleOptions {
         var arguments: [[UInt8]] = []
         if let config { arguments.append(Array(("config=" + config).utf8)) }
         do throws(MFAError) {
             return try ModuleOptions.load(arguments)
         } catch {
-            if case .invalidOption(let m) = error { configError = m.string } else { configError = "\(error)" }
-            return nil
+            if case .invalidOption(let m) = error { throw DaemonError("configuration error: " + m.string) }
+            throw DaemonError("configuration error: \(error)")
         }
     }
 
@@ -157,7 +157,7 @@ struct PamTOTPD: ParsableCommand {
     /// 0600 file), one connection made to prove the server is there, then the pool.
     static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws -> PostgresStore {
         if site.postgresql != nil && site.postgresqlFile != nil {
-            throw SocketError("set one of postgresql = CONNINFO and postgresql_file = PATH, not both")
+            throw DaemonError("set one of postgresql = CONNINFO and postgresql_file = PATH, not both")
         }
         let raw: [UInt8]
         if let path = site.postgresqlFile {
@@ -165,13 +165,13 @@ struct PamTOTPD: ParsableCommand {
         } else if let inline = site.postgresql {
             raw = inline
         } else {
-            throw SocketError("backend = postgresql needs postgresql = CONNINFO (or postgresql_file = PATH) in the configuration file")
+            throw DaemonError("backend = postgresql needs postgresql = CONNINFO (or postgresql_file = PATH) in the configuration file")
         }
         let conninfo = String(decoding: raw, as: UTF8.self)
         // libpq is loaded now, and only in fleet mode (CLibPQ): a host without it is told what to install.
-        do throws(PQError) { try PQLibrary.load() } catch { throw SocketError(error.message) }
+        do throws(PQError) { try PQLibrary.load() } catch { throw DaemonError(error.message) }
         let checked = checkConninfo(conninfo)
-        if let error = checked.error { throw SocketError("postgresql = CONNINFO is not valid: \(error)") }
+        if let error = checked.error { throw DaemonError("postgresql = CONNINFO is not valid: \(error)") }
         if let warning = conninfoTLSWarning(conninfo) {
             printError("warning: " + warning)
             Logger(label: "pam-totpd").warning("\(warning)")
@@ -180,14 +180,14 @@ struct PamTOTPD: ParsableCommand {
             let path = configPath ?? String(decoding: ModuleOptions.defaultConfigFile, as: UTF8.self)
             var st = stat()
             guard stat(path, &st) == 0, st.st_uid == 0, st.st_mode & 0o077 == 0 else {
-                throw SocketError("\(path) holds a database password: it must be owned by root with mode 0600 (or use passfile= or a client certificate)")
+                throw DaemonError("\(path) holds a database password: it must be owned by root with mode 0600 (or use passfile= or a client certificate)")
             }
         }
         let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers)
         var failure: PQError? = nil
         do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.enrolled_uid('')") } catch { failure = error }
         if let e = failure {
-            throw SocketError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
+            throw DaemonError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
                               : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")
         }
         return PostgresStore(pool: pool)
@@ -197,20 +197,20 @@ struct PamTOTPD: ParsableCommand {
     /// read or write (it may hold a password), one line of at most 4096 bytes.
     static func credentialsFile(_ path: String) throws -> [UInt8] {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw SocketError("cannot open postgresql_file \(path) (errno \(errno))") }
+        guard fd >= 0 else { throw DaemonError("cannot open postgresql_file \(path) (errno \(errno))") }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == 0, st.st_mode & 0o077 == 0 else {
-            throw SocketError("postgresql_file \(path) must be a regular file owned by root with mode 0600 or 0400")
+            throw DaemonError("postgresql_file \(path) must be a regular file owned by root with mode 0600 or 0400")
         }
         var bytes = [UInt8](repeating: 0, count: 4097)
         let n = read(fd, &bytes, bytes.count)
-        guard n > 0, n <= 4096 else { throw SocketError("postgresql_file \(path) must hold one CONNINFO of 1 to 4096 bytes") }
+        guard n > 0, n <= 4096 else { throw DaemonError("postgresql_file \(path) must hold one CONNINFO of 1 to 4096 bytes") }
         var line = Array(bytes[0..<n])
         for i in bytes.indices { bytes[i] = 0 }
         while let last = line.last, last == 0x0A || last == 0x0D || last == 0x20 { line.removeLast() }
         guard !line.isEmpty, !line.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-            throw SocketError("postgresql_file \(path) must hold one CONNINFO line")
+            throw DaemonError("postgresql_file \(path) must hold one CONNINFO line")
         }
         return line
     }
@@ -239,56 +239,19 @@ struct PamTOTPD: ParsableCommand {
         if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
             let dir = String(path[..<slash])
             if mkdir(dir, 0o755) == 0 { _ = chmod(dir, 0o755) } else if errno != EEXIST {
-                throw SocketError("cannot create \(dir): \(String(cString: strerror(errno)))")
+                throw DaemonError("cannot create \(dir): \(String(cString: strerror(errno)))")
             }
         }
         var st = stat()
         if lstat(path, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFSOCK else { throw SocketError("\(path) exists and is not a socket") }
-            guard unlink(path) == 0 else { throw SocketError("cannot remove the old socket \(path): \(String(cString: strerror(errno)))") }
+            guard st.st_mode & S_IFMT == S_IFSOCK else { throw DaemonError("\(path) exists and is not a socket") }
+            guard unlink(path) == 0 else { throw DaemonError("cannot remove the old socket \(path): \(String(cString: strerror(errno)))") }
         }
     }
 }
 
-struct SocketError: Error {
+/// A start-up failure: one line on stderr and in the log, exit 1.
+struct DaemonError: Error {
     let text: String
     init(_ text: String) { self.text = text }
-}
-
-/// Fleet mode: which process last had a code accepted for a user through this daemon, and a
-/// counter of verdicts. The file store keeps both in the user's state (successProcess,
-/// sequence), and totp-enroll reads them to see that its own PAM stack accepted a code while it
-/// ran, so it does not ask for a second one (which, in the same 30-s step, would be a replay).
-/// The database keeps neither (a process id means nothing on another host): this daemon
-/// remembers them for the statuses it returns. Lost on restart, which only means one more code.
-final class RecentSuccesses: @unchecked Sendable {
-    private let lock = NIOLock()
-    private var entries: [[UInt8]: (sequence: UInt64, process: UInt32)] = [:]
-    private var counter: UInt64 = 0
-    /// Bounds the memory: beyond it the oldest half is forgotten.
-    let maxEntries = 4096
-
-    /// A verdict that was recorded: a success names its process, anything else clears it.
-    func record(_ outcome: AuthOutcome, user: [UInt8], process: UInt32) {
-        let pid: UInt32
-        switch outcome {
-        case .success, .recoveryCode: pid = process
-        case .wrongCode: pid = 0
-        case .notRecorded, .lockedOut, .unenrolled, .failed: return
-        }
-        lock.withLock {
-            counter &+= 1
-            if entries[user] == nil && entries.count >= maxEntries {
-                let cut = counter &- UInt64(maxEntries / 2)
-                entries = entries.filter { $0.value.sequence > cut }
-            }
-            entries[user] = (counter, pid)
-        }
-    }
-
-    func apply(to status: inout UserStatus, user: [UInt8]) {
-        guard let e = lock.withLock({ entries[user] }) else { return }
-        status.state.sequence = e.sequence
-        status.state.successProcess = e.process
-    }
 }
