@@ -22,6 +22,8 @@
 #   BENCH_RUNS=200          timed runs per module and path
 #   TMPDIR=/tmp             where the temporary store, state files and reset script go
 #   BENCH_NO_HYPERFINE=1    time with the bash loop even if hyperfine is installed
+#   BENCH_PROFILES=DIR      keep each pamtester run's callgrind profile in DIR (callgrind_annotate
+#                           DIR/ours.ok shows where the module's instructions go)
 #   BENCH_ALLOW_STANDIN=1   development only: do not require OUR_SO to accept the right code and
 #                           reject a wrong one (lets you run with pam_permit.so as a stand-in)
 #
@@ -261,8 +263,10 @@ callgrind_run() { # callgrind_run MODULE PATH(ok|wrong)
     local m=$1 p=$2 rc n
     reset_state
     rc=0
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$TMP/vg.log" \
-        pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$TMP/code_$p" >/dev/null 2>&1 || rc=$?
+    local profile=/dev/null
+    if [[ -n ${BENCH_PROFILES:-} ]]; then profile=$BENCH_PROFILES/$m.$p; fi
+    valgrind --tool=callgrind --callgrind-out-file="$profile" \
+        --log-file="$TMP/vg.log" pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$TMP/code_$p" >/dev/null 2>&1 || rc=$?
     n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.log")
     [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "no 'Collected' count from callgrind for $m/$p: $(tail -3 "$TMP/vg.log")"
     if [[ $m != floor && ! ($m == ours && $STANDIN == 1) ]]; then

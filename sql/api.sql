@@ -4,8 +4,8 @@
 --
 -- Secrets stay in the database: the tables (schema pam_totp) are readable by no login role;
 -- host roles get EXECUTE on the functions granted at the end and nothing else, and no
--- function returns a secret, a recovery-code hash or a salt. Every function is SECURITY
--- DEFINER with search_path pinned (pg_temp last: a search_path that does not name pg_temp
+-- function returns a secret, a recovery-code hash or a salt. Every function a role may call
+-- is SECURITY DEFINER (the helpers they call run as its owner too) with search_path pinned (pg_temp last: a search_path that does not name pg_temp
 -- searches it first for types and relations, and TEMP is PUBLIC's by default) and
 -- standard_conforming_strings on (PL/pgSQL bodies compile with the caller's settings), except
 -- the login procedure, which must commit and so runs as its caller (see login).
@@ -131,10 +131,36 @@ BEGIN
   VALUES (clock, session_user, p_account, p_uid, p_event, p_label, p_failures, nullif(p_locked_until, 0), p_detail);
 END $$;
 
+-- One factor's verdict on an answer: the first step it matched above the factor's last used
+-- one (NULL: none), and whether it matched a used one. The dispatch on the factor's kind, once
+-- (docs/ARCHITECTURE.md, section 2.3); a kind's whole window is computed, no early exit.
+CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_now bigint, p_window integer,
+                                          p_forward_pass boolean, OUT step bigint, OUT replayed boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  code text; wanted bigint; now_step bigint;
+BEGIN
+  replayed := false;
+  CASE f.kind
+  WHEN 'totp' THEN
+    code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
+    wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
+    now_step := p_now / f.period;
+    FOR s IN greatest(now_step - p_window, 0) .. now_step + p_window LOOP
+      IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
+        IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
+      END IF;
+    END LOOP;
+  END CASE;
+END $$;
+
 -- The verdict of one answer against p_user's factors and recovery codes at p_now, with no
--- change. Every factor's whole window is computed (no early exit); a step counts only above
--- the factor's last used one. A recovery-code-shaped answer costs one PBKDF2 whether or not a
--- factor matched, so a right code costs what a wrong one does.
+-- change. Every factor is checked (check_factor); the first in record order that matched an
+-- unused step wins. A recovery-code-shaped answer costs one PBKDF2 whether or not a factor
+-- matched, so a right code costs what a wrong one does.
 CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_now bigint, p_window integer, p_forward_pass boolean,
                                    OUT factor_id bigint, OUT label text, OUT step bigint, OUT digits integer,
                                    OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean)
@@ -143,27 +169,18 @@ SET search_path = pg_catalog, pam_totp, pg_temp
 SET standard_conforming_strings = on
 AS $$
 DECLARE
-  f record;
+  f pam_totp.factors%ROWTYPE;
+  m record;
   r pam_totp.recovery%ROWTYPE;
-  code text; wanted bigint; now_step bigint; v integer;
   digits_only text; h bytea;
 BEGIN
   replayed := false;
-  FOR f IN SELECT x.id, x.label, x.algorithm, x.digits, x.period, x.last_step, x.secret
-             FROM pam_totp.factors x WHERE x.user_name = p_user ORDER BY x.id LOOP
-    code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
-    wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
-    now_step := p_now / f.period;
-    FOR s IN greatest(now_step - p_window, 0) .. now_step + p_window LOOP
-      v := pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits);
-      IF v = wanted THEN
-        IF s > f.last_step THEN
-          IF factor_id IS NULL THEN factor_id := f.id; label := f.label; step := s; digits := f.digits; END IF;
-        ELSE
-          replayed := true;
-        END IF;
-      END IF;
-    END LOOP;
+  FOR f IN SELECT * FROM pam_totp.factors x WHERE x.user_name = p_user ORDER BY x.id LOOP
+    m := pam_totp_api.check_factor(f, p_answer, p_now, p_window, p_forward_pass);
+    IF m.step IS NOT NULL AND factor_id IS NULL THEN
+      factor_id := f.id; label := f.label; step := m.step; digits := f.digits;
+    END IF;
+    replayed := replayed OR m.replayed;
   END LOOP;
 
   IF NOT p_forward_pass AND p_answer ~ '^[0-9 -]+$' THEN
@@ -180,6 +197,24 @@ BEGIN
       END IF;
     END IF;
   END IF;
+END $$;
+
+-- Attempts never finished were counted when they began (the audit trail says so): the rows
+-- themselves go an hour later.
+CREATE FUNCTION pam_totp_api.sweep_attempts(p_clock bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  j pam_totp.attempts%ROWTYPE;
+BEGIN
+  FOR j IN DELETE FROM pam_totp.attempts x WHERE x.begun < p_clock - 3600 RETURNING x.* LOOP
+    IF j.verdict IN ('match', 'recovery', 'wrong') THEN
+      PERFORM pam_totp_api.audit_append('unfinished', j.user_name, j.uid, NULL, j.failures, j.locked_until,
+                                        'begun at ' || pam_totp_api.utc_text(j.begun) || ', never finished: counted as a failure');
+    END IF;
+  END LOOP;
 END $$;
 
 -- A login, first step: checks the answer under the user's row lock and records the attempt,
@@ -213,14 +248,7 @@ BEGIN
   win := least(greatest(coalesce(p_window, 0), 0), cfg.max_window);
   maxf := least(greatest(coalesce(p_max_failures, cfg.max_failures), 1), cfg.max_failures);
   lock_for := least(greatest(coalesce(p_lockout, 0), cfg.min_lockout), cfg.max_lockout);
-  -- Attempts never finished were counted when they began (the audit trail says so): the rows
-  -- themselves can go.
-  FOR j IN DELETE FROM pam_totp.attempts x WHERE x.begun < clock - 3600 RETURNING x.* LOOP
-    IF j.verdict IN ('match', 'recovery', 'wrong') THEN
-      PERFORM pam_totp_api.audit_append('unfinished', j.user_name, j.uid, NULL, j.failures, j.locked_until,
-                                        'begun at ' || pam_totp_api.utc_text(j.begun) || ', never finished: counted as a failure');
-    END IF;
-  END LOOP;
+  PERFORM pam_totp_api.sweep_attempts(clock);
 
   SELECT NULL::bigint AS factor_id, NULL::text AS label, NULL::bigint AS step, NULL::integer AS digits,
          NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed INTO j;
@@ -264,6 +292,41 @@ AS $$
   SELECT pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout, p_forward_pass)
 $$;
 
+-- login_finish's accepting step, under the user's row lock: a match marks its step used
+-- (compare-and-set: of two attempts with one code, one succeeds), a recovery code its bit;
+-- either clears the failures login_begin counted and records the proof (require_proof).
+-- outcome NULL: nothing was accepted (replayed: the step was used meanwhile).
+CREATE FUNCTION pam_totp_api.accept_attempt(a pam_totp.attempts, p_proof_seconds bigint,
+                                            OUT outcome text, OUT remaining integer, OUT replayed boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pam_totp, pg_temp
+SET standard_conforming_strings = on
+AS $$
+DECLARE
+  used_now bigint;
+BEGIN
+  replayed := false;
+  PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;
+  IF NOT FOUND THEN RETURN; END IF;
+  IF a.verdict = 'match' THEN
+    UPDATE pam_totp.factors f SET last_step = a.step WHERE f.id = a.factor_id AND f.user_name = a.user_name AND f.last_step < a.step;
+    IF NOT FOUND THEN replayed := true; RETURN; END IF;   -- another login used this step since login_begin
+    outcome := 'success';
+    PERFORM pam_totp_api.audit_append('success', a.user_name, a.uid, a.label, 0, 0, NULL);
+  ELSE
+    UPDATE pam_totp.recovery r SET used = r.used | (1::bigint << a.recovery_index)
+     WHERE r.user_name = a.user_name AND r.set_id = a.recovery_set AND (r.used >> a.recovery_index) & 1 = 0
+    RETURNING r.used INTO used_now;
+    IF NOT FOUND THEN RETURN; END IF;
+    outcome := 'recovery';
+    SELECT count(*)::integer INTO remaining FROM pam_totp.recovery r, generate_series(0, cardinality(r.hashes) - 1) i
+     WHERE r.user_name = a.user_name AND (used_now >> i) & 1 = 0;
+    PERFORM pam_totp_api.audit_append('recovery', a.user_name, a.uid, NULL, 0, 0, remaining || ' recovery codes left');
+  END IF;
+  UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + p_proof_seconds
+   WHERE u.name = a.user_name;
+END $$;
+
 -- A login, second step: the verdict of an attempt whose login_begin has committed, told once,
 -- to the role that began it. A match marks its step used (compare-and-set under the row lock:
 -- of two attempts with one code, one succeeds), clears the failure login_begin counted and
@@ -279,8 +342,7 @@ AS $$
 DECLARE
   a pam_totp.attempts%ROWTYPE;
   cfg pam_totp.settings%ROWTYPE;
-  used_now bigint;
-  left_ integer;
+  acc record;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
@@ -293,31 +355,15 @@ BEGIN
   DELETE FROM pam_totp.attempts x WHERE x.id = a.id;
   SELECT * INTO cfg FROM pam_totp.settings;
   IF a.verdict IN ('match', 'recovery') AND clock - a.begun <= cfg.attempt_seconds THEN
-    PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;
-    IF FOUND AND a.verdict = 'match' THEN
-      UPDATE pam_totp.factors f SET last_step = a.step WHERE f.id = a.factor_id AND f.user_name = a.user_name AND f.last_step < a.step;
-      IF FOUND THEN
-        UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + cfg.proof_seconds
-         WHERE u.name = a.user_name;
-        PERFORM pam_totp_api.audit_append('success', a.user_name, a.uid, a.label, 0, 0, NULL);
-        RETURN QUERY SELECT 'success'::text, a.label, a.step, a.digits, 0, 0::bigint, false, NULL::integer;
-        RETURN;
-      END IF;
-      a.replayed := true;    -- another login used this step since login_begin
-    ELSIF FOUND THEN
-      UPDATE pam_totp.recovery r SET used = r.used | (1::bigint << a.recovery_index)
-       WHERE r.user_name = a.user_name AND r.set_id = a.recovery_set AND (r.used >> a.recovery_index) & 1 = 0
-      RETURNING r.used INTO used_now;
-      IF FOUND THEN
-        UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + cfg.proof_seconds
-         WHERE u.name = a.user_name;
-        SELECT count(*)::integer INTO left_ FROM pam_totp.recovery r, generate_series(0, cardinality(r.hashes) - 1) i
-         WHERE r.user_name = a.user_name AND (used_now >> i) & 1 = 0;
-        PERFORM pam_totp_api.audit_append('recovery', a.user_name, a.uid, NULL, 0, 0, left_ || ' recovery codes left');
-        RETURN QUERY SELECT 'recovery'::text, NULL::text, NULL::bigint, NULL::integer, 0, 0::bigint, false, left_;
-        RETURN;
-      END IF;
+    acc := pam_totp_api.accept_attempt(a, cfg.proof_seconds);
+    IF acc.outcome = 'success' THEN
+      RETURN QUERY SELECT 'success'::text, a.label, a.step, a.digits, 0, 0::bigint, false, NULL::integer;
+      RETURN;
+    ELSIF acc.outcome = 'recovery' THEN
+      RETURN QUERY SELECT 'recovery'::text, NULL::text, NULL::bigint, NULL::integer, 0, 0::bigint, false, acc.remaining;
+      RETURN;
     END IF;
+    a.replayed := a.replayed OR acc.replayed;
   END IF;
   IF a.verdict = 'locked' OR a.verdict = 'unenrolled' THEN
     -- A login of a name with no factor is not an event of the trail (nothing was checked).
@@ -378,12 +424,12 @@ AS $$
 $$;
 
 CREATE FUNCTION pam_totp_api.list_factors(p_user text)
-RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint)
+RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pam_totp, pg_temp
 SET standard_conforming_strings = on
 AS $$
-  SELECT f.label, f.algorithm, f.digits, f.period, f.created, f.last_step FROM pam_totp.factors f
+  SELECT f.label, f.algorithm, f.digits, f.period, f.created, f.last_step, f.kind FROM pam_totp.factors f
    WHERE f.user_name = p_user ORDER BY f.id
 $$;
 

@@ -366,12 +366,13 @@ public final class PostgresStore: TOTPStore {
         guard let row = s.first, row.count == 6 else { return nil }
         var record = UserRecord()
         record.uid = row[0].flatMap { UInt32($0) }
-        for r in f where r.count == 6 {
-            guard let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
+        for r in f where r.count == 7 {
+            guard let kind = r[6].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
                   let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
                   let created = r[4].flatMap({ Int64($0) }) else { continue }
             // The secret never leaves the database: a placeholder stands in for it.
-            let factor = try Factor(label: Array(label.utf8), parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
+            let factor = try Factor(kind: kind, label: Array(label.utf8),
+                                    parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
                                     created: created, enrolledStep: 0, secret: [UInt8](repeating: 0, count: 10))
             record.factors.append(factor)
         }

@@ -15,8 +15,8 @@
 //     6 replace recovery: user · uid u32 · recovery set
 //     7 unlock: user            8 purge: user
 //     9 audit trail: has user u8 · user · since i64 · after id u64 (events after it, oldest first)
-//     factor = label · algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) · digits u8 · period u32 ·
-//              created i64 · enrolled step u64 · secret (u8 + bytes)
+//     factor = kind u8 (1 TOTP) · label · then by kind, TOTP: algorithm u8 (1 SHA-1, 2 SHA-256,
+//              3 SHA-512) · digits u8 · period u32 · created i64 · enrolled step u64 · secret (u8 + bytes)
 //     recovery set = id u64 · iterations u32 · salt (u8 + bytes) · hashes (u8 count, each u8 + bytes)
 //     user, label = u8 length + bytes
 //   reply "PTB1": kind u8, then by kind —
@@ -26,8 +26,7 @@
 //     7 audit trail: more u8 · count u16 · events (each id u64 · time i64 · role · account ·
 //       has uid u8 · uid u32 · event · label (empty: none) · has failures u8 · failures u32 ·
 //       locked until i64 (0: none) · detail)
-//     status = uid present u8 · uid u32 · factors (u8 count; each label · algorithm u8 · digits u8 ·
-//              period u32 · created i64 · enrolled step u64) · recovery present u8 · id u64 ·
+//     status = uid present u8 · uid u32 · factors (u8 count; each a factor without its secret) · recovery present u8 · id u64 ·
 //              iterations u32 · codes u8 · sequence u64 · failures u32 · locked until i64 ·
 //              recovery set u64 · recovery used u32 · success process u32 ·
 //              last steps (u8 count; each key u64 · step u64 · drift i64)
@@ -110,9 +109,8 @@ public enum AdminRequest: Equatable, Sendable {
             b.append(secret == nil ? 0 : 1); short(secret ?? [])
         case .enroll(let user, let uid, let factor, let codes):
             b.append(4); short(user); Writer.u32(uid, &b)
-            short(factor.label); b.append(AdminCodec.algorithmByte(factor.parameters.algorithm))
-            b.append(UInt8(truncatingIfNeeded: factor.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: factor.parameters.period), &b)
-            Writer.u64(UInt64(bitPattern: factor.created), &b); Writer.u64(factor.enrolledStep, &b); short(factor.secret)
+            if factor.label.count > 255 || factor.secret.count > 255 { ok = false }
+            AdminCodec.write(factor, withSecret: true, &b)
             b.append(codes == nil ? 0 : 1); list(codes ?? [])
         case .removeFactor(let user, let uid, let label, let mayRemoveLast):
             b.append(5); short(user); Writer.u32(uid, &b); short(label); b.append(mayRemoveLast ? 1 : 0)
@@ -355,10 +353,22 @@ enum AdminCodec {
         }
     }
 
-    /// A factor: label, parameters, created, enrolled step, and (`withSecret`) its secret; a
-    /// status's factors carry none and get the placeholder.
+    /// A factor: kind, label, the kind's data and (`withSecret`) its secret; a status's factors
+    /// carry none and get the placeholder.
+    static func write(_ f: Factor, withSecret: Bool, _ b: inout [UInt8]) {
+        b.append(f.kind.rawValue)
+        Writer.short(f.label, &b)
+        switch f.kind {
+        case .totp:
+            b.append(algorithmByte(f.parameters.algorithm))
+            b.append(UInt8(truncatingIfNeeded: f.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: f.parameters.period), &b)
+            Writer.u64(UInt64(bitPattern: f.created), &b); Writer.u64(f.enrolledStep, &b)
+        }
+        if withSecret { Writer.short(f.secret, &b) }
+    }
+
     static func factor(_ r: inout Reader, withSecret: Bool) throws(MFAError) -> Factor? {
-        guard let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
+        guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
               let created = r.u64(), let enrolledStep = r.u64() else { return nil }
         var secret = placeholderSecret
         if withSecret {
@@ -366,7 +376,7 @@ enum AdminCodec {
             secret = s
         }
         do throws(MFAError) {
-            return try Factor(label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
+            return try Factor(kind: kind, label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
                               created: Int64(bitPattern: created), enrolledStep: enrolledStep, secret: secret)
         } catch {
             throw .malformed("admin factor")
@@ -377,11 +387,7 @@ enum AdminCodec {
         b.append(s.record.uid == nil ? 0 : 1); Writer.u32(s.record.uid ?? 0, &b)
         let factors = s.record.factors.prefix(255)
         b.append(UInt8(truncatingIfNeeded: factors.count))
-        for f in factors {
-            Writer.short(Array(f.label.prefix(255)), &b); b.append(algorithmByte(f.parameters.algorithm))
-            b.append(UInt8(truncatingIfNeeded: f.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: f.parameters.period), &b)
-            Writer.u64(UInt64(bitPattern: f.created), &b); Writer.u64(f.enrolledStep, &b)
-        }
+        for f in factors { write(f, withSecret: false, &b) }
         if let set = s.record.recovery {
             b.append(1); Writer.u64(set.id, &b); Writer.u32(UInt32(clamping: max(set.iterations, 0)), &b)
             b.append(UInt8(truncatingIfNeeded: min(set.hashes.count, 255)))

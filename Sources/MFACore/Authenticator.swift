@@ -120,6 +120,7 @@ public enum Authenticator {
     /// shaped like one) the recovery codes are checked whatever the state says, so a locked,
     /// enrolled or unenrolled user costs the same; then the verdict and the state to record.
     /// `process` is recorded with an accepted code (UserState.successProcess).
+    @inline(never)  // called by the login and by the decoy: one copy
     public static func decide(record: UserRecord, state: UserState, answer: [UInt8], at unixTime: Int64,
                               verifier: TOTPVerifier, options: ModuleOptions,
                               process: UInt32 = 0) throws(MFAError) -> Decision {
@@ -128,18 +129,10 @@ public enum Authenticator {
         var matched: (label: [UInt8], step: UInt64, digits: Int, drift: Int64, before: Int64)? = nil
         var replayed = false
         for factor in record.factors {
-            let key = HMACKey(algorithm: factor.parameters.algorithm, key: factor.secret)
-            // forward_pass: the answer is password + code, and each factor's code is the
-            // answer's last `digits` bytes (docs/ARCHITECTURE.md, section 5.3).
-            let digits = factor.parameters.digits
-            let code = options.forwardPass ? Array(answer.suffix(digits)) : answer
-            // The window is centred on the factor's learned drift (never wider: TOTPVerifier).
-            let learned = verifier.bounded(state.drift(forLabel: factor.label))
-            let m = try verifier.match(answer: code, key: key, parameters: factor.parameters, at: unixTime,
-                                       usedUpTo: state.lastUsedStep(of: factor), drift: learned)
+            let m = try factor.check(answer: answer, at: unixTime, verifier: verifier, state: state,
+                                     forwardPass: options.forwardPass)
             if let step = m.step, matched == nil {
-                matched = (factor.label, step, digits,
-                           verifier.drift(ofStep: step, at: unixTime, period: factor.parameters.period), learned)
+                matched = (factor.label, step, factor.parameters.digits, m.driftAfter, m.driftBefore)
             }
             if m.replayed { replayed = true }
         }

@@ -11,6 +11,7 @@ public enum Base32 {
         return i < 26 ? 0x41 &+ i : 0x32 &+ (i &- 26)  // 'A'...'Z', then '2'...'7'
     }
 
+    @_optimize(size)  // cold: not on a login's path
     public static func encode(_ bytes: [UInt8], padding: Bool = false) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 4) / 5 * 8)

@@ -17,6 +17,10 @@ func bytes(_ s: StaticString) -> UnsafeBufferPointer<UInt8> {
     UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
 }
 
+/// The bytes of a literal as an array (`Array("…".utf8)` would pull the String machinery,
+/// ~9 KB of code, into the Embedded module).
+public func literal(_ s: StaticString) -> [UInt8] { Array(bytes(s)) }
+
 /// True when `a` holds exactly the bytes of the literal `s`.
 func equals(_ a: some Collection<UInt8>, _ s: StaticString) -> Bool {
     a.elementsEqual(bytes(s))

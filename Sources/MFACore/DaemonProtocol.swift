@@ -290,6 +290,7 @@ enum Writer {
         case .clockOutOfRange: kind = 9
         case .malformed(let m): kind = 10; text = m.bytes
         case .daemon(let m): kind = 11; text = m.bytes
+        case .unconfirmed(let m): kind = 11; text = describe(.unconfirmed(m)).bytes  // never sent; read back as .daemon
         }
         out.append(kind)
         u32(UInt32(bitPattern: errno), &out)

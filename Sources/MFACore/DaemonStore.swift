@@ -19,7 +19,7 @@ public final class DaemonStore: TOTPStore {
 
     /// What a change pam-totpd did not confirm carries: its request was out (or the daemon
     /// reported its own store unavailable), so it may have been made all the same.
-    public static let unconfirmedNote = " — pam-totpd did not confirm the change, so it may or may not have been made"
+    public static let unconfirmedNote: StaticString = " — pam-totpd did not confirm the change, so it may or may not have been made"
 
     /// A change's error, marked as unconfirmed.
     public static func unconfirmed(_ error: MFAError) -> MFAError {
@@ -29,14 +29,13 @@ public final class DaemonStore: TOTPStore {
         case .malformed(let m): why = "a malformed reply (" + m + ")"
         default: why = "no reply"
         }
-        return .daemon(why + Message(Array(unconfirmedNote.utf8)))
+        return .unconfirmed(why)
     }
 
     /// Whether `error` leaves it open whether a change was made (`unconfirmed`).
     public static func isUnconfirmed(_ error: MFAError) -> Bool {
-        guard case .daemon(let m) = error else { return false }
-        let note = Array(unconfirmedNote.utf8)
-        return m.bytes.count >= note.count && Array(m.bytes.suffix(note.count)) == note
+        if case .unconfirmed = error { return true }
+        return false
     }
 
     let exchange: Exchange
@@ -45,7 +44,7 @@ public final class DaemonStore: TOTPStore {
     /// The PAM service named in the daemon's log line for a code check.
     let service: [UInt8]
 
-    public init(storePath: [UInt8], service: [UInt8] = Array("totp-enroll".utf8), exchange: @escaping Exchange) {
+    public init(storePath: [UInt8], service: [UInt8] = literal("totp-enroll"), exchange: @escaping Exchange) {
         self.storePath = storePath
         self.service = service
         self.exchange = exchange

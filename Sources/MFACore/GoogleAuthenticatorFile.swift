@@ -31,10 +31,10 @@ public struct GoogleAuthenticatorFile: Sendable {
 
     /// The options this parser knows, in the order of the bits of `seen`.
     static let optionNames: [[UInt8]] = [
-        Array("TOTP_AUTH".utf8), Array("STEP_SIZE".utf8), Array("WINDOW_SIZE".utf8), Array("DISALLOW_REUSE".utf8),
-        Array("RATE_LIMIT".utf8), Array("TIME_SKEW".utf8), Array("RESETTING_TIME_SKEW".utf8),
+        literal("TOTP_AUTH"), literal("STEP_SIZE"), literal("WINDOW_SIZE"), literal("DISALLOW_REUSE"),
+        literal("RATE_LIMIT"), literal("TIME_SKEW"), literal("RESETTING_TIME_SKEW"),
     ]
-    static let hotpCounter = Array("HOTP_COUNTER".utf8)
+    static let hotpCounter = literal("HOTP_COUNTER")
     static let quote: UInt8 = 0x22
 
     public init(parsing bytes: [UInt8]) throws(MFAError) {

@@ -46,6 +46,7 @@ public struct HMACKey: Sendable {
     }
 
     /// RFC 4226's dynamic truncation of HMAC(key, counter), without building the MAC.
+    @_optimize(speed)
     public func truncatedHOTP(counter: UInt64) -> UInt32 {
         withUnsafeBytes(of: counter.bigEndian) { raw in
             raw.withMemoryRebound(to: UInt8.self) { message -> UInt32 in
@@ -61,6 +62,7 @@ public struct HMACKey: Sendable {
         }
     }
 
+    @_optimize(speed)
     func authenticate(bytes message: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         switch pads {
         case .sha1(let inner, let outer):
@@ -79,6 +81,7 @@ public func hmac(_ algorithm: HashAlgorithm, key: [UInt8], message: [UInt8]) -> 
 }
 
 /// The chaining states after compressing the block-sized (key ^ ipad) and (key ^ opad).
+@_optimize(speed)
 private func hmacPadStates<S: MDHashState>(_: S.Type, key: [UInt8]) -> (inner: S, outer: S) {
     var inner = S.initial
     var outer = S.initial

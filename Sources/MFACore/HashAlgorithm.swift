@@ -93,6 +93,7 @@ extension MDHashState {
 
     /// The state after hashing `message` (continuing after `prefixBytes` already-compressed
     /// bytes) including the final padding: its words are the digest.
+    @_optimize(speed)
     func finalState(_ message: UnsafeBufferPointer<UInt8>, prefixBytes: Int) -> Self {
         var state = self
         let blockBytes = Self.blockBytes
@@ -156,6 +157,7 @@ extension MDHashState {
     }
 
     /// The outer state of an HMAC after it absorbed the inner digest: its words are the MAC.
+    @_optimize(speed)
     func finishedState(of digestState: Self) -> Self {
         var state = self
         var block = InlineArray<16, Word>(repeating: 0)
@@ -174,6 +176,7 @@ extension MDHashState {
     /// RFC 4226 dynamic truncation of the digest in this state's words, without building the
     /// digest as an array (HOTP runs it 11 times per login): the low nibble of the last byte
     /// picks four bytes, of which the low 31 bits are the value.
+    @_optimize(speed)
     func dynamicTruncation() -> UInt32 {
         var words = InlineArray<16, Word>(repeating: 0)
         storeDigest(&words)

@@ -9,6 +9,7 @@ public struct LoginEnrolment {
 
     /// A fresh 160-bit SHA-1 secret (what every authenticator app supports), labelled
     /// `USER@HOST` (at most 64 bytes) like totp-enroll's default.
+    @_optimize(size)  // cold: not on a login's path
     public init<G: RandomNumberGenerator>(user: [UInt8], host: [UInt8], using generator: inout G) {
         secret = Secret.generate(for: .sha1, using: &generator)
         var l = user
@@ -39,6 +40,7 @@ public struct LoginEnrolment {
     /// The factor to save when `answer` is a valid code in the window at `unixTime` (its step
     /// becomes the enrolment step, so that code cannot log in again); nil otherwise. Every
     /// step is computed (TOTPVerifier).
+    @_optimize(size)  // cold: not on a login's path
     public func factor(answer: [UInt8], at unixTime: Int64, verifier: TOTPVerifier) throws(MFAError) -> Factor? {
         let key = HMACKey(algorithm: .sha1, key: secret)
         guard let step = try verifier.verify(answer: answer, key: key, parameters: .default, at: unixTime) else { return nil }
@@ -48,6 +50,7 @@ public struct LoginEnrolment {
     /// The QR code as lines of text: two module rows per line with Unicode half blocks and a
     /// 4-module quiet zone, light modules drawn (`qrencode -t UTF8`). `modules` holds
     /// width × width bytes, bit 0 set for a dark module.
+    @_optimize(size)  // cold: not on a login's path
     public static func halfBlockLines(modules: [UInt8], width: Int) -> [[UInt8]] {
         guard width > 0, modules.count >= width * width else { return [] }
         func dark(_ x: Int, _ y: Int) -> Bool {

@@ -27,6 +27,9 @@ public enum MFAError: Error, Equatable, Sendable {
     /// pam-totpd could not be asked: not running, not answering in time, or the connection
     /// broke (says which).
     case daemon(Message)
+    /// A change was sent to pam-totpd (or it reported its own store unavailable) and not
+    /// confirmed: it may or may not have been made. Made by DaemonStore, never sent.
+    case unconfirmed(Message)
 }
 
 /// Text for errors and log lines as UTF-8 bytes. Embedded Swift cannot compare `String`s
@@ -47,6 +50,7 @@ public struct Message: Equatable, Sendable, ExpressibleByStringLiteral {
 }
 
 /// A log-safe description of an error: never a secret, a code or record contents.
+@_optimize(size)  // cold: not on a login's path
 public func describe(_ error: MFAError) -> Message {
     switch error {
     case .invalidOption(let what): return "configuration error: " + what
@@ -61,5 +65,6 @@ public func describe(_ error: MFAError) -> Message {
     case .clockOutOfRange: return "system clock out of range"
     case .malformed(let what): return "malformed message from pam-totpd: " + what
     case .daemon(let what): return "pam-totpd: " + what
+    case .unconfirmed(let what): return "pam-totpd: " + what + Message(literal(DaemonStore.unconfirmedNote))
     }
 }

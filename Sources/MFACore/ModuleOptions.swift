@@ -10,10 +10,10 @@ import CLibc
 public struct ModuleOptions: Equatable, Sendable {
     // Computed, not stored: a global array would be allocated on every load of the module and
     // never freed (libpam dlopens and dlcloses it around every login).
-    public static var defaultConfigFile: [UInt8] { Array("/etc/security/pam_totp.conf".utf8) }
-    public static var defaultPrompt: [UInt8] { Array("Verification code: ".utf8) }
-    public static var defaultForwardPassPrompt: [UInt8] { Array("Password and verification code: ".utf8) }
-    public static var defaultSocket: [UInt8] { Array("/run/pam-totp/socket".utf8) }
+    public static var defaultConfigFile: [UInt8] { literal("/etc/security/pam_totp.conf") }
+    public static var defaultPrompt: [UInt8] { literal("Verification code: ") }
+    public static var defaultForwardPassPrompt: [UInt8] { literal("Password and verification code: ") }
+    public static var defaultSocket: [UInt8] { literal("/run/pam-totp/socket") }
     /// sun_path holds 108 bytes with its NUL.
     public static let maxSocketPathLength = 107
     public static let maxFailuresRange: ClosedRange<UInt64> = 1...100
@@ -104,7 +104,7 @@ public struct ModuleOptions: Equatable, Sendable {
             if let fromFile = file.source(of: setting) {
                 o.keepStricter(setting, file: file, fileSource: fromFile)
             } else {
-                o.sources.append(PolicySource(setting: setting, from: Array("the pam.d line".utf8)))
+                o.sources.append(PolicySource(setting: setting, from: literal("the pam.d line")))
             }
         }
         return o
@@ -127,7 +127,7 @@ public struct ModuleOptions: Equatable, Sendable {
         case .lockout: lineStricter = lockoutSeconds > file.lockoutSeconds
         }
         if lineStricter {
-            sources.append(PolicySource(setting: setting, from: Array("the pam.d line (stricter than ".utf8) + fileSource + [0x29]))
+            sources.append(PolicySource(setting: setting, from: literal("the pam.d line (stricter than ") + fileSource + [0x29]))
             return
         }
         switch setting {
@@ -137,7 +137,7 @@ public struct ModuleOptions: Equatable, Sendable {
         case .maxFailures: maxFailures = file.maxFailures
         case .lockout: lockoutSeconds = file.lockoutSeconds
         }
-        sources.append(PolicySource(setting: setting, from: fileSource + Array(" (the pam.d line's is not stricter)".utf8)))
+        sources.append(PolicySource(setting: setting, from: fileSource + literal(" (the pam.d line's is not stricter)")))
     }
 
     static func isConfigArgument(_ arg: [UInt8]) -> Bool {
@@ -175,7 +175,7 @@ public struct ModuleOptions: Equatable, Sendable {
                 case .service: matches = name == service
                 case .group: matches = try isMember(name)
                 }
-                section = (kind, matches, line + Array(" at ".utf8) + at.bytes)
+                section = (kind, matches, line + literal(" at ") + at.bytes)
                 continue
             }
             if let eq = line.firstIndex(of: ASCII.equals) {
@@ -284,7 +284,7 @@ public struct ModuleOptions: Equatable, Sendable {
         } else if equals(name, "exempt") {
             guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
             exempt = v
-            exemptBy = v ? (origin.bytes.isEmpty ? Array("the pam.d line".utf8) : origin.bytes) : []
+            exemptBy = v ? (origin.bytes.isEmpty ? literal("the pam.d line") : origin.bytes) : []
         } else if equals(name, "socket") {
             guard let v = value, v.first == 0x2F, v.count <= Self.maxSocketPathLength, !v.contains(0) else {
                 throw bad("socket must be an absolute path of at most 107 bytes")
@@ -351,7 +351,7 @@ public struct ModuleOptions: Equatable, Sendable {
 
     /// "2026-11-24 03:45:07 UTC": when a lockout ends, for log lines (no libc call).
     public static func utcText(_ unixTime: Int64) -> [UInt8] {
-        guard unixTime >= 0, unixTime < 253_402_300_800 else { return Array("a time out of range".utf8) }  // years 1970-9999
+        guard unixTime >= 0, unixTime < 253_402_300_800 else { return literal("a time out of range") }  // years 1970-9999
         let (year, month, day) = civilDay(unixTime)
         let seconds = unixTime % 86_400
         func two(_ v: Int64) -> [UInt8] { [UInt8(48 + v / 10), UInt8(48 + v % 10)] }
@@ -405,10 +405,11 @@ public struct ModuleOptions: Equatable, Sendable {
     }
 }
 
+@_optimize(size)  // cold: not on a login's path
 func describeErrno(_ error: MFAError) -> Message {
     if case .system(_, let e) = error {
         if e == ELOOP { return ": it is a symlink" }
-        return Message(Array(": errno ".utf8) + decimalBytes(UInt64(e)))
+        return Message(literal(": errno ") + decimalBytes(UInt64(e)))
     }
     return ""
 }

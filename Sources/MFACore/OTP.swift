@@ -158,6 +158,7 @@ public struct TOTPVerifier: Sendable {
     /// `drift` is the factor's learned clock drift in steps (see "Clock drift" below): the
     /// window is centred on `now + drift`, with `drift` first bounded to ±`adjacentIntervals`.
     /// The window keeps its 2N+1 steps whatever the drift.
+    @_optimize(speed)
     public func match(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
                       at unixTime: Int64, usedUpTo notAfter: UInt64?, drift: Int64 = 0) throws(MFAError) -> Match {
         let now = try TOTP.step(at: unixTime, period: parameters.period)

@@ -20,28 +20,28 @@ public struct OTPAuthURI: Equatable, Sendable {
     }
 
     public var bytes: [UInt8] {
-        var out = Array("otpauth://totp/".utf8)
+        var out = literal("otpauth://totp/")
         if !issuer.isEmpty || account.contains(0x3A) {
             out += Percent.encode(issuer)
             out.append(0x3A)  // ':'
         }
         out += Percent.encode(account)
-        out += Array("?secret=".utf8)
+        out += literal("?secret=")
         out += Base32.encode(secret)
         if !issuer.isEmpty {
-            out += Array("&issuer=".utf8)
+            out += literal("&issuer=")
             out += Percent.encode(issuer)
         }
         if parameters.algorithm != .sha1 {
-            out += Array("&algorithm=".utf8)
-            out += parameters.algorithm == .sha256 ? Array("SHA256".utf8) : Array("SHA512".utf8)
+            out += literal("&algorithm=")
+            out += parameters.algorithm == .sha256 ? literal("SHA256") : literal("SHA512")
         }
         if parameters.digits != 6 {
-            out += Array("&digits=".utf8)
+            out += literal("&digits=")
             out += decimalBytes(UInt64(parameters.digits))
         }
         if parameters.period != 30 {
-            out += Array("&period=".utf8)
+            out += literal("&period=")
             out += decimalBytes(parameters.period)
         }
         return out
@@ -52,7 +52,7 @@ public struct OTPAuthURI: Equatable, Sendable {
     /// Parses a TOTP URI as produced above or by other tools (parameters in any order,
     /// issuer from the label prefix or the `issuer` parameter).
     public init(parsing uri: [UInt8]) throws(MFAError) {
-        let prefix = Array("otpauth://totp/".utf8)
+        let prefix = literal("otpauth://totp/")
         guard uri.count > prefix.count, Array(uri[0..<prefix.count]).lowercasedASCII() == prefix else {
             throw .invalidParameters("not an otpauth://totp/ URI")
         }
@@ -88,15 +88,15 @@ public struct OTPAuthURI: Equatable, Sendable {
                     throw .invalidParameters("bad percent-encoding in parameter")
                 }
                 switch key {
-                case Array("secret".utf8): secret = try Base32.decode(value)
-                case Array("issuer".utf8): issuer = value
-                case Array("algorithm".utf8):
+                case literal("secret"): secret = try Base32.decode(value)
+                case literal("issuer"): issuer = value
+                case literal("algorithm"):
                     guard let a = HashAlgorithm(name: value) else { throw .invalidParameters("unknown algorithm") }
                     algorithm = a
-                case Array("digits".utf8):
+                case literal("digits"):
                     guard let d = parseDecimal(value, limit: 8) else { throw .invalidParameters("bad digits") }
                     digits = Int(d)
-                case Array("period".utf8):
+                case literal("period"):
                     guard let p = parseDecimal(value, limit: 3600) else { throw .invalidParameters("bad period") }
                     period = p
                 default: break  // unknown parameters (image, color, ...) are ignored, as apps do

@@ -1,9 +1,11 @@
 import CLibc
 
-/// One enrolled TOTP factor.
+/// One enrolled factor: its kind (FactorKind.swift holds everything that differs by kind),
+/// its label, and the kind's data.
 public struct Factor: Equatable, Sendable {
     public static let maxLabelLength = 64
 
+    public var kind: FactorKind
     public var label: [UInt8]
     public var parameters: OTPParameters
     /// Unix time of enrolment.
@@ -14,12 +16,13 @@ public struct Factor: Equatable, Sendable {
     public var enrolledStep: UInt64
     public var secret: [UInt8]
 
-    public init(label: [UInt8], parameters: OTPParameters, created: Int64, enrolledStep: UInt64 = 0,
-                secret: [UInt8]) throws(MFAError) {
+    public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
+                enrolledStep: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
         try Factor.validate(label: label)
         guard secret.count >= 10 && secret.count <= 128 else {
             throw .invalidParameters("secret must be 10 to 128 bytes")
         }
+        self.kind = kind
         self.label = label
         self.parameters = parameters
         self.created = created
@@ -36,6 +39,7 @@ public struct Factor: Equatable, Sendable {
 
     /// What a new label may be: a stored label that is also printable text (valid UTF-8, no
     /// C0/C1 controls, no bidi or other invisible format characters; `isPrintableText`).
+    @_optimize(size)  // cold: not on a login's path
     public static func validateNew(label: [UInt8]) throws(MFAError) {
         try validate(label: label)
         guard isPrintableText(label) else { throw .invalidLabel }
@@ -49,6 +53,7 @@ public struct Factor: Equatable, Sendable {
 /// pam_totp 2
 /// account <uid, or - if not bound yet> <record id, 16 hex>
 /// factor <label, percent-encoded> <sha1|sha256|sha512> <digits> <period> <created> <enrolled step> <secret, Base32>
+///                                                  (a TOTP factor: each kind has its own line, FactorKind.swift)
 /// recovery <set id, 16 hex> <PBKDF2 iterations> <salt, hex>
 /// recovery-code <PBKDF2-HMAC-SHA-256 of the code, 64 hex>        (one line per code)
 /// ```
@@ -92,6 +97,7 @@ public struct UserRecord: Equatable, Sendable {
         return nil
     }
 
+    @_optimize(size)  // cold: not on a login's path
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
         out.append(literal: "pam_totp ")
@@ -102,23 +108,7 @@ public struct UserRecord: Equatable, Sendable {
         out.append(ASCII.space)
         out += hex64(id)
         out.append(ASCII.newline)
-        for f in factors {
-            out.append(literal: "factor ")
-            out += Percent.encode(f.label)
-            out.append(ASCII.space)
-            out += f.parameters.algorithm.nameBytes
-            out.append(ASCII.space)
-            out += decimalBytes(UInt64(f.parameters.digits))
-            out.append(ASCII.space)
-            out += decimalBytes(f.parameters.period)
-            out.append(ASCII.space)
-            out += decimalBytes(f.created)
-            out.append(ASCII.space)
-            out += decimalBytes(f.enrolledStep)
-            out.append(ASCII.space)
-            out += Base32.encode(f.secret)
-            out.append(ASCII.newline)
-        }
+        for f in factors { f.appendRecordLine(to: &out) }
         if let r = recovery {
             out.append(literal: "recovery ")
             out += hex64(r.id)
@@ -146,7 +136,6 @@ public struct UserRecord: Equatable, Sendable {
         var lineNumber = 0
         var version: UInt64 = 0
         var record = UserRecord()
-        var factorFields = 7
         while lineStart < bytes.count {
             var end = lineStart
             while end < bytes.count && bytes[end] != ASCII.newline { end += 1 }
@@ -155,84 +144,71 @@ public struct UserRecord: Equatable, Sendable {
             lineNumber += 1
             let n = f.split(line)
             if lineNumber == 1 {
-                guard n == 2, equals(f.field(0, of: line), "pam_totp") else { throw .corruptRecord("not a pam_totp record") }
-                guard let v = parseDecimal(f.field(1, of: line), limit: 1_000_000), v == 1 || v == 2 else {
-                    throw .corruptRecord("unsupported record version")
-                }
-                version = v
-                factorFields = v == 2 ? 8 : 7
-                continue
-            }
-            if version == 2 && lineNumber == 2 {
-                guard n == 3, equals(f.field(0, of: line), "account"), f.field(2, of: line).count == 16,
-                      let id = Hex.decode(f.field(2, of: line)) else {
-                    throw .corruptRecord("bad account line")
-                }
-                let uidField = f.field(1, of: line)
-                if !equals(uidField, "-") {
-                    guard let uid = parseDecimal(uidField, limit: UInt64(UInt32.max)) else { throw .corruptRecord("bad account line") }
-                    record.uid = UInt32(truncatingIfNeeded: uid)
-                }
-                record.id = uint64(id)
-                continue
-            }
-            guard n > 0, !line.isEmpty else { throw .corruptRecord("empty line") }
-            let keyword = f.field(0, of: line)
-            if equals(keyword, "factor") {
-                guard n == factorFields else { throw .corruptRecord("factor line has wrong field count") }
-                guard record.factors.count < maxFactors else { throw .corruptRecord("too many factors") }
-                guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
-                guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
-                guard let digits = parseDecimal(f.field(3, of: line), limit: 8),
-                      let period = parseDecimal(f.field(4, of: line), limit: OTPParameters.periodRange.upperBound),
-                      let created = parseDecimal(f.field(5, of: line), limit: UInt64(Int64.max)) else {
-                    throw .corruptRecord("bad factor number")
-                }
-                var enrolledStep: UInt64 = 0
-                if version == 2 {
-                    guard let s = parseDecimal(f.field(6, of: line), limit: UInt64.max) else { throw .corruptRecord("bad factor number") }
-                    enrolledStep = s
-                }
-                let secret: [UInt8]
-                do throws(MFAError) { secret = try Base32.decode(f.field(factorFields - 1, of: line)) } catch {
-                    throw .corruptRecord("bad factor secret")
-                }
-                let factor: Factor
-                do throws(MFAError) {
-                    factor = try Factor(label: label,
-                                        parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
-                                        created: Int64(created), enrolledStep: enrolledStep, secret: secret)
-                } catch {
-                    throw .corruptRecord("factor out of range")
-                }
-                guard record.factor(labelled: factor.label) == nil else {
-                    throw .corruptRecord("duplicate factor label")
-                }
-                record.factors.append(factor)
-            } else if equals(keyword, "recovery") {
-                guard record.recovery == nil, n == 4, f.field(1, of: line).count == 16,
-                      let id = Hex.decode(f.field(1, of: line)).map(uint64),
-                      let iterations = parseDecimal(f.field(2, of: line), limit: RecoverySet.iterationRange.upperBound),
-                      RecoverySet.iterationRange.contains(iterations),
-                      let salt = Hex.decode(f.field(3, of: line)), salt.count >= 8, salt.count <= 64 else {
-                    throw .corruptRecord("bad recovery line")
-                }
-                record.recovery = RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: [])
-            } else if equals(keyword, "recovery-code") {
-                guard n == 2, let h = Hex.decode(f.field(1, of: line)), h.count == 32,
-                      var r = record.recovery, r.hashes.count < RecoverySet.maxCodes else {
-                    throw .corruptRecord("bad recovery-code line")
-                }
-                record.recovery = nil  // keep the hash array uniquely referenced while appending
-                r.hashes.append(h)
-                record.recovery = r
+                version = try parseHeader(line, f, count: n)
+            } else if version == 2 && lineNumber == 2 {
+                try record.parseAccount(line, f, count: n)
             } else {
-                throw .corruptRecord("unknown line")
+                guard n > 0, !line.isEmpty else { throw .corruptRecord("empty line") }
+                try record.parseLine(line, f, count: n, version: version)
             }
         }
         if lineNumber == 0 { throw .corruptRecord("empty record") }
         if version == 2 && lineNumber < 2 { throw .corruptRecord("no account line") }
         return record
+    }
+
+    /// `pam_totp <version>`: the version (1 or 2).
+    private static func parseHeader(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int) throws(MFAError) -> UInt64 {
+        guard n == 2, equals(f.field(0, of: line), "pam_totp") else { throw .corruptRecord("not a pam_totp record") }
+        guard let v = parseDecimal(f.field(1, of: line), limit: 1_000_000), v == 1 || v == 2 else {
+            throw .corruptRecord("unsupported record version")
+        }
+        return v
+    }
+
+    /// `account <uid or -> <id, 16 hex>` (version 2).
+    private mutating func parseAccount(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int) throws(MFAError) {
+        guard n == 3, equals(f.field(0, of: line), "account"), f.field(2, of: line).count == 16,
+              let id = Hex.decode(f.field(2, of: line)) else {
+            throw .corruptRecord("bad account line")
+        }
+        let uidField = f.field(1, of: line)
+        if !equals(uidField, "-") {
+            guard let uid = parseDecimal(uidField, limit: UInt64(UInt32.max)) else { throw .corruptRecord("bad account line") }
+            self.uid = UInt32(truncatingIfNeeded: uid)
+        }
+        self.id = uint64(id)
+    }
+
+    /// A factor line of any kind, a `recovery` line or a `recovery-code` line.
+    private mutating func parseLine(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int,
+                                    version: UInt64) throws(MFAError) {
+        let keyword = f.field(0, of: line)
+        if let kind = FactorKind(recordKeyword: keyword) {
+            guard factors.count < Self.maxFactors else { throw .corruptRecord("too many factors") }
+            let factor = try Factor.parseRecordLine(kind, line, f, count: n, version: version)
+            guard self.factor(labelled: factor.label) == nil else { throw .corruptRecord("duplicate factor label") }
+            factors.append(factor)
+        } else if equals(keyword, "recovery") {
+            guard recovery == nil, n == 4, f.field(1, of: line).count == 16,
+                  let id = Hex.decode(f.field(1, of: line)).map(uint64),
+                  let iterations = parseDecimal(f.field(2, of: line), limit: RecoverySet.iterationRange.upperBound),
+                  RecoverySet.iterationRange.contains(iterations),
+                  let salt = Hex.decode(f.field(3, of: line)), salt.count >= 8, salt.count <= 64 else {
+                throw .corruptRecord("bad recovery line")
+            }
+            recovery = RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: [])
+        } else if equals(keyword, "recovery-code") {
+            guard n == 2, let h = Hex.decode(f.field(1, of: line)), h.count == 32,
+                  var r = recovery, r.hashes.count < RecoverySet.maxCodes else {
+                throw .corruptRecord("bad recovery-code line")
+            }
+            recovery = nil  // keep the hash array uniquely referenced while appending
+            r.hashes.append(h)
+            recovery = r
+        } else {
+            throw .corruptRecord("unknown line")
+        }
     }
 }
 

@@ -36,6 +36,7 @@ public struct RecoverySet: Equatable, Sendable {
 
     /// Generates `count` codes of `codeDigits` digits. Returns the codes (to show once) and the
     /// set to store. Digits come from `generator` by rejection sampling (no modulo bias).
+    @_optimize(size)  // cold: not on a login's path
     public static func generate<G: RandomNumberGenerator>(count: Int = 10, iterations: Int = defaultIterations,
                                                           using generator: inout G) -> (codes: [[UInt8]], set: RecoverySet) {
         var salt: [UInt8] = []
@@ -60,6 +61,7 @@ public struct RecoverySet: Equatable, Sendable {
     /// A set holding `codes` (at most `maxCodes`; digits only): one random 16-byte salt,
     /// PBKDF2-HMAC-SHA-256 with `iterations`, a random non-zero set id (so the state's "used"
     /// bits start empty). For codes made elsewhere, e.g. google-authenticator's scratch codes.
+    @_optimize(size)  // cold: not on a login's path
     public static func hashing<G: RandomNumberGenerator>(codes: [[UInt8]], iterations: Int = defaultIterations,
                                                          using generator: inout G) -> RecoverySet {
         var salt: [UInt8] = []

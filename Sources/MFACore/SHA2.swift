@@ -76,6 +76,7 @@ struct SHA256State: MDHashState {
             h4: 0x510E_527F, h5: 0x9B05_688C, h6: 0x1F83_D9AB, h7: 0x5BE0_CD19)
     }
 
+    @_optimize(speed)
     mutating func compress(_ w: inout InlineArray<16, UInt32>) {
         var a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7
 
@@ -166,6 +167,7 @@ struct SHA512State: MDHashState {
             h6: 0x1F83_D9AB_FB41_BD6B, h7: 0x5BE0_CD19_137E_2179)
     }
 
+    @_optimize(speed)
     mutating func compress(_ w: inout InlineArray<16, UInt64>) {
         var a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7
 

@@ -3,6 +3,7 @@
 public enum Secret {
     /// Fills a new key from `generator`; pass `SystemRandomNumberGenerator` (getrandom(2)) in
     /// production and a seeded generator in tests.
+    @_optimize(size)  // cold: not on a login's path
     public static func generate<G: RandomNumberGenerator>(for algorithm: HashAlgorithm,
                                                           using generator: inout G) -> [UInt8] {
         var out: [UInt8] = []

@@ -197,6 +197,7 @@ public struct UserState: Equatable, Sendable {
 
     /// A version-1 slot: text lines, then `end <SHA-256 of everything before this line>\n`,
     /// then zeros.
+    @_optimize(size)  // cold: not on a login's path
     static func parseVersion1(slot: ArraySlice<UInt8>) -> UserState? {
         let magicLength = 16  // "pam_totp-state 1"
         guard slot.count > magicLength + 70, equals(slot.prefix(magicLength), "pam_totp-state 1") else { return nil }

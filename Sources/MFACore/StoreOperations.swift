@@ -77,6 +77,7 @@ extension FileStore {
         try Self.checkAddable(to: record, accountUID: accountUID, label: label, secret: secret)
     }
 
+    @_optimize(size)  // cold: not on a login's path
     static func checkAddable(to record: UserRecord, accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError) {
         guard record.belongs(toAccount: accountUID) else {
             throw .invalidParameters("the stored record of this name belongs to another account (another uid): root must run totp-enroll purge --user NAME first")
@@ -117,6 +118,7 @@ extension FileStore {
     }
 
     @discardableResult
+    @_optimize(size)  // cold: not on a login's path
     func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, importedCodes: [[UInt8]]?,
                                           onlyIfNone: Bool, using generator: inout G) throws(MFAError) -> Int {
         try Factor.validateNew(label: factor.label)

@@ -11,11 +11,11 @@ let maxArguments = 64
 /// argv as byte arrays. A NULL entry or absurd argc becomes an argument that fails parsing.
 func arguments(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> [[UInt8]] {
     guard argc > 0, let argv else { return [] }
-    guard argc <= maxArguments else { return [Array("(too many arguments)".utf8)] }
+    guard argc <= maxArguments else { return [literal("(too many arguments)")] }
     var out: [[UInt8]] = []
     for i in 0..<Int(argc) {
-        guard let p = argv[i] else { out.append(Array("(null argument)".utf8)); continue }
-        out.append(bytes(p, max: maxArgumentLength) ?? Array("(overlong argument)".utf8))
+        guard let p = argv[i] else { out.append(literal("(null argument)")); continue }
+        out.append(bytes(p, max: maxArgumentLength) ?? literal("(overlong argument)"))
     }
     return out
 }

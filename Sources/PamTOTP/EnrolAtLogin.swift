@@ -11,6 +11,7 @@ import MFACore
 /// The PAM code of a first-login enrolment, or nil when none is offered (past the last day, no
 /// such account, or the record cannot take a factor): the login then goes on as for any
 /// unenrolled user.
+@_optimize(size)  // cold: not on a login's path
 func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, until: Int64) -> Int32? {
     let now = Int64(time(nil))
     let who = "user " + printable(user)
@@ -44,8 +45,8 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
         log(pamh, LOG_WARNING, "libqrencode.so.4 could not be loaded or failed: no QR code shown to " + who)
     }
     var key = enrolment.groupedKey
-    lines.append(Array("Key: ".utf8) + key)
-    lines.append(Array("URI: ".utf8) + uri)
+    lines.append(literal("Key: ") + key)
+    lines.append(literal("URI: ") + uri)
     let shown = showInfo(pamh, lines)
     for i in lines.indices { wipe(&lines[i]) }
     wipe(&uri)
@@ -70,7 +71,7 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
         enrolment.wipeSecret()
         try store.enrollFirst(user: account.name, accountUID: account.uid, factor: factor, using: &rng)
         log(pamh, LOG_NOTICE, who + " enrolled factor " + printable(factor.label) + " at login (enroll_at_login)")
-        _ = showInfo(pamh, [Array("Enrolled. From now on log in with a code from your app; run totp-enroll recovery-codes for recovery codes.".utf8)])
+        _ = showInfo(pamh, [literal("Enrolled. From now on log in with a code from your app; run totp-enroll recovery-codes for recovery codes.")])
         return PAM_SUCCESS
     } catch {
         enrolment.wipeSecret()
@@ -102,9 +103,9 @@ func showInfo(_ pamh: OpaquePointer, _ lines: [[UInt8]]) -> Bool {
 /// This host's name (the issuer shown by the app), "localhost" if it has none.
 func hostName() -> [UInt8] {
     var buffer = [CChar](repeating: 0, count: 256)
-    guard clibc_hostname(&buffer, 255) == 0 else { return Array("localhost".utf8) }
+    guard clibc_hostname(&buffer, 255) == 0 else { return literal("localhost") }
     let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
-    return name.isEmpty ? Array("localhost".utf8) : Array(name.prefix(64))
+    return name.isEmpty ? literal("localhost") : Array(name.prefix(64))
 }
 
 /// "YYYY-MM-DD" of a Unix time (UTC).

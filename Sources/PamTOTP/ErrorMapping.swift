@@ -19,7 +19,7 @@ func pamCode(_ outcome: AuthOutcome) -> Int32 {
         case .insecureStore, .system, .lockTimeout: return PAM_AUTHINFO_UNAVAIL
         case .invalidUserName: return PAM_AUTH_ERR
         case .clockOutOfRange: return PAM_AUTH_ERR
-        case .malformed, .daemon: return PAM_AUTHINFO_UNAVAIL
+        case .malformed, .daemon, .unconfirmed: return PAM_AUTHINFO_UNAVAIL
         }
     }
 }

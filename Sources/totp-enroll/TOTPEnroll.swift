@@ -63,7 +63,7 @@ struct CLIError: Error, CustomStringConvertible {
         case .lockTimeout: return "timed out waiting for the record lock; try again"
         case .clockOutOfRange: return "the system clock is out of range"
         case .malformed(let m): return "malformed message from pam-totpd: " + m.string
-        case .daemon(let m): return "pam-totpd: " + m.string
+        case .daemon, .unconfirmed: return describe(error).string
         }
     }
 }

@@ -126,10 +126,23 @@ final class AdminProtocolTests: XCTestCase {
         XCTAssertThrowsError(try AdminReply.decode(request), "a request is not a reply")
         // A factor out of range inside an otherwise well-formed frame.
         var badDigits = request
-        let digitsAt = 6 + 1 + 1 + user.count + 4 + 1 + 5 + 1
+        let digitsAt = 6 + 1 + 1 + user.count + 4 + 1 + 1 + 5 + 1  // ... uid, kind, label "phone", algorithm
         XCTAssertEqual(badDigits[digitsAt], 8)
         badDigits[digitsAt] = 9
         XCTAssertThrowsError(try AdminRequest.decode(badDigits))
+    }
+
+    /// A factor carries its kind on the wire (FactorKind): a kind this build does not know is
+    /// malformed, never read as TOTP.
+    func testUnknownFactorKindIsMalformed() throws {
+        let request = try XCTUnwrap(AdminRequest.enroll(user: user, uid: 1, factor: try factor(), importedCodes: nil).encoded())
+        let kindAt = 6 + 1 + 1 + user.count + 4
+        XCTAssertEqual(request[kindAt], FactorKind.totp.rawValue)
+        guard case .enroll(_, _, let decoded, _) = try AdminRequest.decode(request) else { return XCTFail("not an enroll") }
+        XCTAssertEqual(decoded.kind, .totp)
+        var unknown = request
+        unknown[kindAt] = 2
+        XCTAssertThrowsError(try AdminRequest.decode(unknown))
     }
 
     /// Only root manages enrolments through the daemon: anyone else is refused and nothing

@@ -82,6 +82,26 @@ final class FleetSQLTests: XCTestCase {
                                          database: "fleet_up"), "wrong true", "the step used before the upgrade stays used")
     }
 
+    /// Every factor has a kind (FactorKind; sql/migrations/004): factors made before the column
+    /// are TOTP factors, a kind the API does not know cannot be stored, and list_factors names
+    /// it. The dispatch on it is check_factor, once.
+    func testAFactorHasAKindTheAPIKnows() throws {
+        try cluster.psql("CREATE DATABASE fleet_kind")
+        let conninfo = cluster.conninfo(database: "fleet_kind")
+        XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 3).to, 3)
+        func q(_ text: String) throws -> String { try cluster.psql(text, database: "fleet_kind") }
+        _ = try q("INSERT INTO pam_totp.users (name, uid) VALUES ('hana', 1005)")
+        _ = try q("INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret) "
+              + "VALUES ('hana', 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+        _ = try Migrator.migrate(conninfo: conninfo)
+        XCTAssertEqual(try q("SELECT label || ' ' || kind FROM pam_totp_api.list_factors('hana')"), "phone totp")
+        XCTAssertThrowsError(try q("UPDATE pam_totp.factors SET kind = 'sms' WHERE user_name = 'hana'"), "an unknown kind is refused")
+        XCTAssertEqual(try q("SELECT count(*) FROM pg_proc WHERE proname = 'check_factor' AND pronamespace = 'pam_totp_api'::regnamespace"), "1")
+        let code = String(decoding: try TOTP.code(secret: Array("12345678901234567890".utf8), parameters: .default, at: 59), as: UTF8.self)
+        XCTAssertEqual(try cluster.login("outcome || ' ' || label", "'hana', 1005, '\(code)', 59, 1, 10, 300, false", procedure: "login_at",
+                                         database: "fleet_kind"), "success phone")
+    }
+
     /// A database made by the pre-release series at its version 8 (Tests/Fixtures/fleet-schema-8.sql:
     /// pg_dump of what the main of that day's init-database made, with two users) upgrades in
     /// place: every enrolment, used step, failure count, lockout and recovery code is kept, the
