@@ -156,22 +156,16 @@ public enum Authenticator {
             return Decision(outcome: .lockedOut(until: state.lockedUntil, permanent: false), state: nil)
         }
 
-        var next = state.adopted(by: record)
-        next.recordID = record.id
-        next.prune(to: record)
+        var next = state.current(for: record)
         if let (label, step, digits, drift, before) = matched {
-            next.failures = 0
-            next.lockedUntil = 0
-            next.successProcess = process
+            next.succeeded(process: process)
             next.setLastStep(step, forLabel: label, drift: drift)
             let change = drift > before ? drift - before : before - drift  // both within ±10
             let jump = change >= TOTPVerifier.driftJumpSteps ? DriftJump(from: before, to: drift) : nil
             return Decision(outcome: .success(factor: label, step: step, digits: digits, driftJump: jump), state: next)
         }
         if let recovery = record.recovery, let index = recoveryIndex {
-            next.failures = 0
-            next.lockedUntil = 0
-            next.successProcess = process
+            next.succeeded(process: process)
             next.markRecoveryUsed(set: recovery.id, index: index)
             let used = next.usedRecovery(set: recovery.id)
             var remaining = 0
@@ -214,10 +208,7 @@ public enum Authenticator {
     public static func pendingFailure(record: UserRecord, state: UserState, at unixTime: Int64,
                                       options: ModuleOptions) -> UserState? {
         guard state.failures < UserState.hardFailureCap, unixTime >= state.lockedUntil else { return nil }
-        var next = state.adopted(by: record)
-        next.recordID = record.id
-        next.prune(to: record)
-        return failure(next, at: unixTime, options: options).state
+        return failure(state.current(for: record), at: unixTime, options: options).state
     }
 
     /// The work of an enrolled user's check without a user: a record parsed from text, the
@@ -330,5 +321,22 @@ public struct Login<S: TOTPStore> {
         Authenticator.decoy(answer, at: unixTime, options: options)
         if case .failed(let e) = enrollment { return .failed(e) }
         return .unenrolled
+    }
+}
+
+extension UserState {
+    /// This state as `record`'s: adopted by it, bound to its id, pruned to its factors.
+    func current(for record: UserRecord) -> UserState {
+        var next = adopted(by: record)
+        next.recordID = record.id
+        next.prune(to: record)
+        return next
+    }
+
+    /// An accepted code or recovery code: failures and lockout cleared, `process` recorded.
+    mutating func succeeded(process: UInt32) {
+        failures = 0
+        lockedUntil = 0
+        successProcess = process
     }
 }

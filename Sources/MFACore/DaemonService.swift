@@ -158,15 +158,7 @@ extension DaemonService {
             case .status(let user):
                 return (.status(try store.status(user: user)?.withoutSecrets()), who + "status")
             case .users(let after):
-                var page: [[UInt8]] = []
-                var bytes = 0
-                var more = false
-                for name in try store.users() where after.lexicographicallyPrecedes(name) {
-                    guard bytes + 1 + name.count <= AdminReply.usersPageBytes, name.count <= 255 else { more = true; break }
-                    page.append(name)
-                    bytes += 1 + name.count
-                }
-                return (.users(page, more: more), who + "listed enrolled users")
+                return (try Self.usersPage(store, after: after), who + "listed enrolled users")
             case .checkEnrollable(let user, let uid, let label, let secret):
                 try store.checkEnrollable(user: user, accountUID: uid, label: label, secret: secret)
                 return (.done, who + "enrolment checks passed for factor " + printable(label))
@@ -187,22 +179,40 @@ extension DaemonService {
                 let existed = try store.purge(user: user)
                 return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
             case .auditTrail(let user, let since, let after):
-                // One page: as many events as fit, oldest first; `more` when any were left out.
-                guard let auditTrail else { throw AuditEvent.notKept }
-                let fetched = try auditTrail(user, since, after, Self.auditFetch)
-                var page: [AuditEvent] = []
-                var bytes = 0
-                for e in fetched {
-                    guard bytes + e.encodedSize <= AdminReply.usersPageBytes else { break }
-                    page.append(e)
-                    bytes += e.encodedSize
-                }
-                let more = page.count < fetched.count || fetched.count == Self.auditFetch
+                let (page, more) = try auditPage(user: user, since: since, after: after)
                 return (.auditTrail(page, more: more), who + "read the audit trail (" + Message(decimalBytes(UInt64(page.count))) + " events)")
             }
         } catch {
             return (.failed(error), who + "failed: " + logText(error))
         }
+    }
+
+    /// One page of enrolled names after `after`, in byte order; `more` when any were left out.
+    static func usersPage(_ store: S, after: [UInt8]) throws(MFAError) -> AdminReply {
+        var page: [[UInt8]] = []
+        var bytes = 0
+        var more = false
+        for name in try store.users() where after.lexicographicallyPrecedes(name) {
+            guard bytes + 1 + name.count <= AdminReply.usersPageBytes, name.count <= 255 else { more = true; break }
+            page.append(name)
+            bytes += 1 + name.count
+        }
+        return .users(page, more: more)
+    }
+
+    /// One page of the audit trail: as many events as fit, oldest first; `more` when any were
+    /// left out.
+    func auditPage(user: [UInt8]?, since: Int64, after: UInt64) throws(MFAError) -> (page: [AuditEvent], more: Bool) {
+        guard let auditTrail else { throw AuditEvent.notKept }
+        let fetched = try auditTrail(user, since, after, Self.auditFetch)
+        var page: [AuditEvent] = []
+        var bytes = 0
+        for e in fetched {
+            guard bytes + e.encodedSize <= AdminReply.usersPageBytes else { break }
+            page.append(e)
+            bytes += e.encodedSize
+        }
+        return (page, page.count < fetched.count || fetched.count == Self.auditFetch)
     }
 }
 

@@ -237,8 +237,20 @@ public struct ModuleOptions: Equatable, Sendable {
         let eq = arg.firstIndex(of: ASCII.equals)
         let name = eq.map { Array(arg[..<$0]) } ?? arg
         let value = eq.map { Array(arg[($0 + 1)...]) }
-        func bad(_ why: Message) -> MFAError { .invalidOption(origin + why + ": " + printable(arg)) }
-        // Compared with literals in place: no array is built per setting (this runs per login).
+        if try applyPolicy(name, value, arg: arg, origin: origin) { return }
+        if try applyPlace(name, value, arg: arg, origin: origin, fromFile: fromFile) { return }
+        throw Self.bad(arg, origin, "unknown or malformed setting")
+    }
+
+    /// An option's error: where it came from, why, and the option as given (printable).
+    static func bad(_ arg: [UInt8], _ origin: Message, _ why: Message) -> MFAError {
+        .invalidOption(origin + why + ": " + printable(arg))
+    }
+
+    /// The policy settings (what is asked, how strictly, of whom); false: not one of them.
+    /// Compared with literals in place: no array is built per setting (this runs per login).
+    private mutating func applyPolicy(_ name: [UInt8], _ value: [UInt8]?, arg: [UInt8], origin: Message) throws(MFAError) -> Bool {
+        func bad(_ why: Message) -> MFAError { Self.bad(arg, origin, why) }
         if equals(name, "nullok") {
             guard let v = Self.flag(value) else { throw bad("nullok takes no value, or yes/no") }
             nullok = v
@@ -250,11 +262,6 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad("adjacent_intervals must be 0 to 10")
             }
             adjacentIntervals = Int(n)
-        } else if equals(name, "store") {
-            guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(0) else {
-                throw bad("store must be an absolute path")
-            }
-            store = v
         } else if equals(name, "max_failures") {
             guard let v = value, let n = parseDecimal(v, limit: Self.maxFailuresRange.upperBound),
                   Self.maxFailuresRange.contains(n) else { throw bad("max_failures must be 1 to 100") }
@@ -264,11 +271,6 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad("lockout must be 0 to 86400 seconds")
             }
             lockoutSeconds = Int64(n)
-        } else if equals(name, "prompt") {
-            guard let v = value, !v.isEmpty, v.count <= 128, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-                throw bad("prompt must be 1 to 128 printable characters")
-            }
-            customPrompt = v
         } else if equals(name, "forward_pass") {
             guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
             forwardPass = v
@@ -285,6 +287,26 @@ public struct ModuleOptions: Equatable, Sendable {
             guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
             exempt = v
             exemptBy = v ? (origin.bytes.isEmpty ? literal("the pam.d line") : origin.bytes) : []
+        } else {
+            return false
+        }
+        return true
+    }
+
+    /// Where things are (store, socket, backend, database) and the prompt; false: not one of them.
+    private mutating func applyPlace(_ name: [UInt8], _ value: [UInt8]?, arg: [UInt8], origin: Message,
+                                     fromFile: Bool) throws(MFAError) -> Bool {
+        func bad(_ why: Message) -> MFAError { Self.bad(arg, origin, why) }
+        if equals(name, "store") {
+            guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(0) else {
+                throw bad("store must be an absolute path")
+            }
+            store = v
+        } else if equals(name, "prompt") {
+            guard let v = value, !v.isEmpty, v.count <= 128, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw bad("prompt must be 1 to 128 printable characters")
+            }
+            customPrompt = v
         } else if equals(name, "socket") {
             guard let v = value, v.first == 0x2F, v.count <= Self.maxSocketPathLength, !v.contains(0) else {
                 throw bad("socket must be an absolute path of at most 107 bytes")
@@ -308,8 +330,9 @@ public struct ModuleOptions: Equatable, Sendable {
             }
             postgresqlFile = v
         } else {
-            throw bad("unknown or malformed setting")
+            return false
         }
+        return true
     }
 
     /// The Unix time at which the UTC day `YYYY-MM-DD` ends, for years 2000–2999; nil if malformed.

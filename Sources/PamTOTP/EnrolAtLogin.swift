@@ -32,27 +32,7 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
     }
     log(pamh, LOG_NOTICE, "offering enrolment at login to " + who + " (enroll_at_login, until " + decimal(until) + ")")
 
-    var text = Message("You have no verification-code factor yet. Until ") + Message(dayText(until - 1))
-        + " (UTC) you can add one now: scan this QR code with an authenticator app"
-        + " (or type the key), then type the code it shows."
-    var lines: [[UInt8]] = [text.bytes]
-    var uri = enrolment.uri.bytes
-    var modules = [UInt8](repeating: 0, count: 177 * 177)
-    let width = withCString(Message(uri)) { clibc_qr_encode($0, &modules, Int32(modules.count)) }
-    if width > 0 {
-        lines += LoginEnrolment.halfBlockLines(modules: modules, width: Int(width))
-    } else {
-        log(pamh, LOG_WARNING, "libqrencode.so.4 could not be loaded or failed: no QR code shown to " + who)
-    }
-    var key = enrolment.groupedKey
-    lines.append(literal("Key: ") + key)
-    lines.append(literal("URI: ") + uri)
-    let shown = showInfo(pamh, lines)
-    for i in lines.indices { wipe(&lines[i]) }
-    wipe(&uri)
-    wipe(&key)
-    wipe(&modules)
-    text = ""
+    let shown = present(pamh, enrolment, until: until, who: who)
     guard shown, var answer = prompt(pamh, "Verification code from your app: ") else {
         enrolment.wipeSecret()
         log(pamh, LOG_ERR, "conversation failed during enrolment at login for " + who)
@@ -78,6 +58,35 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
         log(pamh, LOG_ERR, "enrolment at login for " + who + " failed, nothing saved: " + describe(error))
         return PAM_AUTH_ERR
     }
+}
+
+/// Shows the new factor through the conversation: what to do, the QR code (when libqrencode
+/// loads), the key and the URI; every copy of the key is wiped after. False if the
+/// conversation failed.
+@_optimize(size)  // cold: not on a login's path
+func present(_ pamh: OpaquePointer, _ enrolment: LoginEnrolment, until: Int64, who: Message) -> Bool {
+    var text = Message("You have no verification-code factor yet. Until ") + Message(dayText(until - 1))
+        + " (UTC) you can add one now: scan this QR code with an authenticator app"
+        + " (or type the key), then type the code it shows."
+    var lines: [[UInt8]] = [text.bytes]
+    var uri = enrolment.uri.bytes
+    var modules = [UInt8](repeating: 0, count: 177 * 177)
+    let width = withCString(Message(uri)) { clibc_qr_encode($0, &modules, Int32(modules.count)) }
+    if width > 0 {
+        lines += LoginEnrolment.halfBlockLines(modules: modules, width: Int(width))
+    } else {
+        log(pamh, LOG_WARNING, "libqrencode.so.4 could not be loaded or failed: no QR code shown to " + who)
+    }
+    var key = enrolment.groupedKey
+    lines.append(literal("Key: ") + key)
+    lines.append(literal("URI: ") + uri)
+    let shown = showInfo(pamh, lines)
+    for i in lines.indices { wipe(&lines[i]) }
+    wipe(&uri)
+    wipe(&key)
+    wipe(&modules)
+    text = ""
+    return shown
 }
 
 /// Shows `lines` as PAM_TEXT_INFO messages, several lines a message but each under libpam's

@@ -38,6 +38,44 @@ struct Limits {
     var idleExit: TimeAmount? = nil
 }
 
+/// A count with limits (open connections, queued requests): `total` in all, of which callers
+/// other than root may never take the last `forRootOnly`, and `perUser` per uid other than root.
+struct Quota {
+    let total: Int
+    let forRootOnly: Int
+    let perUser: Int
+    private(set) var used = 0
+    private var byUser: [UInt32: Int] = [:]
+
+    init(total: Int, forRootOnly: Int, perUser: Int) {
+        self.total = total
+        self.forRootOnly = forRootOnly
+        self.perUser = perUser
+    }
+
+    /// One more for `uid` (0: root), or false if that is over a limit.
+    mutating func take(uid: UInt32) -> Bool {
+        guard used < total else { return false }
+        if uid != 0 {
+            guard used < total - forRootOnly else { return false }
+            let n = byUser[uid, default: 0]
+            guard n < perUser else { return false }
+            byUser[uid] = n + 1
+        }
+        used += 1
+        return true
+    }
+
+    /// One fewer for `uid` (after a `take` that returned true).
+    mutating func give(uid: UInt32) {
+        used -= 1
+        if uid != 0 {
+            let n = byUser[uid, default: 1] - 1
+            if n <= 0 { byUser[uid] = nil } else { byUser[uid] = n }
+        }
+    }
+}
+
 /// `SO_PEERCRED` as the kernel fills it (struct ucred: pid_t, uid_t, gid_t).
 struct PeerCred: Sendable {
     var pid: Int32 = 0
@@ -58,10 +96,8 @@ final class ServerState: @unchecked Sendable {
     let pool: NIOThreadPool
     let logger: Logger
     private let lock = NIOLock()
-    private var open = 0
-    private var perUser: [UInt32: Int] = [:]
-    private var queued = 0
-    private var queuedPerUser: [UInt32: Int] = [:]
+    private var connections: Quota
+    private var queue: Quota
     private var lastActivity = NIODeadline.now()
     /// Accounts a worker is answering a request for, and the requests waiting for each.
     private var busyAccounts: [[UInt8]: [() -> Void]] = [:]
@@ -74,57 +110,31 @@ final class ServerState: @unchecked Sendable {
         self.handleAdmin = handleAdmin
         self.pool = pool
         self.logger = logger
+        connections = Quota(total: limits.maxConnections, forRootOnly: limits.connectionsForRootOnly, perUser: limits.maxConnectionsPerUser)
+        queue = Quota(total: limits.maxQueued, forRootOnly: limits.queuedForRootOnly, perUser: limits.maxQueuedPerUser)
     }
 
     /// A new connection from `uid`: false if it is over a limit (then it is closed at once).
     func admit(uid: UInt32) -> Bool {
         lock.withLock {
             lastActivity = .now()
-            guard open < limits.maxConnections else { return false }
-            if uid != 0 {
-                guard open < limits.maxConnections - limits.connectionsForRootOnly else { return false }
-                let n = perUser[uid, default: 0]
-                guard n < limits.maxConnectionsPerUser else { return false }
-                perUser[uid] = n + 1
-            }
-            open += 1
-            return true
+            return connections.take(uid: uid)
         }
     }
 
     func release(uid: UInt32) {
         lock.withLock {
-            open -= 1
-            if uid != 0 {
-                let n = perUser[uid, default: 1] - 1
-                if n <= 0 { perUser[uid] = nil } else { perUser[uid] = n }
-            }
+            connections.give(uid: uid)
             lastActivity = .now()
         }
     }
 
     func enqueue(uid: UInt32) -> Bool {
-        lock.withLock {
-            guard queued < limits.maxQueued else { return false }
-            if uid != 0 {
-                guard queued < limits.maxQueued - limits.queuedForRootOnly else { return false }
-                let n = queuedPerUser[uid, default: 0]
-                guard n < limits.maxQueuedPerUser else { return false }
-                queuedPerUser[uid] = n + 1
-            }
-            queued += 1
-            return true
-        }
+        lock.withLock { queue.take(uid: uid) }
     }
 
     func dequeue(uid: UInt32) {
-        lock.withLock {
-            queued -= 1
-            if uid != 0 {
-                let n = queuedPerUser[uid, default: 1] - 1
-                if n <= 0 { queuedPerUser[uid] = nil } else { queuedPerUser[uid] = n }
-            }
-        }
+        lock.withLock { queue.give(uid: uid) }
     }
 
     /// Runs `start` now if no worker is answering a request for `account`, else after the
@@ -168,7 +178,7 @@ final class ServerState: @unchecked Sendable {
 
     /// Idle: no connection open and none for `idle`.
     func isIdle(for idle: TimeAmount) -> Bool {
-        lock.withLock { open == 0 && NIODeadline.now() - lastActivity >= idle }
+        lock.withLock { connections.used == 0 && NIODeadline.now() - lastActivity >= idle }
     }
 }
 
