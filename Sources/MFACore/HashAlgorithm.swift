@@ -214,8 +214,3 @@ extension MDHashState {
 @inline(__always)
 func hashRotateLeft(_ x: UInt32, _ n: UInt32) -> UInt32 { (x &<< n) | (x &>> (32 &- n)) }
 
-@inline(__always)
-func hashRotateRight(_ x: UInt32, _ n: UInt32) -> UInt32 { (x &>> n) | (x &<< (32 &- n)) }
-
-@inline(__always)
-func hashRotateRight(_ x: UInt64, _ n: UInt64) -> UInt64 { (x &>> n) | (x &<< (64 &- n)) }

@@ -1,40 +1,13 @@
 // SHA-256 and SHA-512 (FIPS 180-4 §6.2, §6.4).
 
-public enum SHA256 {
-    /// The 32-byte SHA-256 digest of `message`.
-    public static func hash(_ message: [UInt8]) -> [UInt8] {
-        SHA256State.oneShot(message)
-    }
-}
+/// The 32-byte SHA-256 digest of a message.
+public enum SHA256 { public static func hash(_ message: [UInt8]) -> [UInt8] { SHA256State.oneShot(message) } }
 
-public enum SHA512 {
-    /// The 64-byte SHA-512 digest of `message`.
-    public static func hash(_ message: [UInt8]) -> [UInt8] {
-        SHA512State.oneShot(message)
-    }
-}
+/// The 64-byte SHA-512 digest of a message.
+public enum SHA512 { public static func hash(_ message: [UInt8]) -> [UInt8] { SHA512State.oneShot(message) } }
 
-/// SHA-256 round constants (FIPS 180-4 §4.2.2).
-let sha256RoundConstants: InlineArray<64, UInt32> = [
-    0x428A_2F98, 0x7137_4491, 0xB5C0_FBCF, 0xE9B5_DBA5,
-    0x3956_C25B, 0x59F1_11F1, 0x923F_82A4, 0xAB1C_5ED5,
-    0xD807_AA98, 0x1283_5B01, 0x2431_85BE, 0x550C_7DC3,
-    0x72BE_5D74, 0x80DE_B1FE, 0x9BDC_06A7, 0xC19B_F174,
-    0xE49B_69C1, 0xEFBE_4786, 0x0FC1_9DC6, 0x240C_A1CC,
-    0x2DE9_2C6F, 0x4A74_84AA, 0x5CB0_A9DC, 0x76F9_88DA,
-    0x983E_5152, 0xA831_C66D, 0xB003_27C8, 0xBF59_7FC7,
-    0xC6E0_0BF3, 0xD5A7_9147, 0x06CA_6351, 0x1429_2967,
-    0x27B7_0A85, 0x2E1B_2138, 0x4D2C_6DFC, 0x5338_0D13,
-    0x650A_7354, 0x766A_0ABB, 0x81C2_C92E, 0x9272_2C85,
-    0xA2BF_E8A1, 0xA81A_664B, 0xC24B_8B70, 0xC76C_51A3,
-    0xD192_E819, 0xD699_0624, 0xF40E_3585, 0x106A_A070,
-    0x19A4_C116, 0x1E37_6C08, 0x2748_774C, 0x34B0_BCB5,
-    0x391C_0CB3, 0x4ED8_AA4A, 0x5B9C_CA4F, 0x682E_6FF3,
-    0x748F_82EE, 0x78A5_636F, 0x84C8_7814, 0x8CC7_0208,
-    0x90BE_FFFA, 0xA450_6CEB, 0xBEF9_A3F7, 0xC671_78F2,
-]
-
-/// SHA-512 round constants (FIPS 180-4 §4.2.3).
+/// SHA-512 round constants (FIPS 180-4 §4.2.3): the first 64 bits of the fractional parts of the
+/// cube roots of the first 80 primes. SHA-256's (§4.2.2) are the first 32 bits of the first 64.
 let sha512RoundConstants: InlineArray<80, UInt64> = [
     0x428A_2F98_D728_AE22, 0x7137_4491_23EF_65CD, 0xB5C0_FBCF_EC4D_3B2F, 0xE9B5_DBA5_8189_DBBC,
     0x3956_C25B_F348_B538, 0x59F1_11F1_B605_D019, 0x923F_82A4_AF19_4F9B, 0xAB1C_5ED5_DA6D_8118,
@@ -58,126 +31,81 @@ let sha512RoundConstants: InlineArray<80, UInt64> = [
     0x4CC5_D4BE_CB3E_42B6, 0x597F_299C_FC65_7E2A, 0x5FCB_6FAB_3AD6_FAEC, 0x6C44_198C_4A47_5817,
 ]
 
-/// SHA-256 chaining state: eight 32-bit words.
-struct SHA256State: MDHashState {
-    typealias Word = UInt32
-    var h0: UInt32
-    var h1: UInt32
-    var h2: UInt32
-    var h3: UInt32
-    var h4: UInt32
-    var h5: UInt32
-    var h6: UInt32
-    var h7: UInt32
-
-    static var initial: SHA256State {
-        SHA256State(
-            h0: 0x6A09_E667, h1: 0xBB67_AE85, h2: 0x3C6E_F372, h3: 0xA54F_F53A,
-            h4: 0x510E_527F, h5: 0x9B05_688C, h6: 0x1F83_D9AB, h7: 0x5BE0_CD19)
-    }
-
-    @_optimize(speed)
-    mutating func compress(_ w: inout InlineArray<16, UInt32>) {
-        var a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7
-
-        // W[t]: the block words for t < 16, then the rolling in-place schedule
-        // W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16], indices mod 16.
-        @inline(__always)
-        func word(_ t: Int, _ expand: Bool) -> UInt32 {
-            if !expand { return w[unchecked: t & 15] }
-            let w15 = w[unchecked: (t &+ 1) & 15], w2 = w[unchecked: (t &+ 14) & 15]
-            let v = w[unchecked: t & 15] &+ (hashRotateRight(w15, 7) ^ hashRotateRight(w15, 18) ^ (w15 &>> 3)) &+ w[unchecked: (t &+ 9) & 15] &+ (hashRotateRight(w2, 17) ^ hashRotateRight(w2, 19) ^ (w2 &>> 10))
-            w[unchecked: t & 15] = v
-            return v
-        }
-
-        // One round with the variables renamed instead of shifted:
-        // T1 = h + Σ1(e) + Ch(e,f,g) + K[t] + W[t]; d += T1; h = T1 + Σ0(a) + Maj(a,b,c).
-        @inline(__always)
-        func round(
-            _ a: UInt32, _ b: UInt32, _ c: UInt32, _ d: inout UInt32,
-            _ e: UInt32, _ f: UInt32, _ g: UInt32, _ h: inout UInt32, _ t: Int, _ expand: Bool
-        ) {
-            let t1 = h &+ (hashRotateRight(e, 6) ^ hashRotateRight(e, 11) ^ hashRotateRight(e, 25)) &+ (g ^ (e & (f ^ g))) &+ sha256RoundConstants[t] &+ word(t, expand)
-            d = d &+ t1
-            h = t1 &+ (hashRotateRight(a, 2) ^ hashRotateRight(a, 13) ^ hashRotateRight(a, 22)) &+ ((a & b) | (c & (a | b)))
-        }
-
-        @inline(__always)
-        func eightRounds(_ t: Int, _ expand: Bool) {
-            round(a, b, c, &d, e, f, g, &h, t, expand)
-            round(h, a, b, &c, d, e, f, &g, t &+ 1, expand)
-            round(g, h, a, &b, c, d, e, &f, t &+ 2, expand)
-            round(f, g, h, &a, b, c, d, &e, t &+ 3, expand)
-            round(e, f, g, &h, a, b, c, &d, t &+ 4, expand)
-            round(d, e, f, &g, h, a, b, &c, t &+ 5, expand)
-            round(c, d, e, &f, g, h, a, &b, t &+ 6, expand)
-            round(b, c, d, &e, f, g, h, &a, t &+ 7, expand)
-        }
-
-        eightRounds(0, false)
-        eightRounds(8, false)
-        var t = 16
-        while t < 64 {
-            eightRounds(t, true)
-            t = t &+ 8
-        }
-
-        h0 = h0 &+ a
-        h1 = h1 &+ b
-        h2 = h2 &+ c
-        h3 = h3 &+ d
-        h4 = h4 &+ e
-        h5 = h5 &+ f
-        h6 = h6 &+ g
-        h7 = h7 &+ h
-    }
-
-    static var digestWords: Int { 8 }
-
-    func storeDigest(_ block: inout InlineArray<16, UInt32>) {
-        block[0] = h0
-        block[1] = h1
-        block[2] = h2
-        block[3] = h3
-        block[4] = h4
-        block[5] = h5
-        block[6] = h6
-        block[7] = h7
-    }
+/// What tells SHA-256 from SHA-512 (FIPS 180-4 §4.1.2–4.1.3, §5.3): the word, the rounds and
+/// their constants, the initial value and the rotation and shift amounts. `SHA2State` is the
+/// one compression function; each use is specialised for its variant at compile time.
+protocol SHA2Variant: Sendable {
+    associatedtype Word: FixedWidthInteger & UnsignedInteger & BitwiseCopyable & Sendable
+    static var rounds: Int { get }
+    static func constant(_ t: Int) -> Word
+    static var initial: InlineArray<8, Word> { get }
+    /// Σ0, Σ1 (three rotations each), σ0, σ1 (two rotations and a shift each).
+    static var bigSigma0: (Word, Word, Word) { get }
+    static var bigSigma1: (Word, Word, Word) { get }
+    static var smallSigma0: (Word, Word, Word) { get }
+    static var smallSigma1: (Word, Word, Word) { get }
 }
 
-/// SHA-512 chaining state: eight 64-bit words.
-struct SHA512State: MDHashState {
-    typealias Word = UInt64
-    var h0: UInt64
-    var h1: UInt64
-    var h2: UInt64
-    var h3: UInt64
-    var h4: UInt64
-    var h5: UInt64
-    var h6: UInt64
-    var h7: UInt64
-
-    static var initial: SHA512State {
-        SHA512State(
-            h0: 0x6A09_E667_F3BC_C908, h1: 0xBB67_AE85_84CA_A73B,
-            h2: 0x3C6E_F372_FE94_F82B, h3: 0xA54F_F53A_5F1D_36F1,
-            h4: 0x510E_527F_ADE6_82D1, h5: 0x9B05_688C_2B3E_6C1F,
-            h6: 0x1F83_D9AB_FB41_BD6B, h7: 0x5BE0_CD19_137E_2179)
+enum SHA256Variant: SHA2Variant {
+    static var rounds: Int { 64 }
+    @inline(__always) static func constant(_ t: Int) -> UInt32 { UInt32(truncatingIfNeeded: sha512RoundConstants[t] &>> 32) }
+    /// The first 32 bits of SHA-512's (both are the square roots of the first 8 primes, §5.3.3).
+    static var initial: InlineArray<8, UInt32> {
+        let wide = SHA512Variant.initial
+        var out = InlineArray<8, UInt32>(repeating: 0)
+        for i in 0..<8 { out[unchecked: i] = UInt32(truncatingIfNeeded: wide[unchecked: i] &>> 32) }
+        return out
     }
+    static var bigSigma0: (UInt32, UInt32, UInt32) { (2, 13, 22) }
+    static var bigSigma1: (UInt32, UInt32, UInt32) { (6, 11, 25) }
+    static var smallSigma0: (UInt32, UInt32, UInt32) { (7, 18, 3) }
+    static var smallSigma1: (UInt32, UInt32, UInt32) { (17, 19, 10) }
+}
 
+enum SHA512Variant: SHA2Variant {
+    static var rounds: Int { 80 }
+    @inline(__always) static func constant(_ t: Int) -> UInt64 { sha512RoundConstants[t] }
+    static var initial: InlineArray<8, UInt64> {
+        [0x6A09_E667_F3BC_C908, 0xBB67_AE85_84CA_A73B, 0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1,
+         0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F, 0x1F83_D9AB_FB41_BD6B, 0x5BE0_CD19_137E_2179]
+    }
+    static var bigSigma0: (UInt64, UInt64, UInt64) { (28, 34, 39) }
+    static var bigSigma1: (UInt64, UInt64, UInt64) { (14, 18, 41) }
+    static var smallSigma0: (UInt64, UInt64, UInt64) { (1, 8, 7) }
+    static var smallSigma1: (UInt64, UInt64, UInt64) { (19, 61, 6) }
+}
+
+typealias SHA256State = SHA2State<SHA256Variant>
+typealias SHA512State = SHA2State<SHA512Variant>
+
+/// SHA-256/SHA-512 chaining state: eight words.
+struct SHA2State<V: SHA2Variant>: MDHashState {
+    typealias Word = V.Word
+    var h: InlineArray<8, Word>
+
+    static var initial: Self { Self(h: V.initial) }
+
+    @inline(__always)
+    static func rotr(_ x: Word, _ n: Word) -> Word { (x &>> n) | (x &<< (Word(Word.bitWidth) &- n)) }
+
+    // Specialised here for both variants: a caller in another file that is compiled without
+    // whole-module optimisation (the debug build the tests use) jumps to these, not to
+    // generic code.
+    @_specialize(where V == SHA256Variant)
+    @_specialize(where V == SHA512Variant)
     @_optimize(speed)
-    mutating func compress(_ w: inout InlineArray<16, UInt64>) {
-        var a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7
+    mutating func compress(_ w: inout InlineArray<16, Word>) {
+        var a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], h = self.h[7]
 
         // W[t]: the block words for t < 16, then the rolling in-place schedule
         // W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16], indices mod 16.
         @inline(__always)
-        func word(_ t: Int, _ expand: Bool) -> UInt64 {
+        func word(_ t: Int, _ expand: Bool) -> Word {
             if !expand { return w[unchecked: t & 15] }
             let w15 = w[unchecked: (t &+ 1) & 15], w2 = w[unchecked: (t &+ 14) & 15]
-            let v = w[unchecked: t & 15] &+ (hashRotateRight(w15, 1) ^ hashRotateRight(w15, 8) ^ (w15 &>> 7)) &+ w[unchecked: (t &+ 9) & 15] &+ (hashRotateRight(w2, 19) ^ hashRotateRight(w2, 61) ^ (w2 &>> 6))
+            let (r0, r1, s0) = V.smallSigma0, (q0, q1, s1) = V.smallSigma1
+            let v = w[unchecked: t & 15] &+ (Self.rotr(w15, r0) ^ Self.rotr(w15, r1) ^ (w15 &>> s0)) &+ w[unchecked: (t &+ 9) & 15]
+                &+ (Self.rotr(w2, q0) ^ Self.rotr(w2, q1) ^ (w2 &>> s1))
             w[unchecked: t & 15] = v
             return v
         }
@@ -185,13 +113,12 @@ struct SHA512State: MDHashState {
         // One round with the variables renamed instead of shifted:
         // T1 = h + Σ1(e) + Ch(e,f,g) + K[t] + W[t]; d += T1; h = T1 + Σ0(a) + Maj(a,b,c).
         @inline(__always)
-        func round(
-            _ a: UInt64, _ b: UInt64, _ c: UInt64, _ d: inout UInt64,
-            _ e: UInt64, _ f: UInt64, _ g: UInt64, _ h: inout UInt64, _ t: Int, _ expand: Bool
-        ) {
-            let t1 = h &+ (hashRotateRight(e, 14) ^ hashRotateRight(e, 18) ^ hashRotateRight(e, 41)) &+ (g ^ (e & (f ^ g))) &+ sha512RoundConstants[t] &+ word(t, expand)
+        func round(_ a: Word, _ b: Word, _ c: Word, _ d: inout Word,
+                   _ e: Word, _ f: Word, _ g: Word, _ h: inout Word, _ t: Int, _ expand: Bool) {
+            let (e0, e1, e2) = V.bigSigma1, (a0, a1, a2) = V.bigSigma0
+            let t1 = h &+ (Self.rotr(e, e0) ^ Self.rotr(e, e1) ^ Self.rotr(e, e2)) &+ (g ^ (e & (f ^ g))) &+ V.constant(t) &+ word(t, expand)
             d = d &+ t1
-            h = t1 &+ (hashRotateRight(a, 28) ^ hashRotateRight(a, 34) ^ hashRotateRight(a, 39)) &+ ((a & b) | (c & (a | b)))
+            h = t1 &+ (Self.rotr(a, a0) ^ Self.rotr(a, a1) ^ Self.rotr(a, a2)) &+ ((a & b) | (c & (a | b)))
         }
 
         @inline(__always)
@@ -209,31 +136,18 @@ struct SHA512State: MDHashState {
         eightRounds(0, false)
         eightRounds(8, false)
         var t = 16
-        while t < 80 {
+        while t < V.rounds {
             eightRounds(t, true)
             t = t &+ 8
         }
 
-        h0 = h0 &+ a
-        h1 = h1 &+ b
-        h2 = h2 &+ c
-        h3 = h3 &+ d
-        h4 = h4 &+ e
-        h5 = h5 &+ f
-        h6 = h6 &+ g
-        h7 = h7 &+ h
+        let sums: InlineArray<8, Word> = [a, b, c, d, e, f, g, h]
+        for i in 0..<8 { self.h[unchecked: i] = self.h[unchecked: i] &+ sums[unchecked: i] }
     }
 
     static var digestWords: Int { 8 }
 
-    func storeDigest(_ block: inout InlineArray<16, UInt64>) {
-        block[0] = h0
-        block[1] = h1
-        block[2] = h2
-        block[3] = h3
-        block[4] = h4
-        block[5] = h5
-        block[6] = h6
-        block[7] = h7
+    func storeDigest(_ block: inout InlineArray<16, Word>) {
+        for i in 0..<8 { block[unchecked: i] = h[unchecked: i] }
     }
 }
