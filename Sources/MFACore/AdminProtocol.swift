@@ -39,11 +39,7 @@ extension DaemonProtocol {
 
     /// The whole frame's length of an admin request (or reply), like `frameLength(header:reply:)`.
     public static func adminFrameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
-        guard header.count >= headerSize else { return nil }
-        var r = Reader(Array(header.prefix(headerSize)))
-        guard let magic = r.bytes(4), magic == (reply ? adminReplyMagic : adminRequestMagic), let length = r.u16() else { return nil }
-        let total = headerSize + Int(length)
-        return total <= maxFrameSize ? total : nil
+        frameLength(header: header, magic: reply ? adminReplyMagic : adminRequestMagic)
     }
 
     static func adminBody(_ frame: [UInt8], reply: Bool) -> Reader? {
@@ -134,9 +130,9 @@ public enum AdminRequest: Equatable, Sendable {
         guard var r = DaemonProtocol.adminBody(frame, reply: false), let op = r.u8() else { throw .malformed("admin request") }
         let request: AdminRequest
         switch op {
-        case 1:
+        case 1, 7, 8:
             guard let user = r.short() else { throw .malformed("admin request") }
-            request = .status(user: user)
+            request = op == 1 ? .status(user: user) : op == 7 ? .unlock(user: user) : .purge(user: user)
         case 2:
             guard let after = r.short() else { throw .malformed("admin request") }
             request = .users(after: after)
@@ -155,12 +151,6 @@ public enum AdminRequest: Equatable, Sendable {
             guard let user = r.short(), let uid = r.u32(), let id = r.u64(), let iterations = r.u32(), let salt = r.short(),
                   let hashes = r.list() else { throw .malformed("admin request") }
             request = .replaceRecovery(user: user, uid: uid, set: RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: hashes))
-        case 7:
-            guard let user = r.short() else { throw .malformed("admin request") }
-            request = .unlock(user: user)
-        case 8:
-            guard let user = r.short() else { throw .malformed("admin request") }
-            request = .purge(user: user)
         case 9:
             guard let has = r.flag(), let user = r.short(), has || user.isEmpty, let since = r.u64(), let after = r.u64() else {
                 throw .malformed("admin request")

@@ -29,9 +29,14 @@ public enum DaemonProtocol {
     /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
     /// start a frame of the expected kind within `maxFrameSize`.
     public static func frameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
+        frameLength(header: header, magic: reply ? replyMagic : requestMagic)
+    }
+
+    /// The frame's length if its header starts with `expected` (either protocol's magics).
+    static func frameLength(header: some Collection<UInt8>, magic expected: [UInt8]) -> Int? {
         guard header.count >= headerSize else { return nil }
         var r = Reader(Array(header.prefix(headerSize)))
-        guard let magic = r.bytes(4), magic == (reply ? replyMagic : requestMagic), let length = r.u16() else { return nil }
+        guard let magic = r.bytes(4), magic == expected, let length = r.u16() else { return nil }
         let total = headerSize + Int(length)
         return total <= maxFrameSize ? total : nil
     }
