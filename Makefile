@@ -41,7 +41,10 @@ FUZZ_BIN     := $(FUZZ_DIR)/pam_totp_fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
-                   -module-name PamTOTPFuzz -I Sources/CLibc -use-ld=lld
+                   -module-name MFACore -package-name pam_totp -I Sources/CLibc -use-ld=lld
+# The fuzz and seed programs compile MFACore and MFAAdmin as one module named MFACore
+# (MFAAdmin's `import MFACore` is then its own module: ignored with a warning).
+FUZZ_SOURCES := $(sort $(wildcard Sources/MFACore/*.swift Sources/MFAAdmin/*.swift))
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
 TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra uidmap
@@ -185,9 +188,9 @@ deb-test: deb
 	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
 	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb
 
-$(FUZZ_BIN): $(wildcard Sources/MFACore/*.swift Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
+$(FUZZ_BIN): $(FUZZ_SOURCES) $(wildcard Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
 	@mkdir -p $(FUZZ_DIR)
-	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(sort $(wildcard Sources/MFACore/*.swift Fuzz/*.swift)) -o $@
+	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(FUZZ_SOURCES) $(sort $(wildcard Fuzz/*.swift)) -o $@
 
 # Every fuzz target for FUZZ_SECONDS each, on a scratch copy of its seed corpus
 # (Fuzz/corpus/TARGET); prints executions and crashes per target, fails on any crash.
@@ -202,7 +205,7 @@ fuzz-smoke: $(FUZZ_BIN)
 # Rewrites the generated seeds (Fuzz/corpus/*/gen-*) with the store's own serializers.
 fuzz-seeds:
 	@mkdir -p $(FUZZ_DIR)
-	$(SWIFTC) -swift-version 6 -parse-as-library -module-name Seeds -I Sources/CLibc Sources/MFACore/*.swift Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
+	$(SWIFTC) -swift-version 6 -parse-as-library -module-name MFACore -package-name pam_totp -I Sources/CLibc $(FUZZ_SOURCES) Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
 	$(FUZZ_DIR)/make-seeds Fuzz/corpus
 
 bench: bench-deps module enroll daemon $(VERIFY_BENCH)

@@ -60,11 +60,15 @@ if !embedded {
         // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
         // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
         .target(name: "CLibPQ", path: "Sources/CLibPQ", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
-        .target(name: "FleetStore", dependencies: ["MFACore", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
+        // Enrolment management between processes, never built into the module: the admin
+        // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
+        // Authenticator files.
+        .target(name: "MFAAdmin", dependencies: ["MFACore", "CLibc"]),
+        .target(name: "FleetStore", dependencies: ["MFACore", "MFAAdmin", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "totp-enroll",
             dependencies: [
-                "MFACore", "CLibc", "CPAM", "CQREncode",
+                "MFACore", "MFAAdmin", "CLibc", "CPAM", "CQREncode",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
@@ -73,7 +77,7 @@ if !embedded {
         .executableTarget(
             name: "pam-totpd",
             dependencies: [
-                "MFACore", "CLibc", "FleetStore",
+                "MFACore", "MFAAdmin", "CLibc", "FleetStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -85,8 +89,8 @@ if !embedded {
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),
-        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "TestSupport", "FleetStore"]),
-        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "CPAM", "TestSupport", "FleetStore"]),
+        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "MFAAdmin", "TestSupport", "FleetStore"]),
+        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
     products.append(.executable(name: "pam-totpd", targets: ["pam-totpd"]))

@@ -1,4 +1,5 @@
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// A small pool of libpq connections for pam-totpd's worker threads (docs/ARCHITECTURE.md, section 8):

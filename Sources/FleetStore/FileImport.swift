@@ -1,4 +1,5 @@
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `pam-totpd import-files`: every user of a file store moved into the database, one

@@ -1,5 +1,6 @@
 import CLibPQ
 import Glibc
+import MFAAdmin
 import MFACore
 
 // A small libpq binding for pam-totpd's PostgreSQL backend (docs/ARCHITECTURE.md, section 8): one

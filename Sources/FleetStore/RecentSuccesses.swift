@@ -1,4 +1,5 @@
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// Fleet mode: which process last had a code accepted for a user through this daemon, and a

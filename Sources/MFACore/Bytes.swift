@@ -3,12 +3,12 @@ import CLibc
 // Small byte helpers shared by the parsers. Everything works on [UInt8]: the module runs in
 // Embedded Swift, where String processing beyond ASCII would pull in Unicode tables.
 
-enum ASCII {
-    static let zero: UInt8 = 0x30, nine: UInt8 = 0x39
-    static let space: UInt8 = 0x20, tab: UInt8 = 0x09, newline: UInt8 = 0x0A
-    static let equals: UInt8 = 0x3D, percent: UInt8 = 0x25
+package enum ASCII {
+    package static let zero: UInt8 = 0x30, nine: UInt8 = 0x39
+    package static let space: UInt8 = 0x20, tab: UInt8 = 0x09, newline: UInt8 = 0x0A
+    package static let equals: UInt8 = 0x3D, percent: UInt8 = 0x25
 
-    static func isDigit(_ b: UInt8) -> Bool { b >= zero && b <= nine }
+    package static func isDigit(_ b: UInt8) -> Bool { b >= zero && b <= nine }
 }
 
 /// The bytes of a literal. Literals stay in read-only data; an array is made only per call.
@@ -33,7 +33,7 @@ extension Array where Element == UInt8 {
 
 /// Parses an unsigned decimal without sign, spaces or leading '+'; nil on any other byte,
 /// on empty input, or when the value would exceed `limit`.
-func parseDecimal(_ bytes: some Collection<UInt8>, limit: UInt64) -> UInt64? {
+package func parseDecimal(_ bytes: some Collection<UInt8>, limit: UInt64) -> UInt64? {
     if bytes.isEmpty || bytes.count > 20 { return nil }
     var value: UInt64 = 0
     for b in bytes {
@@ -47,7 +47,7 @@ func parseDecimal(_ bytes: some Collection<UInt8>, limit: UInt64) -> UInt64? {
 }
 
 /// Decimal text of an unsigned value (no Foundation, no String(describing:)).
-func decimalBytes(_ value: UInt64) -> [UInt8] {
+package func decimalBytes(_ value: UInt64) -> [UInt8] {
     if value == 0 { return [ASCII.zero] }
     var out: [UInt8] = []
     var v = value
@@ -60,7 +60,7 @@ func decimalBytes(_ value: UInt64) -> [UInt8] {
 }
 
 /// Decimal text of a signed value.
-func decimalBytes(_ value: Int64) -> [UInt8] {
+package func decimalBytes(_ value: Int64) -> [UInt8] {
     if value < 0 { return [0x2D] + decimalBytes(value.magnitude) }
     return decimalBytes(UInt64(value))
 }

@@ -9,18 +9,19 @@ public enum DaemonConnection {
     /// The whole exchange, connect to the last reply byte.
     public static let timeoutMilliseconds: Int64 = 5_000
 
-    /// Sends `frame` to the daemon listening on `path` and returns its whole reply frame (an
-    /// AdminProtocol reply if `admin`, else a DaemonReply frame). Only root's listener is
+    /// Sends `frame` to the daemon listening on `path` and returns its whole reply frame, which
+    /// starts with `replyMagic` (DaemonProtocol's, or AdminProtocol's). Only root's listener is
     /// spoken to: a socket in a directory others can write could otherwise be anyone's,
     /// collecting codes and secrets and answering "success".
-    public static func exchange(_ frame: [UInt8], socket path: [UInt8], admin: Bool) throws(MFAError) -> [UInt8] {
+    public static func exchange(_ frame: [UInt8], socket path: [UInt8], replyMagic: [UInt8]) throws(MFAError) -> [UInt8] {
         var sent = false
-        return try exchange(frame, socket: path, admin: admin, sent: &sent)
+        return try exchange(frame, socket: path, replyMagic: replyMagic, sent: &sent)
     }
 
     /// `exchange`, telling the caller whether the whole request had been sent when it failed:
     /// after that the daemon may have carried it out even though no reply came.
-    public static func exchange(_ frame: [UInt8], socket path: [UInt8], admin: Bool, sent: inout Bool) throws(MFAError) -> [UInt8] {
+    public static func exchange(_ frame: [UInt8], socket path: [UInt8], replyMagic: [UInt8],
+                                sent: inout Bool) throws(MFAError) -> [UInt8] {
         sent = false
         let deadline = clibc_monotonic_ms() + timeoutMilliseconds
         let fd = clibc_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
@@ -35,9 +36,7 @@ public enum DaemonConnection {
         try sendAll(fd, frame, deadline: deadline)
         sent = true
         var header = try receive(fd, count: DaemonProtocol.headerSize, deadline: deadline)
-        let length = admin ? DaemonProtocol.adminFrameLength(header: header, reply: true)
-            : DaemonProtocol.frameLength(header: header, reply: true)
-        guard let total = length else { throw .malformed("reply header") }
+        guard let total = DaemonProtocol.frameLength(header: header, magic: replyMagic) else { throw .malformed("reply header") }
         header += try receive(fd, count: total - DaemonProtocol.headerSize, deadline: deadline)
         return header
     }

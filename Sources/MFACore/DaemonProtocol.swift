@@ -23,8 +23,8 @@ public enum DaemonProtocol {
     /// The largest frame either side sends or accepts.
     public static let maxFrameSize = 4096
     public static let maxAnswerLength = 1024
-    static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x31] }  // "PTQ1"
-    static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x31] }    // "PTR1"
+    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x31] }  // "PTQ1"
+    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x31] }    // "PTR1"
 
     /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
     /// start a frame of the expected kind within `maxFrameSize`.
@@ -33,7 +33,7 @@ public enum DaemonProtocol {
     }
 
     /// The frame's length if its header starts with `expected` (either protocol's magics).
-    static func frameLength(header: some Collection<UInt8>, magic expected: [UInt8]) -> Int? {
+    public static func frameLength(header: some Collection<UInt8>, magic expected: [UInt8]) -> Int? {
         guard header.count >= headerSize else { return nil }
         var r = Reader(Array(header.prefix(headerSize)))
         guard let magic = r.bytes(4), magic == expected, let length = r.u16() else { return nil }
@@ -41,7 +41,7 @@ public enum DaemonProtocol {
         return total <= maxFrameSize ? total : nil
     }
 
-    static func frame(_ magic: [UInt8], _ body: [UInt8]) -> [UInt8]? {
+    package static func frame(_ magic: [UInt8], _ body: [UInt8]) -> [UInt8]? {
         guard headerSize + body.count <= maxFrameSize else { return nil }
         var out = magic
         out.reserveCapacity(headerSize + body.count)
@@ -209,37 +209,37 @@ public enum DaemonReply: Equatable, Sendable {
 }
 
 /// Bounds-checked big-endian reads: every accessor returns nil instead of reading past the end.
-struct Reader {
-    let data: [UInt8]
-    var offset = 0
-    init(_ data: [UInt8]) { self.data = data }
+package struct Reader {
+    package let data: [UInt8]
+    package var offset = 0
+    package init(_ data: [UInt8]) { self.data = data }
 
-    var atEnd: Bool { offset == data.count }
+    package var atEnd: Bool { offset == data.count }
 
-    mutating func bytes(_ n: Int) -> [UInt8]? {
+    package mutating func bytes(_ n: Int) -> [UInt8]? {
         guard n >= 0, n <= data.count - offset else { return nil }
         let out = Array(data[offset..<(offset + n)])
         offset += n
         return out
     }
-    mutating func u8() -> UInt8? {
+    package mutating func u8() -> UInt8? {
         guard offset < data.count else { return nil }
         defer { offset += 1 }
         return data[offset]
     }
-    mutating func uint(_ size: Int) -> UInt64? {
+    package mutating func uint(_ size: Int) -> UInt64? {
         guard let b = bytes(size) else { return nil }
         var v: UInt64 = 0
         for byte in b { v = v << 8 | UInt64(byte) }
         return v
     }
-    mutating func u16() -> UInt16? { uint(2).map { UInt16(truncatingIfNeeded: $0) } }
-    mutating func u32() -> UInt32? { uint(4).map { UInt32(truncatingIfNeeded: $0) } }
-    mutating func u64() -> UInt64? { uint(8) }
-    mutating func short() -> [UInt8]? { u8().flatMap { bytes(Int($0)) } }
-    mutating func long() -> [UInt8]? { u16().flatMap { bytes(Int($0)) } }
+    package mutating func u16() -> UInt16? { uint(2).map { UInt16(truncatingIfNeeded: $0) } }
+    package mutating func u32() -> UInt32? { uint(4).map { UInt32(truncatingIfNeeded: $0) } }
+    package mutating func u64() -> UInt64? { uint(8) }
+    package mutating func short() -> [UInt8]? { u8().flatMap { bytes(Int($0)) } }
+    package mutating func long() -> [UInt8]? { u16().flatMap { bytes(Int($0)) } }
 
-    mutating func error() -> MFAError? {
+    package mutating func error() -> MFAError? {
         guard let kind = u8(), let e = u32(), let text = long() else { return nil }
         let m = Message(text)
         switch kind {
@@ -260,25 +260,25 @@ struct Reader {
     }
 }
 
-enum Writer {
-    static func u16(_ v: UInt16, _ out: inout [UInt8]) { out.append(UInt8(v >> 8)); out.append(UInt8(truncatingIfNeeded: v)) }
-    static func u32(_ v: UInt32, _ out: inout [UInt8]) {
+package enum Writer {
+    package static func u16(_ v: UInt16, _ out: inout [UInt8]) { out.append(UInt8(v >> 8)); out.append(UInt8(truncatingIfNeeded: v)) }
+    package static func u32(_ v: UInt32, _ out: inout [UInt8]) {
         for shift in [24, 16, 8, 0] as [UInt32] { out.append(UInt8(truncatingIfNeeded: v >> shift)) }
     }
-    static func u64(_ v: UInt64, _ out: inout [UInt8]) {
+    package static func u64(_ v: UInt64, _ out: inout [UInt8]) {
         for shift in [56, 48, 40, 32, 24, 16, 8, 0] as [UInt64] { out.append(UInt8(truncatingIfNeeded: v >> shift)) }
     }
     /// At most 255 bytes (callers bound it).
-    static func short(_ bytes: [UInt8], _ out: inout [UInt8]) {
+    package static func short(_ bytes: [UInt8], _ out: inout [UInt8]) {
         let b = bytes.prefix(255)
         out.append(UInt8(truncatingIfNeeded: b.count)); out.append(contentsOf: b)
     }
     /// At most 65535 bytes (callers bound it).
-    static func long(_ bytes: [UInt8], _ out: inout [UInt8]) {
+    package static func long(_ bytes: [UInt8], _ out: inout [UInt8]) {
         let b = bytes.prefix(65535)
         u16(UInt16(truncatingIfNeeded: b.count), &out); out.append(contentsOf: b)
     }
-    static func error(_ e: MFAError, _ out: inout [UInt8]) {
+    package static func error(_ e: MFAError, _ out: inout [UInt8]) {
         var kind: UInt8 = 0
         var errno: Int32 = 0
         var text: [UInt8] = []

@@ -65,6 +65,6 @@ public func describe(_ error: MFAError) -> Message {
     case .clockOutOfRange: return "system clock out of range"
     case .malformed(let what): return "malformed message from pam-totpd: " + what
     case .daemon(let what): return "pam-totpd: " + what
-    case .unconfirmed(let what): return "pam-totpd: " + what + Message(literal(DaemonStore.unconfirmedNote))
+    case .unconfirmed(let what): return "pam-totpd: " + what + " — pam-totpd did not confirm the change, so it may or may not have been made"
     }
 }

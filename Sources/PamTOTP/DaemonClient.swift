@@ -7,7 +7,7 @@ func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
     do throws(MFAError) {
         guard var frame = request.encoded() else { throw .daemon("request too large to send") }
         defer { wipe(&frame) }
-        return try DaemonReply.decode(try DaemonConnection.exchange(frame, socket: path, admin: false))
+        return try DaemonReply.decode(try DaemonConnection.exchange(frame, socket: path, replyMagic: DaemonProtocol.replyMagic))
     } catch {
         return .outcome(.failed(error))
     }

@@ -1,4 +1,5 @@
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// The account named `name` in NSS (canonical name and uid), through getpwnam_r with a buffer

@@ -2,6 +2,7 @@ import ArgumentParser
 import FleetStore
 import Glibc
 import Logging
+import MFAAdmin
 import MFACore
 
 /// `pam-totpd init-database --admin CONNINFO`: creates or upgrades the fleet schema

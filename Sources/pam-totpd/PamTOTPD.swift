@@ -3,6 +3,7 @@ import CLibc
 import FleetStore
 import Glibc
 import Logging
+import MFAAdmin
 import MFACore
 import NIOConcurrencyHelpers
 import NIOCore

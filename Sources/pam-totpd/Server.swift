@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import MFAAdmin
 import MFACore
 import NIOConcurrencyHelpers
 import NIOCore

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll audit [--user NAME] [--since TIME] [--limit N] [--json]` (root, fleet mode): the

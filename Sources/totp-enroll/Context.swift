@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLibc
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `--user` and `--store`, shared by the subcommands that act on a user's factors. Both are
@@ -102,7 +103,8 @@ extension DaemonStore {
         let path = Array(socket.utf8)
         return DaemonStore(storePath: Array(storePath.utf8)) { (frame, _, sent) throws(MFAError) -> [UInt8] in
             let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
-            return try DaemonConnection.exchange(frame, socket: path, admin: admin, sent: &sent)
+            return try DaemonConnection.exchange(frame, socket: path, replyMagic: admin ? DaemonProtocol.adminReplyMagic : DaemonProtocol.replyMagic,
+                                                 sent: &sent)
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll enroll`: generate (or take) a secret, show it, and save the factor only after

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll list`: the user's factors and recovery-code count — never a secret.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll policy --user NAME --service NAME`: the policy settings pam_totp applies to that

@@ -1,6 +1,7 @@
 import CLibc
 import CPAM
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// The set-uid model (docs/ARCHITECTURE.md, section 4.3). totp-enroll is installed set-uid root, like passwd: it

@@ -1,5 +1,6 @@
 import CLibc
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// How a caller who is not root proves who they are before any change: the PAM service

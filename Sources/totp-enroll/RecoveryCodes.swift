@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll recovery-codes`: a new set of single-use codes, shown once; only their salted

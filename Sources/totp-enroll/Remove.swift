@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll remove LABEL`: deletes one factor. Anyone but root re-authenticates first

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll status [--all] [--user NAME] [--json]`: what the store holds for a user, or

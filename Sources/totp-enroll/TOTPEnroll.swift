@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 @main

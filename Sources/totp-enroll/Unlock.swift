@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import MFAAdmin
 import MFACore
 
 /// `totp-enroll unlock --user NAME`: clears a lockout, including the hard lock after 100

@@ -1,5 +1,6 @@
 import XCTest
 import TestSupport
+@testable import MFAAdmin
 @testable import MFACore
 
 /// totp-enroll ↔ pam-totpd (AdminProtocol, DaemonStore, DaemonService.handleAdmin), without a

@@ -1,5 +1,6 @@
 import XCTest
 import TestSupport
+@testable import MFAAdmin
 @testable import MFACore
 
 /// The module <-> pam-totpd protocol and DaemonService's rules, without a socket.

@@ -1,4 +1,5 @@
 import XCTest
+@testable import MFAAdmin
 @testable import MFACore
 
 /// The `~/.google_authenticator` parser (`totp-enroll import-google-authenticator` uses it):

@@ -1,6 +1,7 @@
 import Foundation
 import TestSupport
 import XCTest
+@testable import MFAAdmin
 @testable import MFACore
 
 /// Labels are printable text on input; anything read back from a store is escaped on output

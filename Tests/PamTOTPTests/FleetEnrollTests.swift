@@ -1,5 +1,6 @@
 import FleetStore
 import Foundation
+import MFAAdmin
 import MFACore
 import TestSupport
 import XCTest

@@ -1,4 +1,5 @@
 import Foundation
+import MFAAdmin
 import MFACore
 import TestSupport
 import XCTest

@@ -1,3 +1,6 @@
+import CLibc
+import MFACore
+
 // The store interface through pam-totpd (docs/ARCHITECTURE.md, sections 5.2 and 8): what totp-enroll uses
 // on a host in fleet mode, where only the daemon talks to the database. Every operation is one
 // exchange: the management operations as AdminProtocol frames, a code check as the module's own
@@ -17,9 +20,6 @@ public final class DaemonStore: TOTPStore {
     /// the whole request is out: after that a failure leaves it open whether the daemon acted.
     public typealias Exchange = (_ frame: [UInt8], _ now: Int64, _ sent: inout Bool) throws(MFAError) -> [UInt8]
 
-    /// What a change pam-totpd did not confirm carries: its request was out (or the daemon
-    /// reported its own store unavailable), so it may have been made all the same.
-    public static let unconfirmedNote: StaticString = " — pam-totpd did not confirm the change, so it may or may not have been made"
 
     /// A change's error, marked as unconfirmed.
     public static func unconfirmed(_ error: MFAError) -> MFAError {

@@ -1,3 +1,6 @@
+import CLibc
+import MFACore
+
 // totp-enroll ↔ pam-totpd: the store operations of enrolment management, so that on a host in
 // fleet mode (backend = postgresql) totp-enroll does every operation through the daemon, the
 // only process that talks to the database (docs/ARCHITECTURE.md, sections 5.2 and 8). The same framing as
@@ -34,8 +37,8 @@
 // bytes left over — is `malformed`.
 
 extension DaemonProtocol {
-    static var adminRequestMagic: [UInt8] { [0x50, 0x54, 0x41, 0x31] }  // "PTA1"
-    static var adminReplyMagic: [UInt8] { [0x50, 0x54, 0x42, 0x31] }    // "PTB1"
+    public static var adminRequestMagic: [UInt8] { [0x50, 0x54, 0x41, 0x31] }  // "PTA1"
+    public static var adminReplyMagic: [UInt8] { [0x50, 0x54, 0x42, 0x31] }    // "PTB1"
 
     /// The whole frame's length of an admin request (or reply), like `frameLength(header:reply:)`.
     public static func adminFrameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
