@@ -154,7 +154,7 @@ extension DaemonService {
             if let user = request.user { try FileStore<LiveSystemCalls>.validate(user: user) }
             store = try openStore(site.store)
         } catch {
-            return (.failed(error), who + "refused: " + logText(error))
+            return (.failed(error), who + "refused: " + MFACore.describe(error))
         }
         do throws(MFAError) {
             switch request {
@@ -186,7 +186,7 @@ extension DaemonService {
                 return (.auditTrail(page, more: more), who + "read the audit trail (" + Message(decimalBytes(UInt64(page.count))) + " events)")
             }
         } catch {
-            return (.failed(error), who + "failed: " + logText(error))
+            return (.failed(error), who + "failed: " + MFACore.describe(error))
         }
     }
 
@@ -234,7 +234,6 @@ extension UserStatus {
 
 /// `describe` (MFAError.swift) for DaemonService's log lines, whose own `describe(_:)` (an
 /// outcome) hides the global name inside the type.
-private func logText(_ error: MFAError) -> Message { describe(error) }
 
 /// When a lockout ends, for a log line ("2026-11-24 03:45:07 UTC").
 func utcTimeText(_ unixTime: Int64) -> Message { Message(ModuleOptions.utcText(unixTime)) }

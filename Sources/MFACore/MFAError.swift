@@ -1,3 +1,5 @@
+import CLibc
+
 /// Every failure MFACore can report. Each case maps to exactly one PAM return code in
 /// PamTOTP's single `switch` (see README, "Error mapping"). Messages never contain secrets,
 /// codes or the contents of a record: only what went wrong and where.
@@ -49,22 +51,44 @@ public struct Message: Equatable, Sendable, ExpressibleByStringLiteral {
     public var string: String { String(decoding: bytes, as: UTF8.self) }
 }
 
-/// A log-safe description of an error: never a secret, a code or record contents.
+/// Who reads an error's text: a log line (pam_syslog, pam-totpd's log) names what failed
+/// where, with errno's number; the user at a terminal (totp-enroll) is told what it means.
+public enum Audience: Sendable {
+    case log, user
+}
+
+/// The one text of an error, for `audience`: never a secret, a code or record contents.
 @_optimize(size)  // cold: not on a login's path
-public func describe(_ error: MFAError) -> Message {
+public func describe(_ error: MFAError, for audience: Audience = .log) -> Message {
+    let user = audience == .user
     switch error {
-    case .invalidOption(let what): return "configuration error: " + what
-    case .invalidBase32: return "record holds invalid Base32"
-    case .invalidParameters(let what): return "invalid parameters: " + what
-    case .invalidUserName: return "user name cannot be enrolled"
-    case .invalidLabel: return "invalid factor label"
-    case .insecureStore(let what): return "insecure store: " + what
-    case .corruptRecord(let what): return "corrupt record: " + what
-    case .system(let operation, let errno): return operation + " failed (errno " + decimal(errno) + ")"
-    case .lockTimeout: return "timed out waiting for the record lock"
-    case .clockOutOfRange: return "system clock out of range"
+    case .invalidOption(let what): return user ? what : "configuration error: " + what
+    case .invalidBase32:
+        return user ? "the secret is not valid Base32 (RFC 4648: letters A-Z and digits 2-7)" : "record holds invalid Base32"
+    case .invalidParameters(let what): return user ? what : "invalid parameters: " + what
+    case .invalidUserName: return user ? "this user name cannot be enrolled" : "user name cannot be enrolled"
+    case .invalidLabel:
+        return user ? "the factor name must be 1 to 64 characters without control characters" : "invalid factor label"
+    case .insecureStore(let what): return (user ? "refusing an insecure store: " : "insecure store: ") + what
+    case .corruptRecord(let what): return (user ? "the existing record is unreadable: " : "corrupt record: ") + what
+    case .system(let operation, let errno):
+        return user ? operation + " failed: " + errnoText(errno) : operation + " failed (errno " + decimal(errno) + ")"
+    case .lockTimeout: return user ? "timed out waiting for the record lock; try again" : "timed out waiting for the record lock"
+    case .clockOutOfRange: return user ? "the system clock is out of range" : "system clock out of range"
     case .malformed(let what): return "malformed message from pam-totpd: " + what
     case .daemon(let what): return "pam-totpd: " + what
     case .unconfirmed(let what): return "pam-totpd: " + what + " — pam-totpd did not confirm the change, so it may or may not have been made"
     }
+}
+
+/// strerror's text for `errno` (C locale messages; the number if there is none).
+func errnoText(_ errno: Int32) -> Message {
+    guard let text = strerror(errno) else { return "errno " + decimal(errno) }
+    var bytes: [UInt8] = []
+    var p = text
+    while p.pointee != 0 && bytes.count < 256 {
+        bytes.append(UInt8(bitPattern: p.pointee))
+        p += 1
+    }
+    return Message(bytes)
 }

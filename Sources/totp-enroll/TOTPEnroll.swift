@@ -51,22 +51,7 @@ struct CLIError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
     init(_ error: MFAError) { self.description = Self.text(error) }
 
-    static func text(_ error: MFAError) -> String {
-        switch error {
-        case .invalidOption(let m): return m.string
-        case .invalidBase32: return "the secret is not valid Base32 (RFC 4648: letters A-Z and digits 2-7)"
-        case .invalidParameters(let m): return m.string
-        case .invalidUserName: return "this user name cannot be enrolled"
-        case .invalidLabel: return "the factor name must be 1 to 64 characters without control characters"
-        case .insecureStore(let m): return "refusing an insecure store: " + m.string
-        case .corruptRecord(let m): return "the existing record is unreadable: " + m.string
-        case .system(let op, let e): return op.string + " failed: " + String(cString: strerror(e))
-        case .lockTimeout: return "timed out waiting for the record lock; try again"
-        case .clockOutOfRange: return "the system clock is out of range"
-        case .malformed(let m): return "malformed message from pam-totpd: " + m.string
-        case .daemon, .unconfirmed: return describe(error).string
-        }
-    }
+    static func text(_ error: MFAError) -> String { describe(error, for: .user).string }
 }
 
 /// Parses `--algorithm`.
