@@ -3,7 +3,7 @@ import TestSupport
 @testable import MFACore
 
 /// The state file parser on the crafted input of the security review (finding 11).
-final class ReviewRegressionStateTests: XCTestCase {
+final class StateSlotParsingTests: XCTestCase {
     /// A version-1 slot: the magic line, `seq` lines as filler up to `bodySize` bytes, then
     /// "end " and the SHA-256 of the body in hex, then `trailer`; zeros to the slot's end.
     func version1Slot(bodySize: Int, trailer: [UInt8]) -> [UInt8] {
@@ -23,7 +23,7 @@ final class ReviewRegressionStateTests: XCTestCase {
     /// The old parser found the line (it left room for "end " and 64 digits only), checked the
     /// checksum, then read the newline one byte past the slot and trapped, taking the PAM host
     /// with it. Now the slot is simply invalid, and a file with no valid slot parses to nil.
-    func testFinding11_Version1SlotEndingAtTheSlotBoundaryIsInvalidNotATrap() {
+    func testVersion1SlotEndingAtTheSlotBoundaryIsInvalidNotATrap() {
         let size = UserState.slotSize
         let crafted = version1Slot(bodySize: size - 4 - 64, trailer: [])
         XCTAssertEqual(crafted.count, size)

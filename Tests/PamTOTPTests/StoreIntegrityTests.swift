@@ -17,7 +17,7 @@ import XCTest
 /// Codes are computed for fixed steps around the step the test starts in (s0 - 2 ... s0 + 1),
 /// so no test waits for a step boundary: with the default window (adjacent_intervals=5, in
 /// totp-enroll and the module) each stays current for at least 90 s.
-final class ReviewRegressionTests: XCTestCase {
+final class StoreIntegrityTests: XCTestCase {
     var fixture: PAMFixture!
     var services: [String] = []
     var users: [String] = []
@@ -146,7 +146,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// and the right code used to answer PAM_AUTHINFO_UNAVAIL where a wrong one answered
     /// PAM_AUTH_ERR. Now every answer under the limit gets exactly the wrong-code output, for a
     /// user with a state file and one without, and for a recovery code; none is used up.
-    func testFinding1_NoCodeOracleUnderFileSizeLimit() throws {
+    func testNoCodeOracleUnderFileSizeLimit() throws {
         let s0 = currentStep()
         let withState = "daemon", withoutState = "bin"
         let secretA = randomSecret(), secretB = randomSecret()
@@ -201,7 +201,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// Finding 2 (medium): replay protection after 32 labels. Once a user had used 32
     /// factors, the state kept the entry of a removed factor and had no room for a new one,
     /// so the new factor's codes were never recorded as used and each worked any number of times.
-    func testFinding2_ReplayProtectionAfter32Labels() throws {
+    func testReplayProtectionAfter32Labels() throws {
         let s0 = currentStep()
         let user = "daemon"
         var secrets: [[UInt8]] = []
@@ -231,7 +231,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// record fit but the state file did not: totp-enroll reported "write failed: File too
     /// large" and exited non-zero, yet the factor was saved and its enrolment code logged in.
     /// Now an enrolment either succeeds whole (and its code counts as used) or saves nothing.
-    func testFinding4_FailedEnrolmentSavesNothing() throws {
+    func testFailedEnrolmentSavesNothing() throws {
         let s0 = currentStep()
         for (user, limit) in [("daemon", 1000), ("bin", 50)] {
             let secret = randomSecret()
@@ -260,7 +260,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// end (no newline after the 64 hex digits, everything else valid) made the parser read one
     /// byte past the slot: the module trapped and took its host down (pamtester died of
     /// SIGILL). Now the slot is invalid, and with no valid slot the login is denied.
-    func testFinding11_CraftedStateSlotDoesNotTrap() throws {
+    func testCraftedStateSlotDoesNotTrap() throws {
         let s0 = currentStep()
         let user = "daemon"
         let secret = randomSecret()
@@ -281,7 +281,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// Finding 12: factors outlived the account. A record enrolled for a deleted account was
     /// used for the next account that got the same name. Now it is not (no nullok: denied like
     /// an unenrolled user; nullok: ignored), the module says why, and root can purge it.
-    func testFinding12_FactorsDoNotOutliveTheAccount() throws {
+    func testFactorsDoNotOutliveTheAccount() throws {
         let user = tag + "x"
         let uid1 = freeUID()
         let uid2 = freeUID(excluding: [uid1])
@@ -334,7 +334,7 @@ final class ReviewRegressionTests: XCTestCase {
 
     /// Finding 12, the other half of purge: a name with nothing stored is reported as such
     /// (exit 0, "Nothing stored"), is not logged as purged, and leaves no file behind.
-    func testFinding12_PurgeOfANameWithNothingStoredSaysSo() throws {
+    func testPurgeOfANameWithNothingStoredSaysSo() throws {
         let user = tag + "y"  // no account, nothing stored
         let r = try tool(["purge", "--user", user])
         XCTAssertEqual(r.status, 0, describe(r))
@@ -348,7 +348,7 @@ final class ReviewRegressionTests: XCTestCase {
     /// rest fails (EFBIG). The attempt is denied as "could not be recorded", so like any denied
     /// answer it must change nothing: the same right code must still work once the limit is
     /// lifted (docs/ARCHITECTURE.md, section 4.1, §4.13).
-    func testFinding1_ShortStateWriteUnderFileSizeLimitUsesNothingUp() throws {
+    func testShortStateWriteUnderFileSizeLimitUsesNothingUp() throws {
         let s0 = currentStep()
         let user = "daemon"
         let secret = randomSecret()

@@ -13,7 +13,7 @@ import XCTest
 /// Root only: useradd, a set-uid copy of the tool, /etc/pam.d/totp-enroll, /etc/pam.d/other,
 /// /etc/security/pam_totp.conf and /dev/log. Every system file touched is saved first and
 /// restored in tearDown, whatever happened.
-final class CLIReviewTests: XCTestCase {
+final class CLIChangeRulesTests: XCTestCase {
     var root: URL!
     /// A private store for the root-only tests (--store).
     var store: URL!
@@ -345,7 +345,7 @@ final class CLIReviewTests: XCTestCase {
     /// factor; root can.
     func testUsersCannotRemoveTheirOwnLastFactorWhateverTheConfigSays() throws {
         try makeUser()
-        try setSystemFile("/etc/security/pam_totp.conf", "# CLIReviewTests: nullok for every stack\nnullok\n")
+        try setSystemFile("/etc/security/pam_totp.conf", "# CLIChangeRulesTests: nullok for every stack\nnullok\n")
         try setSystemFile("/etc/pam.d/totp-enroll", passwordAndCodeStack)
         awayFromStepBoundary(margin: 8)
         let t0 = Int64(time(nil))
