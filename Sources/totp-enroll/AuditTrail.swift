@@ -105,14 +105,7 @@ struct AuditTrail: ParsableCommand {
     }
 
     /// "2026-11-24 09:30:05".
-    static func stamp(_ t: Int64) -> String {
-        var time = time_t(t)
-        var parts = tm()
-        guard gmtime_r(&time, &parts) != nil else { return "?" }
-        var buf = [CChar](repeating: 0, count: 64)
-        let n = strftime(&buf, buf.count, "%Y-%m-%d %H:%M:%S", &parts)
-        return String(decoding: buf.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
+    static func stamp(_ t: Int64) -> String { formatTime(t, format: "%Y-%m-%d %H:%M:%S") }
 
     /// --since: Unix seconds, a UTC date or date and time, or an age before `now`.
     static func parseTime(_ text: String, now: Int64) -> Int64? {

@@ -60,7 +60,6 @@ struct Enroll: ParsableCommand {
         let store = try context.openStore()
         let host = hostName()
         let label = name ?? context.userName + "@" + host
-        let labelBytes = Array(label.utf8)
         var given = try secret.map(readSecret)
         defer { if given != nil { wipe(&given!) } }
 
@@ -84,10 +83,16 @@ struct Enroll: ParsableCommand {
         let account = name.map { context.userName + " (" + $0 + ")" } ?? label
         let uri = OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(account.utf8),
                              secret: key, parameters: parameters)
+        try show(uri, key: key)
+        try confirmAndSave(key: key, parameters: parameters, label: label, started: started, store: store, context: context)
+    }
+
+    /// Shows the new factor: the QR files first (as the caller: if one cannot be written, the
+    /// key is not shown), the QR code in the terminal, the key and the URI; nothing if --quiet.
+    func show(_ uri: OTPAuthURI, key: [UInt8]) throws {
         if !quiet && (qr != .none || qrSVG != nil || qrPNG != nil) {
             let matrix = try QRMatrix(uri.string)
-            // Files first (as the caller, docs/ARCHITECTURE.md, section 4.3): if one cannot be written, stop
-            // before the key is shown.
+            // docs/ARCHITECTURE.md, section 4.3.
             if let qrSVG { try writeFileAsCaller(qrSVG, Array(svg(matrix).utf8)) }
             if let qrPNG { try writeFileAsCaller(qrPNG, png(matrix: matrix)) }
             for path in [qrSVG, qrPNG].compactMap({ $0 }) {
@@ -102,7 +107,12 @@ struct Enroll: ParsableCommand {
             print("")
         }
         fflush(nil)
+    }
 
+    /// Asks for a code (3 tries, or --code once) within `deadlineSeconds` of `started`; the
+    /// first that verifies saves the factor with the step that proved it, in one commit.
+    func confirmAndSave(key: [UInt8], parameters: OTPParameters, label: String, started: Int64,
+                        store: EnrolStore, context: CallerContext) throws {
         let verifier: TOTPVerifier
         do { verifier = try TOTPVerifier() } catch { throw CLIError(error) }
         let hmacKey = HMACKey(algorithm: parameters.algorithm, key: key)
@@ -126,7 +136,7 @@ struct Enroll: ParsableCommand {
             if let step {
                 // One commit: the factor and the step that proved it (that code cannot log in).
                 try storeCall { () throws(MFAError) in
-                    let factor = try Factor(label: labelBytes, parameters: parameters, created: now, enrolledStep: step, secret: key)
+                    let factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, enrolledStep: step, secret: key)
                     try store.enroll(user: context.user, accountUID: context.uid, factor: factor)
                 }
                 Audit.log("enrolled factor \"\(Audit.safe(label))\"", context: context)

@@ -35,17 +35,7 @@ struct ImportGoogleAuthenticator: ParsableCommand {
 
     func run() throws {
         let context = try target.context()
-        guard let pw = getpwnam(context.userName) else { throw CLIError("no such user: \(context.userName)") }
-        let owner = GAFileOwner(name: context.userName, uid: pw.pointee.pw_uid, gid: pw.pointee.pw_gid)
-        let path: String
-        if let file {
-            path = file
-        } else {
-            guard let dir = pw.pointee.pw_dir, dir.pointee == 0x2F else {
-                throw CLIError("\(owner.name) has no home directory; name the file to import")
-            }
-            path = String(cString: dir) + "/.google_authenticator"
-        }
+        let (path, owner) = try fileAndOwner(context)
         let label = name ?? Self.defaultLabel
 
         // Everything about the file is checked before the store is touched: a refused file
@@ -68,15 +58,8 @@ struct ImportGoogleAuthenticator: ParsableCommand {
         try Proof.require(context, store: store, code: nil)
         let existing = try storeCall { () throws(MFAError) in try store.status(user: context.user) }?.record
 
-        // The replay guard: every step up to now counts as used. That blocks the code the app
-        // shows right now too, which is the price of also blocking any code already typed at a
-        // google-authenticator prompt (or seen by someone else) within the window.
         let now = Int64(time(nil))
-        var usedStep: UInt64
-        do { usedStep = try TOTP.step(at: now, period: period) } catch { throw CLIError(error) }
-        for step in parsed.usedSteps where step > usedStep && step <= usedStep + UInt64(TOTPVerifier.maxAdjacentIntervals) {
-            usedStep = step  // a code already used a little ahead of our clock (phone ahead)
-        }
+        let usedStep = try Self.lastUsedStep(parsed, at: now, period: period)
 
         let existingCodes = existing?.recovery?.hashes.count ?? 0
         if !parsed.scratchCodes.isEmpty && existingCodes > 0 {
@@ -95,6 +78,29 @@ struct ImportGoogleAuthenticator: ParsableCommand {
         Audit.log("imported \(Audit.safe(displayPath(path))) as factor \"\(Audit.safe(label))\" with \(parsed.scratchCodes.count - leftOut) recovery codes", context: context)
         print(report(parsed, path: displayPath(path), user: context.userName, label: label, period: period,
                      keptRecovery: parsed.scratchCodes.isEmpty ? existingCodes : nil))
+    }
+
+    /// The file to import (the user's ~/.google_authenticator unless named) and who must own it.
+    fileprivate func fileAndOwner(_ context: CallerContext) throws -> (path: String, owner: GAFileOwner) {
+        guard let pw = getpwnam(context.userName) else { throw CLIError("no such user: \(context.userName)") }
+        let owner = GAFileOwner(name: context.userName, uid: pw.pointee.pw_uid, gid: pw.pointee.pw_gid)
+        if let file { return (file, owner) }
+        guard let dir = pw.pointee.pw_dir, dir.pointee == 0x2F else {
+            throw CLIError("\(owner.name) has no home directory; name the file to import")
+        }
+        return (String(cString: dir) + "/.google_authenticator", owner)
+    }
+
+    /// The replay guard: every step up to now counts as used. That blocks the code the app
+    /// shows right now too, which is the price of also blocking any code already typed at a
+    /// google-authenticator prompt (or seen by someone else) within the window.
+    static func lastUsedStep(_ parsed: GoogleAuthenticatorFile, at now: Int64, period: UInt64) throws -> UInt64 {
+        var usedStep: UInt64
+        do { usedStep = try TOTP.step(at: now, period: period) } catch { throw CLIError(error) }
+        for step in parsed.usedSteps where step > usedStep && step <= usedStep + UInt64(TOTPVerifier.maxAdjacentIntervals) {
+            usedStep = step  // a code already used a little ahead of our clock (phone ahead)
+        }
+        return usedStep
     }
 
     /// What was imported and how each setting maps to pam_totp; never a secret or a code.

@@ -45,13 +45,13 @@ struct List: ParsableCommand {
     }
 }
 
-/// "2026-11-21 14:03 UTC".
-func formatTime(_ t: Int64) -> String {
+/// "2026-11-21 14:03 UTC" (or another strftime format), in UTC.
+func formatTime(_ t: Int64, format: String = "%Y-%m-%d %H:%M UTC") -> String {
     var time = time_t(t)
     var parts = tm()
     guard gmtime_r(&time, &parts) != nil else { return "?" }
     var buf = [CChar](repeating: 0, count: 64)
-    let n = strftime(&buf, buf.count, "%Y-%m-%d %H:%M UTC", &parts)
+    let n = strftime(&buf, buf.count, format, &parts)
     return String(decoding: buf.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 

@@ -76,7 +76,7 @@ struct Status: ParsableCommand {
             var rows = [["  LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
             for f in r.factors {
                 rows.append(["  " + shown(f.label), f.algorithm.uppercased(), "\(f.digits)", "\(f.period)s",
-                             formatTime(f.created), f.lastUsed.map(formatTime) ?? "never", driftText(f.drift, period: f.period)])
+                             formatTime(f.created), f.lastUsed.map { formatTime($0) } ?? "never", driftText(f.drift, period: f.period)])
             }
             out += table(rows)
             if let left = r.recoveryLeft, let total = r.recoveryTotal {
@@ -121,6 +121,7 @@ struct Status: ParsableCommand {
             fields.append(("uid", r.status?.record.uid.map { "\($0)" } ?? "null"))
             let factors = r.factors.map { f in
                 JSON.object([
+                    ("kind", JSON.string(Array("\(f.kind.name)".utf8))),
                     ("label", JSON.string(f.label)),
                     ("algorithm", JSON.string(Array(f.algorithm.utf8))),
                     ("digits", "\(f.digits)"),
@@ -148,6 +149,7 @@ struct Status: ParsableCommand {
 /// What `status` reports of one user, read through the store interface.
 struct UserReport {
     struct FactorReport {
+        var kind: FactorKind
         var label: [UInt8]
         var algorithm: String
         var digits: Int
@@ -184,7 +186,7 @@ struct UserReport {
                 let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
                 return overflow ? nil : t
             }
-            r.factors.append(FactorReport(label: f.label, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
+            r.factors.append(FactorReport(kind: f.kind, label: f.label, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
                                           period: f.parameters.period, created: f.created, lastUsedStep: step,
                                           lastUsed: time, drift: state.drift(forLabel: f.label)))
         }

@@ -12,15 +12,11 @@ struct Unlock: ParsableCommand {
     @Option(help: ArgumentHelp("The user to unlock.", valueName: "NAME"))
     var user: String
 
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
-    var store: String?
-
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
-    var config: String?
+    @OptionGroup var place: AdminPlaceOptions
 
     func run() throws {
         guard getuid() == 0 else { throw CLIError("unlock is for root only") }
-        let context = try CallerContext(user: user, store: store, config: config)
+        let context = try CallerContext(user: user, store: place.store, config: place.config)
         let now = Int64(time(nil))
         let store = try context.openStore()
         let before = try storeCall { () throws(MFAError) in try store.unlock(user: context.user, at: now) }
@@ -42,15 +38,11 @@ struct Purge: ParsableCommand {
     @Option(help: ArgumentHelp("The user to purge (the account may already be deleted).", valueName: "NAME"))
     var user: String
 
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
-    var store: String?
-
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
-    var config: String?
+    @OptionGroup var place: AdminPlaceOptions
 
     func run() throws {
         guard getuid() == 0 else { throw CLIError("purge is for root only") }
-        let context = try CallerContext(user: user, store: store, config: config, requireAccount: false)
+        let context = try CallerContext(user: user, store: place.store, config: place.config, requireAccount: false)
         let store = try context.openStore()
         let existed = try storeCall { () throws(MFAError) in try store.purge(user: context.user) }
         if existed {
@@ -61,4 +53,13 @@ struct Purge: ParsableCommand {
             print("Nothing stored for \(shown(user)).")
         }
     }
+}
+
+/// `--store` and `--config` of the root-only commands that name a user with `--user NAME`.
+struct AdminPlaceOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
+    var store: String?
+
+    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
+    var config: String?
 }

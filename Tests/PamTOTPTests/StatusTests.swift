@@ -90,6 +90,7 @@ final class StatusTests: XCTestCase {
         XCTAssertEqual(factors.map { $0["label"] as? String }, ["phone", "tablet \"a\\b\""])
         XCTAssertTrue(json.stdout.contains(#""label":"tablet \"a\\b\"""#), json.stdout)
         for f in factors {
+            XCTAssertEqual(f["kind"] as? String, "totp")
             XCTAssertEqual(f["algorithm"] as? String, "sha1")
             XCTAssertEqual(f["digits"] as? Int, 6)
             XCTAssertEqual(f["period"] as? Int, 30)
