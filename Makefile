@@ -115,7 +115,7 @@ install: deps all
 	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
 	# pam-auth-update --enable pam_totp.
 	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp
-	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 0644 README.md docs/ADMIN.md docs/FLEET.md $(DESTDIR)$(DOCDIR)/
 	install -D -m 0644 man/totp-enroll.1 $(DESTDIR)$(MANDIR)/man1/totp-enroll.1
 	install -D -m 0644 man/pam_totp.8 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	# The tool's own PAM service; an existing (admin-edited) one is kept.

@@ -253,7 +253,7 @@ public final class PostgresStore: TOTPStore {
         if e.sqlState == "42501" {
             // insufficient_privilege: a host role (pam_totp_host) asked for an admin operation.
             return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
-                                          + "status --all and audit need pam_totp_admin; README, Fleet): " + e.message).utf8)))
+                                          + "status --all and audit need pam_totp_admin; docs/FLEET.md): " + e.message).utf8)))
         }
         if let state = e.sqlState { return .daemon(Message(Array(("database error (SQLSTATE " + state + "): " + e.message).utf8))) }
         return .daemon(Message(Array(("database unavailable: " + e.message).utf8)))

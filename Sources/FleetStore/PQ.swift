@@ -274,7 +274,7 @@ public func conninfoTLSWarning(_ conninfo: String) -> String? {
     }
     guard let remote = targets.first(where: { !local($0) }) else { return nil }
     return "postgresql = CONNINFO reaches \(remote) without requiring TLS (sslmode=\(mode)): codes and verdicts would cross the network "
-        + "readable and changeable; use sslmode=verify-full with sslrootcert= (README, Fleet)"
+        + "readable and changeable; use sslmode=verify-full with sslrootcert= (docs/FLEET.md, TLS)"
 }
 
 private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {

@@ -1,7 +1,7 @@
 import CLibc
 
 /// Every failure MFACore can report. Each case maps to exactly one PAM return code in
-/// PamTOTP's single `switch` (see README, "Error mapping"). Messages never contain secrets,
+/// PamTOTP's single `switch` (pam_totp(8), RETURN VALUES). Messages never contain secrets,
 /// codes or the contents of a record: only what went wrong and where.
 public enum MFAError: Error, Equatable, Sendable {
     /// A module argument or configuration value is unknown or out of range.

@@ -1,7 +1,7 @@
 import CPAM
 import MFACore
 
-/// The one table from an outcome to a PAM return code (README, "Error mapping"). Every error
+/// The one table from an outcome to a PAM return code (pam_totp(8), RETURN VALUES). Every error
 /// denies: only `nullok` for an unenrolled user and `exempt` give PAM_IGNORE, decided before
 /// the prompt in pam_sm_authenticate (`ignored`, `exempted`); a first-login enrolment returns
 /// its own code (EnrolAtLogin.swift: PAM_SUCCESS only for a verified, saved factor).

@@ -7,7 +7,7 @@ import MFACore
 /// database's audit trail through pam-totpd — every login (accepted, refused, locked out),
 /// enrolment, removal, new recovery codes, unlock, purge and import, with the database role of
 /// the host or admin that did it. The daemon's role needs pam_totp_admin (an admin daemon,
-/// README "Fleet"). Never a code or a secret: the trail holds none.
+/// docs/FLEET.md). Never a code or a secret: the trail holds none.
 struct AuditTrail: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",

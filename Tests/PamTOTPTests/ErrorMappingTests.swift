@@ -4,7 +4,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// The error-mapping table (README, "Error mapping"), one test per row, through the real libpam.
+/// The error-mapping table (pam_totp(8), RETURN VALUES), one test per row, through the real libpam.
 final class ErrorMappingTests: XCTestCase {
     var fixture: PAMFixture!
     let secret = Array("12345678901234567890".utf8)

@@ -5,7 +5,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// totp-enroll on a host in fleet mode (README "Fleet", docs/ARCHITECTURE.md, section 8): every
+/// totp-enroll on a host in fleet mode (docs/FLEET.md, docs/ARCHITECTURE.md, section 8): every
 /// operation goes through pam-totpd, the only process that talks to the database. A real
 /// PostgreSQL, two real pam-totpd — one with a host role (pam_totp_host), one with an admin
 /// role (pam_totp_admin) — and the built totp-enroll, as root with --config and as an

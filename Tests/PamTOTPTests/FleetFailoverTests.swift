@@ -4,7 +4,7 @@ import MFACore
 import TestSupport
 import XCTest
 
-/// Failover as README "Fleet" describes it: a primary with a synchronous standby
+/// Failover as docs/FLEET.md describes it: a primary with a synchronous standby
 /// (synchronous_standby_names, synchronous_commit = on), a host whose CONNINFO names both
 /// (`host=A,B target_session_attrs=read-write`). The primary is killed right after a code is
 /// accepted, the standby promoted: the code stays used and the failures stay counted on the new

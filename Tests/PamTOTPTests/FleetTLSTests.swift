@@ -5,7 +5,7 @@ import TestSupport
 import XCTest
 
 /// A host reaching the database over TCP with TLS `verify-full` and a client certificate
-/// (docs/ARCHITECTURE.md, section 8, README "Fleet"): a test CA made with Debian's openssl, the server
+/// (docs/ARCHITECTURE.md, section 8, docs/FLEET.md): a test CA made with Debian's openssl, the server
 /// on 127.0.0.1 accepting only `hostssl … cert` for TCP, pam-totpd with the certificate's CN as
 /// its role. The same daemon with the wrong CA, or a wrong server name, refuses to start.
 final class FleetTLSTests: XCTestCase {

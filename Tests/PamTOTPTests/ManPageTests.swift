@@ -1,10 +1,11 @@
 import Foundation
+import MFACore
 import TestSupport
 import XCTest
 
 /// The manual pages in man/: each renders without a single groff warning, pam_totp(8)
-/// documents every option of README.md's "Module options" table (with its default and range)
-/// and every row of its "Error mapping" table, and totp-enroll(1) documents every subcommand
+/// documents every option the module parses (with the code's default and range) and every PAM
+/// code it returns, and totp-enroll(1) documents every subcommand
 /// and option of docs/ARCHITECTURE.md, section 5. groff (Debian: groff-base) is needed; nothing else.
 final class ManPageTests: XCTestCase {
     /// docs/ARCHITECTURE.md, section 5: the subcommands of totp-enroll. Fixed by design.
@@ -62,47 +63,74 @@ final class ManPageTests: XCTestCase {
         XCTAssertTrue(try section("NAME", of: try render(enrollPage)).first.map(collapsed)?.hasPrefix("totp-enroll - ") == true)
     }
 
-    // MARK: - pam_totp(8) against README.md
+    // MARK: - pam_totp(8) against the code
 
-    func testModulePageDocumentsEveryReadmeOption() throws {
-        let rows = try readmeTable("## Module options")
-        let options = rows.compactMap { row -> (name: String, defaultValue: String, range: String)? in
-            guard row.count >= 3, let first = backticked(row[0]).first else { return nil }
-            let name = String(first.prefix { $0 != "=" })
-            return (name, plain(row[1]), plain(row[2]))
+    /// Every setting the module's parser takes (ModuleOptions.swift, `equals(name, "…")`, and
+    /// `config=`) is in SYNOPSIS and has an OPTIONS entry that gives its default; the numeric
+    /// ones give the default and range the code has. The man page is the one reference: no
+    /// other copy of the table is kept in step.
+    func testModulePageDocumentsEveryOptionTheModuleParses() throws {
+        let source = try String(contentsOf: packageRoot.appendingPathComponent("Sources/MFACore/ModuleOptions.swift"), encoding: .utf8)
+        var names = ["config"]
+        var rest = source[...]
+        while let r = rest.range(of: "equals(name, \"") {
+            let tail = rest[r.upperBound...]
+            guard let end = tail.firstIndex(of: "\"") else { break }
+            names.append(String(tail[..<end]))
+            rest = tail[end...]
         }
-        XCTAssertGreaterThanOrEqual(options.count, 8, "README's option table did not parse: \(rows)")
-        XCTAssertTrue(options.contains { $0.name == "adjacent_intervals" }, "README's option table did not parse: \(rows)")
+        XCTAssertGreaterThanOrEqual(names.count, 14, "the option names did not parse from ModuleOptions.swift: \(names)")
+        XCTAssertTrue(names.contains("adjacent_intervals") && names.contains("postgresql_file"), "\(names)")
 
         let text = try render(modulePage)
         let synopsis = try section("SYNOPSIS", of: text).joined(separator: " ")
         let entries = try definitionEntries(try section("OPTIONS", of: text))
-        for option in options {
-            XCTAssertTrue(words(synopsis).contains { $0 == option.name || $0.hasPrefix(option.name + "=") },
-                          "SYNOPSIS of pam_totp.8 lacks \(option.name)")
-            guard let entry = entries.first(where: {
-                $0.tag == option.name || $0.tag.hasPrefix(option.name + "=") || $0.tag.hasPrefix(option.name + " ")
-            }) else {
-                XCTFail("OPTIONS of pam_totp.8 has no entry for \(option.name)")
+        func entry(_ name: String) -> (tag: String, body: String)? {
+            entries.first { $0.tag == name || $0.tag.hasPrefix(name + "=") || $0.tag.hasPrefix(name + " ") }
+        }
+        for name in names {
+            XCTAssertTrue(words(synopsis).contains { $0 == name || $0.hasPrefix(name + "=") }, "SYNOPSIS of pam_totp.8 lacks \(name)")
+            guard let e = entry(name) else {
+                XCTFail("OPTIONS of pam_totp.8 has no entry for \(name)")
                 continue
             }
-            // "Default 5; range 0-10." (quotes around a default such as the prompt left out).
-            let body = entry.body.replacingOccurrences(of: "\"", with: "")
-            XCTAssertTrue(containsPhrase(body, "Default " + option.defaultValue),
-                          "pam_totp.8, \(option.name): default \"\(option.defaultValue)\" (README) is not in: \(entry.body)")
-            XCTAssertTrue(containsPhrase(body, option.range),
-                          "pam_totp.8, \(option.name): range \"\(option.range)\" (README) is not in: \(entry.body)")
+            XCTAssertTrue(e.body.contains("Default"), "pam_totp.8, \(name): no default in: \(e.body)")
+        }
+        let defaults = ModuleOptions()
+        let numeric: [(String, String, String)] = [
+            ("adjacent_intervals", "\(defaults.adjacentIntervals)", "0\u{2013}\(TOTPVerifier.maxAdjacentIntervals)"),
+            ("max_failures", "\(defaults.maxFailures)",
+             "\(ModuleOptions.maxFailuresRange.lowerBound)\u{2013}\(ModuleOptions.maxFailuresRange.upperBound)"),
+            ("lockout", "\(defaults.lockoutSeconds)", "\(ModuleOptions.lockoutRange.lowerBound)\u{2013}\(ModuleOptions.lockoutRange.upperBound)"),
+        ]
+        for (name, value, range) in numeric {
+            let body = try XCTUnwrap(entry(name), name).body
+            XCTAssertTrue(containsPhrase(body, "Default " + value), "pam_totp.8, \(name): default \(value) (the code's) is not in: \(body)")
+            XCTAssertTrue(containsPhrase(body, range) || containsPhrase(body, range.replacingOccurrences(of: "\u{2013}", with: "-")),
+                          "pam_totp.8, \(name): range \(range) (the code's) is not in: \(body)")
         }
     }
 
-    func testModulePageHasEveryRowOfTheReadmeErrorTable() throws {
-        let rows = try readmeTable("## Error mapping").filter { $0.count >= 3 }
-        XCTAssertGreaterThanOrEqual(rows.count, 5, "README's error table did not parse")
-        // At a line length of 2000 every table row is one line: "outcome  PAM_CODE  yes|no".
-        let lines = try section("RETURN VALUES", of: try render(modulePage)).map(collapsed)
-        for row in rows {
-            let expected = collapsed(plain(row[0]) + " " + plain(row[1]) + " " + plain(row[2]))
-            XCTAssertTrue(lines.contains(expected), "RETURN VALUES of pam_totp.8 lacks the README row: \(expected)")
+    /// Every PAM code the module returns (Sources/PamTOTP: ErrorMapping.swift's table and the
+    /// early returns of the login flow) is named in RETURN VALUES.
+    func testModulePageNamesEveryCodeTheModuleReturns() throws {
+        let dir = packageRoot.appendingPathComponent("Sources/PamTOTP")
+        var codes = Set<String>()
+        for file in try FileManager.default.contentsOfDirectory(atPath: dir.path) where file.hasSuffix(".swift") {
+            let text = try String(contentsOf: dir.appendingPathComponent(file), encoding: .utf8)
+            for line in text.split(separator: "\n") where line.contains("return PAM_") && !line.contains("// never") {
+                var rest = line[...]
+                while let r = rest.range(of: "PAM_") {
+                    let token = rest[r.lowerBound...].prefix { $0.isUppercase || $0 == "_" }
+                    codes.insert(String(token))
+                    rest = rest[r.upperBound...]
+                }
+            }
+        }
+        XCTAssertTrue(codes.isSuperset(of: ["PAM_SUCCESS", "PAM_AUTH_ERR", "PAM_IGNORE", "PAM_SERVICE_ERR"]), "\(codes)")
+        let returnValues = try section("RETURN VALUES", of: try render(modulePage)).joined(separator: " ")
+        for code in codes.sorted() {
+            XCTAssertTrue(returnValues.contains(code), "RETURN VALUES of pam_totp.8 does not name \(code), which the module returns")
         }
     }
 
@@ -182,48 +210,6 @@ final class ManPageTests: XCTestCase {
             }
         }
         return entries.map { ($0.tag, collapsed($0.body)) }
-    }
-
-    /// The cells of each row of the first Markdown table under `heading` in README.md (header
-    /// and separator rows left out).
-    func readmeTable(_ heading: String) throws -> [[String]] {
-        let readme = try String(contentsOf: packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
-        let lines = readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        guard let start = lines.firstIndex(of: heading) else {
-            XCTFail("README.md has no \"\(heading)\"")
-            return []
-        }
-        var rows: [[String]] = []
-        var inTable = false
-        for line in lines[(start + 1)...] {
-            if line.hasPrefix("## ") { break }
-            if line.hasPrefix("|") {
-                inTable = true
-                var cells = line.split(separator: "|", omittingEmptySubsequences: false).map {
-                    $0.trimmingCharacters(in: .whitespaces)
-                }
-                cells = Array(cells.dropFirst().dropLast())
-                rows.append(cells)
-            } else if inTable {
-                break
-            }
-        }
-        // Header row, then the |---| separator.
-        return rows.count >= 2 ? Array(rows.dropFirst(2)) : []
-    }
-
-    /// The contents of the `backticked` parts of a Markdown cell.
-    func backticked(_ cell: String) -> [String] {
-        cell.split(separator: "`", omittingEmptySubsequences: false).enumerated()
-            .filter { $0.offset % 2 == 1 }.map { String($0.element) }
-    }
-
-    /// A Markdown cell as groff -Tascii writes it: no backticks or emphasis, en dashes as "-",
-    /// surrounding spaces gone.
-    func plain(_ cell: String) -> String {
-        collapsed(cell.replacingOccurrences(of: "`", with: "")
-            .replacingOccurrences(of: "**", with: "")
-            .replacingOccurrences(of: "\u{2013}", with: "-"))
     }
 
     /// `phrase` occurs in `text` and is not part of a longer word or number ("1-10" is not in
