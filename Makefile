@@ -42,9 +42,10 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
                    -module-name MFACore -package-name pam_totp -I Sources/CLibc -use-ld=lld
-# The fuzz and seed programs compile MFACore and MFAAdmin as one module named MFACore
-# (MFAAdmin's `import MFACore` is then its own module: ignored with a warning).
-FUZZ_SOURCES := $(sort $(wildcard Sources/MFACore/*.swift Sources/MFAAdmin/*.swift))
+# The fuzz and seed programs compile MFACore, MFAWire and MFAAdmin as one module: copies of the
+# sources without their imports of each other, in $(FUZZ_DIR)/src.
+FUZZ_INPUTS  := $(sort $(wildcard Sources/MFACore/*.swift Sources/MFAWire/*.swift Sources/MFAAdmin/*.swift))
+FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
 TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 groff-base util-linux libmagickcore-6.q16-6-extra uidmap
@@ -188,6 +189,16 @@ deb-test: deb
 	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
 	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb
 
+$(FUZZ_DIR)/src/%.swift: Sources/MFACore/%.swift
+	@mkdir -p $(@D)
+	sed -E '/^(@testable )?import MFA(Core|Wire|Admin)$$/d' $< > $@
+$(FUZZ_DIR)/src/%.swift: Sources/MFAWire/%.swift
+	@mkdir -p $(@D)
+	sed -E '/^(@testable )?import MFA(Core|Wire|Admin)$$/d' $< > $@
+$(FUZZ_DIR)/src/%.swift: Sources/MFAAdmin/%.swift
+	@mkdir -p $(@D)
+	sed -E '/^(@testable )?import MFA(Core|Wire|Admin)$$/d' $< > $@
+
 $(FUZZ_BIN): $(FUZZ_SOURCES) $(wildcard Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
 	@mkdir -p $(FUZZ_DIR)
 	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(FUZZ_SOURCES) $(sort $(wildcard Fuzz/*.swift)) -o $@
@@ -203,7 +214,7 @@ fuzz-smoke: $(FUZZ_BIN)
 	scripts/fuzz.sh $(FUZZ_BIN) $(FUZZ_SMOKE_SECONDS) $(FUZZ_DIR)/smoke
 
 # Rewrites the generated seeds (Fuzz/corpus/*/gen-*) with the store's own serializers.
-fuzz-seeds:
+fuzz-seeds: $(FUZZ_SOURCES)
 	@mkdir -p $(FUZZ_DIR)
 	$(SWIFTC) -swift-version 6 -parse-as-library -module-name MFACore -package-name pam_totp -I Sources/CLibc $(FUZZ_SOURCES) Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
 	$(FUZZ_DIR)/make-seeds Fuzz/corpus

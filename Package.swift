@@ -36,8 +36,11 @@ var targets: [Target] = [
     // HMACs) and its generic SHA-2 unspecialised at -Onone is an order of magnitude slower.
     .target(name: "MFACore", dependencies: ["CLibc"],
             swiftSettings: embedded ? embeddedSwift : [.unsafeFlags(["-O"], .when(configuration: .debug))]),
+    // The module ↔ pam-totpd protocol: frames, requests and replies, and the client's one
+    // bounded exchange over a Unix socket.
+    .target(name: "MFAWire", dependencies: ["MFACore", "CLibc"], swiftSettings: embeddedSwift),
     .target(
-        name: "PamTOTP", dependencies: ["MFACore", "CLibc", "CPAM"], exclude: ["exports.map"],
+        name: "PamTOTP", dependencies: ["MFACore", "MFAWire", "CLibc", "CPAM"], exclude: ["exports.map"],
         swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),
     // Bench-only (`make bench`, scripts/bench.sh; never installed): TOTPVerifier.match and its
     // HMACs behind two fixed symbol names for callgrind. Built in both modes, so `make bench`
@@ -63,12 +66,12 @@ if !embedded {
         // Enrolment management between processes, never built into the module: the admin
         // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
         // Authenticator files.
-        .target(name: "MFAAdmin", dependencies: ["MFACore", "CLibc"]),
+        .target(name: "MFAAdmin", dependencies: ["MFACore", "MFAWire", "CLibc"]),
         .target(name: "FleetStore", dependencies: ["MFACore", "MFAAdmin", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "totp-enroll",
             dependencies: [
-                "MFACore", "MFAAdmin", "CLibc", "CPAM", "CQREncode",
+                "MFACore", "MFAWire", "MFAAdmin", "CLibc", "CPAM", "CQREncode",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
@@ -77,7 +80,7 @@ if !embedded {
         .executableTarget(
             name: "pam-totpd",
             dependencies: [
-                "MFACore", "MFAAdmin", "CLibc", "FleetStore",
+                "MFACore", "MFAWire", "MFAAdmin", "CLibc", "FleetStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -89,8 +92,8 @@ if !embedded {
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),
-        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "MFAAdmin", "TestSupport", "FleetStore"]),
-        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
+        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "MFAWire", "MFAAdmin", "TestSupport", "FleetStore"]),
+        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
     products.append(.executable(name: "pam-totpd", targets: ["pam-totpd"]))

@@ -1,6 +1,7 @@
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// A small pool of libpq connections for pam-totpd's worker threads (docs/ARCHITECTURE.md, section 8):
 /// a worker takes an idle connection (or opens one), runs its statements and gives it back.

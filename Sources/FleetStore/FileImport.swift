@@ -1,6 +1,7 @@
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `pam-totpd import-files`: every user of a file store moved into the database, one
 /// transaction per user: the factors with their secrets, each factor's last used step, the

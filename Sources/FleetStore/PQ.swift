@@ -2,6 +2,7 @@ import CLibPQ
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 // A small libpq binding for pam-totpd's PostgreSQL backend (docs/ARCHITECTURE.md, section 8): one
 // connection per caller at a time, every wait bounded by a client-side deadline (connect and

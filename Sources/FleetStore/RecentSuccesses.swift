@@ -1,6 +1,7 @@
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// Fleet mode: which process last had a code accepted for a user through this daemon, and a
 /// counter of verdicts. The file store keeps both in the user's state (successProcess,

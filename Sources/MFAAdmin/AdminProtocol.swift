@@ -1,5 +1,6 @@
 import CLibc
 import MFACore
+import MFAWire
 
 // totp-enroll ↔ pam-totpd: the store operations of enrolment management, so that on a host in
 // fleet mode (backend = postgresql) totp-enroll does every operation through the daemon, the

@@ -1,5 +1,6 @@
 import CLibc
 import MFACore
+import MFAWire
 
 // What pam-totpd does with one request, apart from the socket (docs/ARCHITECTURE.md, section 5.2): who
 // may ask about whom, which settings apply, and the store operation — so the rules are tested

@@ -1,5 +1,6 @@
 import CLibc
 import MFACore
+import MFAWire
 
 // The store interface through pam-totpd (docs/ARCHITECTURE.md, sections 5.2 and 8): what totp-enroll uses
 // on a host in fleet mode, where only the daemon talks to the database. Every operation is one

@@ -1,5 +1,6 @@
 import CLibc
 import MFACore
+import MFAWire
 
 // Only totp-enroll imports these files; the module never does, so the Embedded build (the
 // shipped pam_totp.so) leaves the parser out. The code itself is Embedded-compatible.

@@ -1,5 +1,6 @@
 import CLibc
 import MFACore
+import MFAWire
 
 // Asking pam-totpd (docs/ARCHITECTURE.md, section 5.2): MFACore's DaemonConnection carries the frames.
 

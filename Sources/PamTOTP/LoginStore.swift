@@ -1,6 +1,7 @@
 import CLibc
 import CPAM
 import MFACore
+import MFAWire
 
 /// Where one login's verdicts come from, chosen once at its start (`LoginStore.open`): the file
 /// store in process (root, backend = files), or pam-totpd — every caller without root (screen

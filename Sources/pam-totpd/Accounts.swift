@@ -1,6 +1,7 @@
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// The account named `name` in NSS (canonical name and uid), through getpwnam_r with a buffer
 /// that grows on ERANGE up to 1 MiB; nil if there is none. A failed look-up throws: the request

@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `pam-totpd init-database --admin CONNINFO`: creates or upgrades the fleet schema
 /// (sql/migrations, embedded) and the roles pam_totp_host and pam_totp_admin; idempotent.

@@ -5,6 +5,7 @@ import Glibc
 import Logging
 import MFAAdmin
 import MFACore
+import MFAWire
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix

@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll audit [--user NAME] [--since TIME] [--limit N] [--json]` (root, fleet mode): the
 /// database's audit trail through pam-totpd — every login (accepted, refused, locked out),

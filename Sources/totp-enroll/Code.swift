@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll code`: prints the current code for a secret, like `oathtool --totp`.
 struct Code: ParsableCommand {

@@ -3,6 +3,7 @@ import CLibc
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `--user` and `--store`, shared by the subcommands that act on a user's factors. Both are
 /// for root only (real uid 0); everyone else acts for themselves on the configured store.

@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll enroll`: generate (or take) a secret, show it, and save the factor only after
 /// a valid code proves the authenticator has it.

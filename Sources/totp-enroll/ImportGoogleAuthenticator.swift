@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll import-google-authenticator`: moves a user from pam_google_authenticator to
 /// pam_totp without a new QR code. The secret becomes a factor, the scratch codes become

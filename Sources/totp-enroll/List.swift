@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll list`: the user's factors and recovery-code count — never a secret.
 struct List: ParsableCommand {

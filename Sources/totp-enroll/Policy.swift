@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll policy --user NAME --service NAME`: the policy settings pam_totp applies to that
 /// user on that PAM service, and where each came from — the built-in default, the file's global

@@ -3,6 +3,7 @@ import CPAM
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// The set-uid model (docs/ARCHITECTURE.md, section 4.3). totp-enroll is installed set-uid root, like passwd: it
 /// acts only for the real uid (`--user`/`--store` need real uid 0), clears the environment it

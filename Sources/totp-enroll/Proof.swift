@@ -2,6 +2,7 @@ import CLibc
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// How a caller who is not root proves who they are before any change: the PAM service
 /// `totp-enroll` (the password, through the system's stack), and then — when the user already

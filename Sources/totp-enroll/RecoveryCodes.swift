@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll recovery-codes`: a new set of single-use codes, shown once; only their salted
 /// PBKDF2 hashes are stored. Replaces the previous set only once the new codes were written

@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll remove LABEL`: deletes one factor. Anyone but root re-authenticates first
 /// (password, and a current code from any factor), and can never remove their own last

@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll status [--all] [--user NAME] [--json]`: what the store holds for a user, or
 /// (root, `--all`) for every enrolled user — factors (label, algorithm/digits/period, created,

@@ -2,6 +2,7 @@ import ArgumentParser
 import Glibc
 import MFAAdmin
 import MFACore
+import MFAWire
 
 /// `totp-enroll unlock --user NAME`: clears a lockout, including the hard lock after 100
 /// consecutive failures that only an admin can lift. Root only.

@@ -2,6 +2,7 @@ import XCTest
 import TestSupport
 @testable import MFAAdmin
 @testable import MFACore
+@testable import MFAWire
 
 /// totp-enroll ↔ pam-totpd (AdminProtocol, DaemonStore, DaemonService.handleAdmin), without a
 /// socket: the codec, who may ask, and the whole store contract through the codec.

@@ -2,6 +2,7 @@ import XCTest
 import TestSupport
 @testable import MFAAdmin
 @testable import MFACore
+@testable import MFAWire
 
 /// The module <-> pam-totpd protocol and DaemonService's rules, without a socket.
 final class DaemonProtocolTests: XCTestCase {

@@ -1,5 +1,6 @@
 import Foundation
 import MFACore
+import MFAWire
 import TestSupport
 import XCTest
 

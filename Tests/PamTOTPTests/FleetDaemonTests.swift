@@ -1,6 +1,7 @@
 import FleetStore
 import Foundation
 import MFACore
+import MFAWire
 import TestSupport
 import XCTest
 

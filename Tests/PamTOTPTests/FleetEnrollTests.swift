@@ -2,6 +2,7 @@ import FleetStore
 import Foundation
 import MFAAdmin
 import MFACore
+import MFAWire
 import TestSupport
 import XCTest
 

@@ -1,5 +1,8 @@
+import CLibc
+import MFACore
+
 // The module ↔ pam-totpd protocol (docs/ARCHITECTURE.md, section 5.2): one request and one reply per
-// connection over a Unix stream socket. Both sides are in MFACore so the Embedded module and
+// connection over a Unix stream socket. Both sides are in MFAWire so the Embedded module and
 // the daemon share one encoder and one bounded decoder (fuzzed: Fuzz/ target "protocol").
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:

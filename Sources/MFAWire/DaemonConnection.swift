@@ -1,4 +1,5 @@
 import CLibc
+import MFACore
 
 // Talking to pam-totpd (docs/ARCHITECTURE.md, section 5.2): one connection per request, no threads, and
 // connect + send + reply bounded by one deadline. Shared by the module (its `authenticate` and
