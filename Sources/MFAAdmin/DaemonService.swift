@@ -11,10 +11,7 @@ import MFAWire
 public struct PeerCredentials: Equatable, Sendable {
     public var uid: UInt32
     public var pid: UInt32
-    public init(uid: UInt32, pid: UInt32) {
-        self.uid = uid
-        self.pid = pid
-    }
+    public init(uid: UInt32, pid: UInt32) { (self.uid, self.pid) = (uid, pid) }
     public var isRoot: Bool { uid == 0 }
 }
 

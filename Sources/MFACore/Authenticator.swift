@@ -13,10 +13,7 @@ public enum Enrollment<S: TOTPStore> {
 public struct Account: Equatable {
     public var name: [UInt8]
     public var uid: UInt32
-    public init(name: [UInt8], uid: UInt32) {
-        self.name = name
-        self.uid = uid
-    }
+    public init(name: [UInt8], uid: UInt32) { (self.name, self.uid) = (name, uid) }
 }
 
 /// An enrolled user as `lookup` found them.
@@ -32,12 +29,8 @@ public final class EnrolledUser<Sys: SystemCalls> {
     let identity: FileIdentity
 
     init(store: FileStore<Sys>, name: [UInt8], record: UserRecord, accountUID: UInt32?, file: OwnedFD<Sys>, identity: FileIdentity) {
-        self.store = store
-        self.name = name
-        self.record = record
-        self.accountUID = accountUID
-        self.file = file
-        self.identity = identity
+        (self.store, self.name, self.record) = (store, name, record)
+        (self.accountUID, self.file, self.identity) = (accountUID, file, identity)
     }
 
     /// The decoded secrets are zeroed before their buffers are freed (a login, right code or
@@ -71,10 +64,7 @@ public enum AuthOutcome: Equatable, Sendable {
 public struct DriftJump: Equatable, Sendable {
     public var from: Int64
     public var to: Int64
-    public init(from: Int64, to: Int64) {
-        self.from = from
-        self.to = to
-    }
+    public init(from: Int64, to: Int64) { (self.from, self.to) = (from, to) }
 }
 
 /// The outcome of the policy and the state to record for it (nil: nothing changes).

@@ -8,10 +8,7 @@ import CLibc
 public struct UserStatus: Equatable, Sendable {
     public var record: UserRecord
     public var state: UserState
-    public init(record: UserRecord, state: UserState) {
-        self.record = record
-        self.state = state
-    }
+    public init(record: UserRecord, state: UserState) { (self.record, self.state) = (record, state) }
 }
 
 /// What `unlock` found and cleared.
