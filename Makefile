@@ -34,17 +34,18 @@ ENROLL_BIN  := .build/release/totp-enroll
 DAEMON_BIN  := .build/release/pam-totpd
 VERIFY_BENCH := .build-embedded/release/verify-bench
 
-# libFuzzer (make fuzz): one binary, every target; MFACore's sources and Fuzz/*.swift compiled
+# libFuzzer (make fuzz): one binary, every target; the library's sources and Fuzz/*.swift compiled
 # as one module, so the harnesses also reach internal parsers. FUZZ_TARGET picks the target.
 FUZZ_DIR     := .build-fuzz
 FUZZ_BIN     := $(FUZZ_DIR)/pam_totp_fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
-                   -module-name MFACore -package-name pam_totp -I Sources/CLibc -use-ld=lld
-# The fuzz and seed programs compile MFACore, MFAWire and MFAAdmin as one module: copies of the
-# sources without their imports of each other, in $(FUZZ_DIR)/src.
-FUZZ_INPUTS  := $(sort $(wildcard Sources/MFACore/*.swift Sources/MFAWire/*.swift Sources/MFAAdmin/*.swift))
+                   -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -use-ld=lld
+# The fuzz and seed programs compile the library's targets, MFAWire and MFAAdmin as one module:
+# copies of the sources without their imports of each other, in $(FUZZ_DIR)/src.
+FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAAdmin
+FUZZ_INPUTS  := $(sort $(foreach t,$(FUZZ_TARGETS),$(wildcard Sources/$(t)/*.swift)))
 FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
@@ -152,7 +153,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(LIBEXECDIR)/pam-totp
 	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
 
-# Every test: MFACore unit tests, the module through the real libpam (pam_start_confdir and
+# Every test: the library's unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
 check: test-deps module fuzz-smoke
 	$(SWIFT) build --scratch-path .build --product pam-totpd
@@ -189,15 +190,12 @@ deb-test: deb
 	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
 	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb
 
-$(FUZZ_DIR)/src/%.swift: Sources/MFACore/%.swift
-	@mkdir -p $(@D)
-	sed -E '/^(@testable )?import MFA(Core|Wire|Admin)$$/d' $< > $@
-$(FUZZ_DIR)/src/%.swift: Sources/MFAWire/%.swift
-	@mkdir -p $(@D)
-	sed -E '/^(@testable )?import MFA(Core|Wire|Admin)$$/d' $< > $@
-$(FUZZ_DIR)/src/%.swift: Sources/MFAAdmin/%.swift
-	@mkdir -p $(@D)
-	sed -E '/^(@testable )?import MFA(Core|Wire|Admin)$$/d' $< > $@
+define fuzz_copy
+$$(FUZZ_DIR)/src/%.swift: Sources/$(1)/%.swift
+	@mkdir -p $$(@D)
+	sed -E '/^(@testable )?import MFA(System|Crypto|Policy|FileStore|Wire|Admin)$$$$/d' $$< > $$@
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_copy,$(t))))
 
 $(FUZZ_BIN): $(FUZZ_SOURCES) $(wildcard Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
 	@mkdir -p $(FUZZ_DIR)
@@ -216,7 +214,7 @@ fuzz-smoke: $(FUZZ_BIN)
 # Rewrites the generated seeds (Fuzz/corpus/*/gen-*) with the store's own serializers.
 fuzz-seeds: $(FUZZ_SOURCES)
 	@mkdir -p $(FUZZ_DIR)
-	$(SWIFTC) -swift-version 6 -parse-as-library -module-name MFACore -package-name pam_totp -I Sources/CLibc $(FUZZ_SOURCES) Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
+	$(SWIFTC) -swift-version 6 -parse-as-library -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc $(FUZZ_SOURCES) Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
 	$(FUZZ_DIR)/make-seeds Fuzz/corpus
 
 bench: bench-deps module enroll daemon $(VERIFY_BENCH)

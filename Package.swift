@@ -2,7 +2,7 @@
 //
 // Two builds from one manifest (docs/ARCHITECTURE.md, section 3):
 //   swift build / swift test            -> everything, normal Swift (tests, totp-enroll)
-//   PAM_TOTP_EMBEDDED=1 swift build ... -> only MFACore + PamTOTP in Embedded Swift, giving the
+//   PAM_TOTP_EMBEDDED=1 swift build ... -> only the library + PamTOTP in Embedded Swift, giving the
 //                                          shipped pam_totp.so (no Swift runtime, libc+libpam only)
 import PackageDescription
 import Foundation
@@ -24,29 +24,40 @@ let pamModuleLinker: [LinkerSetting] = [
         "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/PamTOTP/exports.map",
         "-Xlinker", "--no-undefined",
         // With -function-sections above: drop every function the module does not reach
-        // (MFACore also holds what only totp-enroll uses). 196 KB -> 93 KB stripped.
+        // (the library also holds what only totp-enroll uses). 196 KB -> 93 KB stripped.
         "-Xlinker", "--gc-sections",
     ]),
 ]
 
+let librarySettings: [SwiftSetting] = embedded ? embeddedSwift : [.unsafeFlags(["-O"], .when(configuration: .debug))]
+let library: [Target.Dependency] = ["MFASystem", "MFACrypto", "MFAPolicy", "MFAFileStore"]
+
 var targets: [Target] = [
     .systemLibrary(name: "CLibc", path: "Sources/CLibc"),
     .systemLibrary(name: "CPAM", path: "Sources/CPAM"),
-    // MFACore is optimised in debug builds too: the tests run its hashes (PBKDF2, thousands of
-    // HMACs) and its generic SHA-2 unspecialised at -Onone is an order of magnitude slower.
-    .target(name: "MFACore", dependencies: ["CLibc"],
-            swiftSettings: embedded ? embeddedSwift : [.unsafeFlags(["-O"], .when(configuration: .debug))]),
+    // The library, by job (docs/ARCHITECTURE.md, section 9); each compiles normally and in Embedded
+    // Swift. Optimised in debug builds too: the tests run the hashes (PBKDF2, thousands of HMACs)
+    // and the generic SHA-2 unspecialised at -Onone is an order of magnitude slower.
+    //   MFASystem     errors and their text, bytes, text checks, the system-call layer
+    //   MFACrypto     SHA-1/2, HMAC, HOTP/TOTP and the code window, Base32, secrets, recovery hashing
+    //   MFAPolicy     options and the site's file, factor kinds, the verdict, the store interface
+    //   MFAFileStore  the file store: records, state slots, locks, the operations on them
+    .target(name: "MFASystem", dependencies: ["CLibc"], swiftSettings: librarySettings),
+    .target(name: "MFACrypto", dependencies: ["MFASystem", "CLibc"], swiftSettings: librarySettings),
+    .target(name: "MFAPolicy", dependencies: ["MFASystem", "MFACrypto", "CLibc"], swiftSettings: librarySettings),
+    .target(name: "MFAFileStore", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "CLibc"],
+            swiftSettings: librarySettings),
     // The module ↔ pam-totpd protocol: frames, requests and replies, and the client's one
     // bounded exchange over a Unix socket.
-    .target(name: "MFAWire", dependencies: ["MFACore", "CLibc"], swiftSettings: embeddedSwift),
+    .target(name: "MFAWire", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "CLibc"], swiftSettings: embeddedSwift),
     .target(
-        name: "PamTOTP", dependencies: ["MFACore", "MFAWire", "CLibc", "CPAM"], exclude: ["exports.map"],
+        name: "PamTOTP", dependencies: library + ["MFAWire", "CLibc", "CPAM"], exclude: ["exports.map"],
         swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),
     // Bench-only (`make bench`, scripts/bench.sh; never installed): TOTPVerifier.match and its
     // HMACs behind two fixed symbol names for callgrind. Built in both modes, so `make bench`
     // measures the Embedded code that ships.
     .executableTarget(
-        name: "verify-bench", dependencies: ["MFACore", "CLibc"], path: "Tests/VerifyBench",
+        name: "verify-bench", dependencies: ["MFASystem", "MFACrypto", "CLibc"], path: "Tests/VerifyBench",
         swiftSettings: embeddedSwift),
 ]
 var products: [Product] = [
@@ -66,21 +77,21 @@ if !embedded {
         // Enrolment management between processes, never built into the module: the admin
         // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
         // Authenticator files.
-        .target(name: "MFAAdmin", dependencies: ["MFACore", "MFAWire", "CLibc"]),
-        .target(name: "FleetStore", dependencies: ["MFACore", "MFAAdmin", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"]),
+        .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "totp-enroll",
-            dependencies: [
-                "MFACore", "MFAWire", "MFAAdmin", "CLibc", "CPAM", "CQREncode",
+            dependencies: library + [
+                "MFAWire", "MFAAdmin", "CLibc", "CPAM", "CQREncode",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
         // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): SwiftNIO transport,
-        // swift-log to syslog; every rule is MFACore's DaemonService.
+        // swift-log to syslog; every rule is MFAAdmin's DaemonService.
         .executableTarget(
             name: "pam-totpd",
-            dependencies: [
-                "MFACore", "MFAWire", "MFAAdmin", "CLibc", "FleetStore",
+            dependencies: library + [
+                "MFAWire", "MFAAdmin", "CLibc", "FleetStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -91,9 +102,9 @@ if !embedded {
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
-        .executableTarget(name: "store-writer", dependencies: ["MFACore"], path: "Tests/StoreWriter"),
-        .testTarget(name: "MFACoreTests", dependencies: ["MFACore", "MFAWire", "MFAAdmin", "TestSupport", "FleetStore"]),
-        .testTarget(name: "PamTOTPTests", dependencies: ["MFACore", "MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
+        .executableTarget(name: "store-writer", dependencies: library, path: "Tests/StoreWriter"),
+        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "TestSupport", "FleetStore"]),
+        .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
     products.append(.executable(name: "pam-totpd", targets: ["pam-totpd"]))

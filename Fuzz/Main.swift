@@ -1,10 +1,10 @@
-// One libFuzzer binary for every parser of outside bytes. It is built from MFACore's sources
+// One libFuzzer binary for every parser of outside bytes. It is built from the library's sources (with MFAWire's and MFAAdmin's)
 // plus this directory as a single module (see `make fuzz`), so the harnesses can also reach
 // internal entry points such as `UserState.parse(file:)` and `ModuleOptions.applyConfig`.
 //
 // The target is chosen by FUZZ_TARGET=<name> or the argument --target=<name> (libFuzzer
 // ignores arguments that start with "--"); --list prints the names. Harness code is not
-// MFACore: it may trap on purpose, and does so when a property (a round trip) fails.
+// the library: it may trap on purpose, and does so when a property (a round trip) fails.
 import Glibc
 
 struct FuzzTarget {

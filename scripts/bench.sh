@@ -357,7 +357,7 @@ SIZE[guarded]=${SIZE[theirs]}
 # verify-bench (Tests/VerifyBench, built like the module) calls TOTPVerifier.match at window 5
 # (11 codes, constant time) through a function named pam_totp_bench_match, and the 11 HMACs it
 # has to compute through pam_totp_bench_hmacs; callgrind counts only inside the one named by
-# --toggle-collect. The names are fixed in that program, not mangled Swift: a rename in MFACore
+# --toggle-collect. The names are fixed in that program, not mangled Swift: a rename in the library
 # does not touch them, and a function that was not entered reads 0 and stops the script.
 declare -A VERIFY
 verify_cost() { # verify_cost match|hmacs UNIX_TIME

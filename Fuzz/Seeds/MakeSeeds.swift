@@ -1,7 +1,7 @@
 // Writes the generated part of the seed corpus (Fuzz/corpus/{record,state,uri}/gen-*) with the
 // store's own serializers, so the seeds are files the code really writes (the v1-* files next
 // to them were written by format version 1, which is still read):
-//   swiftc -parse-as-library -module-name Seeds -I Sources/CLibc Sources/MFACore/*.swift \
+//   swiftc -parse-as-library -module-name Seeds -I Sources/CLibc $(FUZZ_SOURCES) \
 //     Fuzz/Seeds/MakeSeeds.swift -o .build-fuzz/make-seeds && .build-fuzz/make-seeds Fuzz/corpus
 // (`make fuzz-seeds` does exactly that). Deterministic: the same code writes the same bytes.
 import Glibc

@@ -1,4 +1,4 @@
-// CLibc: the libc surface MFACore and PamTOTP use. Embedded Swift has no `import Glibc`, and
+// CLibc: the libc surface the library and PamTOTP use. Embedded Swift has no `import Glibc`, and
 // Swift cannot call C variadic functions, so each variadic call gets a fixed-signature
 // `static inline` wrapper here, prefixed `clibc_`.
 #ifndef PAM_TOTP_CLIBC_SHIM_H
@@ -57,7 +57,7 @@ static inline void clibc_wipe(void *p, size_t n) {
     if (p && n) { memset(p, 0, n); __asm__ __volatile__("" : : "r"(p) : "memory"); }
 }
 
-// Fixed names for the calls MFACore's LiveSystemCalls forwards to: inside that type an
+// Fixed names for the calls MFASystem's LiveSystemCalls forwards to: inside that type an
 // unqualified `read` would name its own static method.
 static inline long clibc_read(int fd, void *buf, size_t n) { CLIBC_SYSCALL(read, read(fd, buf, n), fd, buf, n); }
 static inline long clibc_write(int fd, const void *buf, size_t n) { CLIBC_SYSCALL(write, write(fd, buf, n), fd, buf, n); }

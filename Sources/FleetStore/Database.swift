@@ -1,6 +1,9 @@
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// A small pool of libpq connections for pam-totpd's worker threads (docs/ARCHITECTURE.md, section 8):
@@ -247,11 +250,12 @@ public final class PostgresStore: TOTPStore {
         self.callerClock = callerClock
     }
 
-    /// A PQError as the store's error: a message the server raised for the user
-    /// (SQLSTATE P0001) is `invalidParameters`; anything else says the database is unavailable.
+    /// A PQError as the store's error, by its SQLSTATE (never its text): a refusal the API raised
+    /// for the user (raise_exception P0001, or unique_violation 23505: a name already taken) is
+    /// `invalidParameters`; anything else says the database is unavailable.
     static func mapped(_ e: PQError) -> MFAError {
-        if e.sqlState == "P0001" { return .invalidParameters(Message(Array(e.message.utf8))) }
-        if e.sqlState == "42501" {
+        if e.sqlState == SQLState.raised || e.sqlState == SQLState.alreadyExists { return .invalidParameters(Message(Array(e.message.utf8))) }
+        if e.sqlState == SQLState.insufficientPrivilege {
             // insufficient_privilege: a host role (pam_totp_host) asked for an admin operation.
             return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
                                           + "status --all and audit need pam_totp_admin; docs/FLEET.md): " + e.message).utf8)))
@@ -263,7 +267,7 @@ public final class PostgresStore: TOTPStore {
     /// For a change or an admin query: the database's refusal of this role (SQLSTATE 42501) is
     /// a refusal the caller is told as such (nothing was done), never an unconfirmed change.
     static func mappedChange(_ e: PQError) -> MFAError {
-        guard e.sqlState == "42501" else { return mapped(e) }
+        guard e.sqlState == SQLState.insufficientPrivilege else { return mapped(e) }
         return .invalidParameters(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
                                                  + "status --all and audit need pam_totp_admin: pam-totpd(8), FLEET MODE); nothing was changed").utf8)))
     }

@@ -1,6 +1,9 @@
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `pam-totpd import-files`: every user of a file store moved into the database, one
@@ -45,7 +48,7 @@ public enum FileImport {
                                     + ", \(state.failures) failure(s)")
             } catch {
                 report.failed += 1
-                report.lines.append("\(who): " + (error.message.contains("already exists") ? "already in the database: left alone" : error.message))
+                report.lines.append("\(who): " + (error.sqlState == SQLState.alreadyExists ? "already in the database: left alone" : error.message))
             }
         }
         return report

@@ -635,7 +635,7 @@ BEGIN
     RAISE EXCEPTION 'the stored record of this name belongs to another account (another uid): root must run totp-enroll purge --user NAME first' USING ERRCODE = 'P0001';
   END IF;
   IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND label = p_label) THEN
-    RAISE EXCEPTION 'a factor with this name already exists; choose another name' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'a factor with this name already exists; choose another name' USING ERRCODE = 'unique_violation';
   END IF;
   IF (SELECT count(*) FROM pam_totp.factors WHERE user_name = p_user) >= 32 THEN
     RAISE EXCEPTION 'too many factors (32); remove one first' USING ERRCODE = 'P0001';

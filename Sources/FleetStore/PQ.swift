@@ -1,7 +1,10 @@
 import CLibPQ
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 // A small libpq binding for pam-totpd's PostgreSQL backend (docs/ARCHITECTURE.md, section 8): one
@@ -19,8 +22,18 @@ public struct PQError: Error, CustomStringConvertible {
     /// The statement may have reached the server (its effect is unknown).
     public let sent: Bool
     /// A deadline passed (as opposed to a connection refused or reset at once).
-    public var timedOut: Bool { message.hasPrefix("timed out") }
+    public var timedOut = false
     public var description: String { message }
+}
+
+/// The SQLSTATEs the fleet store tells apart (PostgreSQL, Appendix A).
+public enum SQLState {
+    /// raise_exception: a refusal `sql/api.sql` raised for the user.
+    public static let raised = "P0001"
+    /// unique_violation: a name that is already taken (`sql/api.sql` raises it for a factor name).
+    public static let alreadyExists = "23505"
+    /// insufficient_privilege: this role may not call that function.
+    public static let insufficientPrivilege = "42501"
 }
 
 /// One value of a statement's text-format parameters.
@@ -161,7 +174,7 @@ public final class PQConnection: @unchecked Sendable {
         guard let c = conn else { throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false) }
         while true {
             let left = deadline - monotonicMilliseconds()
-            guard left > 0 else { throw PQError(message: "timed out " + what, sqlState: nil, connectionLost: true, sent: true) }
+            guard left > 0 else { throw PQError(message: "timed out " + what, sqlState: nil, connectionLost: true, sent: true, timedOut: true) }
             var p = pollfd(fd: cpq_PQsocket(c), events: events, revents: 0)
             let rc = poll(&p, 1, Int32(min(left, 60_000)))
             if rc > 0 { return }
@@ -199,7 +212,7 @@ public final class PQConnection: @unchecked Sendable {
                 }
                 guard cpq_PQconsumeInput(c) == 1 else {
                     var e = lastError("connection lost")
-                    e = PQError(message: e.message, sqlState: nil, connectionLost: true, sent: true)
+                    e = PQError(message: e.message, sqlState: nil, connectionLost: true, sent: true, timedOut: e.timedOut)
                     finish(); throw e
                 }
             }

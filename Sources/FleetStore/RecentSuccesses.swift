@@ -1,6 +1,9 @@
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// Fleet mode: which process last had a code accepted for a user through this daemon, and a

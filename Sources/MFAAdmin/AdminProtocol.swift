@@ -1,5 +1,8 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 // totp-enroll ↔ pam-totpd: the store operations of enrolment management, so that on a host in

@@ -1,5 +1,8 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 // What pam-totpd does with one request, apart from the socket (docs/ARCHITECTURE.md, section 5.2): who
@@ -91,7 +94,7 @@ public struct DaemonService<S: TOTPStore> {
                 outcome = Login<S>(store: nil, enrollment: error == .invalidUserName ? .unenrolled : .failed(error))
                     .authenticate(answer: request.answer, at: now, options: options, process: peer.pid)
             }
-            return (.outcome(outcome), who + Self.describe(outcome))
+            return (.outcome(outcome), who + Self.logText(outcome))
         }
         // `lookup` (authenticate returned above): a name enrolled for another account is not enrolled.
         let enrollment: Enrollment<S>
@@ -111,7 +114,7 @@ public struct DaemonService<S: TOTPStore> {
     /// Audit events read from the store for one reply page.
     static var auditFetch: Int { 100 }
 
-    static func describe(_ outcome: AuthOutcome) -> Message {
+    static func logText(_ outcome: AuthOutcome) -> Message {
         switch outcome {
         case .success(let factor, _, _, let jump):
             guard let jump else { return "accepted code (factor " + printable(factor) + ")" }
@@ -152,7 +155,7 @@ extension DaemonService {
             if let user = request.user { try FileStore<LiveSystemCalls>.validate(user: user) }
             store = try openStore(site.store)
         } catch {
-            return (.failed(error), who + "refused: " + MFACore.describe(error))
+            return (.failed(error), who + "refused: " + describe(error))
         }
         do throws(MFAError) {
             switch request {
@@ -184,7 +187,7 @@ extension DaemonService {
                 return (.auditTrail(page, more: more), who + "read the audit trail (" + Message(decimalBytes(UInt64(page.count))) + " events)")
             }
         } catch {
-            return (.failed(error), who + "failed: " + MFACore.describe(error))
+            return (.failed(error), who + "failed: " + describe(error))
         }
     }
 
@@ -229,9 +232,6 @@ extension UserStatus {
         return UserStatus(record: r, state: state)
     }
 }
-
-/// `describe` (MFAError.swift) for DaemonService's log lines, whose own `describe(_:)` (an
-/// outcome) hides the global name inside the type.
 
 /// When a lockout ends, for a log line ("2026-11-24 03:45:07 UTC").
 func utcTimeText(_ unixTime: Int64) -> Message { Message(ModuleOptions.utcText(unixTime)) }

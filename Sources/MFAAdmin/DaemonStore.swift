@@ -1,5 +1,8 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 // The store interface through pam-totpd (docs/ARCHITECTURE.md, sections 5.2 and 8): what totp-enroll uses

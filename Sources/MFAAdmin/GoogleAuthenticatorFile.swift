@@ -1,5 +1,8 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 // Only totp-enroll imports these files; the module never does, so the Embedded build (the

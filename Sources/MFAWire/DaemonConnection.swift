@@ -1,5 +1,6 @@
 import CLibc
-import MFACore
+import MFAPolicy
+import MFASystem
 
 // Talking to pam-totpd (docs/ARCHITECTURE.md, section 5.2): one connection per request, no threads, and
 // connect + send + reply bounded by one deadline. Shared by the module (its `authenticate` and
@@ -26,7 +27,7 @@ public enum DaemonConnection {
         sent = false
         let deadline = clibc_monotonic_ms() + timeoutMilliseconds
         let fd = clibc_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + decimal(clibc_errno()) + ")") }
+        guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + Errno.current.number + ")") }
         defer { _ = clibc_close(fd) }
         try connect(fd, path, deadline: deadline)
         let owner = clibc_peer_uid(fd)
@@ -52,17 +53,17 @@ public enum DaemonConnection {
                 return base.withMemoryRebound(to: CChar.self, capacity: p.count) { clibc_connect_unix(fd, $0) }
             }
             if rc == 0 { return }
-            let e = clibc_errno()
-            if e == EINTR { continue }
-            if e == EAGAIN || e == EINPROGRESS {
+            let e = Errno.current
+            if e == .interrupted { continue }
+            if e == .wouldBlock || e == .inProgress {
                 guard clibc_monotonic_ms() < deadline else { throw .daemon("timed out connecting to " + printable(path)) }
                 _ = clibc_poll(nil, 0, 10)  // back off 10 ms: the backlog is full
                 continue
             }
-            if e == ENOENT || e == ECONNREFUSED {
-                throw .daemon("not running: cannot connect to " + printable(path) + " (errno " + decimal(e) + ")")
+            if e == .noSuchFileOrDirectory || e == .connectionRefused {
+                throw .daemon("not running: cannot connect to " + printable(path) + " (errno " + e.number + ")")
             }
-            throw .daemon("cannot connect to " + printable(path) + " (errno " + decimal(e) + ")")
+            throw .daemon("cannot connect to " + printable(path) + " (errno " + e.number + ")")
         }
     }
 
@@ -74,7 +75,7 @@ public enum DaemonConnection {
             var p = pollfd(fd: fd, events: events, revents: 0)
             let rc = clibc_poll(&p, 1, Int32(min(left, 5_000)))
             if rc > 0 { return }
-            if rc < 0 && clibc_errno() != EINTR { throw .daemon(what + " failed (errno " + decimal(clibc_errno()) + ")") }
+            if rc < 0, case let e = Errno.current, e != .interrupted { throw .daemon(what + " failed (errno " + e.number + ")") }
         }
     }
 
@@ -87,9 +88,9 @@ public enum DaemonConnection {
                 return clibc_send(fd, base + offset, p.count - offset)
             }
             if n > 0 { offset += n; continue }
-            let e = clibc_errno()
-            if n < 0 && (e == EINTR || e == EAGAIN) { continue }
-            throw .daemon("connection lost while sending (errno " + decimal(e) + ")")
+            let e = Errno.current
+            if n < 0 && (e == .interrupted || e == .wouldBlock) { continue }
+            throw .daemon("connection lost while sending (errno " + e.number + ")")
         }
     }
 
@@ -106,9 +107,9 @@ public enum DaemonConnection {
             }
             if n > 0 { out.append(contentsOf: chunk[0..<min(n, want)]); continue }
             if n == 0 { throw .daemon("closed the connection without a reply") }
-            let e = clibc_errno()
-            if e == EINTR || e == EAGAIN { continue }
-            throw .daemon("connection lost while reading (errno " + decimal(e) + ")")
+            let e = Errno.current
+            if e == .interrupted || e == .wouldBlock { continue }
+            throw .daemon("connection lost while reading (errno " + e.number + ")")
         }
         return out
     }

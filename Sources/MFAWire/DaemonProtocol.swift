@@ -1,5 +1,7 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAPolicy
+import MFASystem
 
 // The module ↔ pam-totpd protocol (docs/ARCHITECTURE.md, section 5.2): one request and one reply per
 // connection over a Unix stream socket. Both sides are in MFAWire so the Embedded module and
@@ -253,7 +255,7 @@ package struct Reader {
         case 4: return .invalidLabel
         case 5: return .insecureStore(m)
         case 6: return .corruptRecord(m)
-        case 7: return .system(operation: m, errno: Int32(bitPattern: e))
+        case 7: return .system(operation: m, errno: Errno(Int32(bitPattern: e)))
         case 8: return .lockTimeout
         case 9: return .clockOutOfRange
         case 10: return .malformed(m)
@@ -293,7 +295,7 @@ package enum Writer {
         case .invalidLabel: kind = 4
         case .insecureStore(let m): kind = 5; text = m.bytes
         case .corruptRecord(let m): kind = 6; text = m.bytes
-        case .system(let m, let n): kind = 7; text = m.bytes; errno = n
+        case .system(let m, let n): kind = 7; text = m.bytes; errno = n.rawValue
         case .lockTimeout: kind = 8
         case .clockOutOfRange: kind = 9
         case .malformed(let m): kind = 10; text = m.bytes

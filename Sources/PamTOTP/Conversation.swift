@@ -1,6 +1,9 @@
 import CLibc
 import CPAM
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 // Decoding what libpam hands us, defensively: every C string is read with a bound.
 
@@ -58,10 +61,10 @@ func nssLookup<R>(_ name: [UInt8], _ operation: Message,
             return base.withMemoryRebound(to: CChar.self, capacity: n.count) { call($0, buffer, size) }
         }
         if rc == ERANGE { size *= 4; continue }
-        guard rc == 0 else { throw .system(operation: operation, errno: rc) }
+        guard rc == 0 else { throw .system(operation: operation, errno: Errno(rc)) }
         return found
     }
-    throw .system(operation: operation, errno: ERANGE)
+    throw .system(operation: operation, errno: .outOfRange)
 }
 
 func userName(_ pamh: OpaquePointer) -> [UInt8]? {

@@ -1,8 +1,11 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
-// Asking pam-totpd (docs/ARCHITECTURE.md, section 5.2): MFACore's DaemonConnection carries the frames.
+// Asking pam-totpd (docs/ARCHITECTURE.md, section 5.2): MFAWire's DaemonConnection carries the frames.
 
 func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
     do throws(MFAError) {

@@ -1,6 +1,9 @@
 import CLibc
 import CPAM
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 // Enrolment at first login (`enroll_at_login=YYYY-MM-DD`, docs/ARCHITECTURE.md, section 5.5): a user
 // with no factor, logging in as root-run services do (sshd, login, su, sudo), is shown a QR

@@ -1,5 +1,8 @@
 import CPAM
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 /// The one table from an outcome to a PAM return code (pam_totp(8), RETURN VALUES). Every error
 /// denies: only `nullok` for an unenrolled user and `exempt` give PAM_IGNORE, decided before

@@ -1,5 +1,8 @@
 import CLibc
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 // Group membership for [group NAME] sections (docs/ARCHITECTURE.md, section 5.4): the user's primary
 // group and supplementary groups from NSS, looked up once per login and only when the
@@ -32,7 +35,7 @@ struct UserGroups {
                 return
             }
             // Too small: n says how many are needed.
-            guard n > count, n <= maxGroups else { throw .system(operation: "getgrouplist", errno: ERANGE) }
+            guard n > count, n <= maxGroups else { throw .system(operation: "getgrouplist", errno: .outOfRange) }
             count = n
         }
     }

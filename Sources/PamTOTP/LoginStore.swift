@@ -1,6 +1,9 @@
 import CLibc
 import CPAM
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// Where one login's verdicts come from, chosen once at its start (`LoginStore.open`): the file

@@ -1,6 +1,9 @@
 import CLibc
 import CPAM
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 // The exported C ABI: pam_sm_authenticate and pam_sm_setcred only (exports.map hides the rest).
 

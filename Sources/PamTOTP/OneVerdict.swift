@@ -1,6 +1,9 @@
 import CLibc
 import CPAM
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 // One code per PAM transaction. With the pam-auth-update profile enabled (pam_totp in
 // common-auth), a service stack that also names pam_totp.so asked for a code twice, and the

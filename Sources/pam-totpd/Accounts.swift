@@ -1,6 +1,9 @@
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// The account named `name` in NSS (canonical name and uid), through getpwnam_r with a buffer
@@ -17,9 +20,9 @@ func lookupAccount(_ name: [UInt8]) throws(MFAError) -> Account? {
         var result: UnsafeMutablePointer<passwd>? = nil
         let rc = getpwnam_r(cName, &entry, &buffer, size, &result)
         if rc == ERANGE { size *= 4; continue }
-        guard rc == 0 else { throw .system(operation: "getpwnam_r", errno: rc) }
+        guard rc == 0 else { throw .system(operation: "getpwnam_r", errno: Errno(rc)) }
         guard result != nil, let pwName = entry.pw_name else { return nil }
         return Account(name: Array(String(cString: pwName).utf8), uid: UInt32(entry.pw_uid))
     }
-    throw .system(operation: "getpwnam_r", errno: ERANGE)
+    throw .system(operation: "getpwnam_r", errno: .outOfRange)
 }

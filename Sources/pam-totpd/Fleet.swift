@@ -3,7 +3,10 @@ import FleetStore
 import Glibc
 import Logging
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `pam-totpd init-database --admin CONNINFO`: creates or upgrades the fleet schema

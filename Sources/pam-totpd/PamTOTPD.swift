@@ -4,14 +4,17 @@ import FleetStore
 import Glibc
 import Logging
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 
 /// pam-totpd: answers pam_totp.so for callers without root (screen lockers) over a Unix socket
-/// (docs/ARCHITECTURE.md, section 5.2). All policy is MFACore's DaemonService; this is transport.
+/// (docs/ARCHITECTURE.md, section 5.2). All policy is MFAAdmin's DaemonService; this is transport.
 @main
 struct PamTOTPD: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -119,7 +122,7 @@ struct PamTOTPD: ParsableCommand {
                 try Self.prepare(socketPath)
                 server = try bootstrap.bind(unixDomainSocketPath: socketPath).wait()
                 // Every local user may connect; each request is authorised by SO_PEERCRED.
-                guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(String(cString: strerror(errno)))") }
+                guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(Errno.current.text.string)") }
             }
         } catch let error as DaemonError {
             throw error
@@ -241,13 +244,13 @@ struct PamTOTPD: ParsableCommand {
         if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
             let dir = String(path[..<slash])
             if mkdir(dir, 0o755) == 0 { _ = chmod(dir, 0o755) } else if errno != EEXIST {
-                throw DaemonError("cannot create \(dir): \(String(cString: strerror(errno)))")
+                throw DaemonError("cannot create \(dir): \(Errno.current.text.string)")
             }
         }
         var st = stat()
         if lstat(path, &st) == 0 {
             guard st.st_mode & S_IFMT == S_IFSOCK else { throw DaemonError("\(path) exists and is not a socket") }
-            guard unlink(path) == 0 else { throw DaemonError("cannot remove the old socket \(path): \(String(cString: strerror(errno)))") }
+            guard unlink(path) == 0 else { throw DaemonError("cannot remove the old socket \(path): \(Errno.current.text.string)") }
         }
     }
 }

@@ -1,7 +1,10 @@
 import Glibc
 import Logging
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 import NIOConcurrencyHelpers
 import NIOCore

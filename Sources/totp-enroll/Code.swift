@@ -1,7 +1,10 @@
 import ArgumentParser
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `totp-enroll code`: prints the current code for a secret, like `oathtool --totp`.

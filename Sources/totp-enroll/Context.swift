@@ -2,7 +2,10 @@ import ArgumentParser
 import CLibc
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `--user` and `--store`, shared by the subcommands that act on a user's factors. Both are
@@ -90,7 +93,7 @@ struct CallerContext {
             chmod(storePath, 0o700)
         }
         do { return .files(try Store(path: Array(storePath.utf8))) } catch {
-            if case .system(_, let e) = error, e == EACCES {
+            if case .system(_, let e) = error, e == .permissionDenied {
                 throw CLIError("cannot open the store \(shown(storePath)): permission denied (run as root)")
             }
             throw CLIError(error)

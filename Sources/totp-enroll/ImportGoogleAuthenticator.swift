@@ -1,7 +1,10 @@
 import ArgumentParser
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `totp-enroll import-google-authenticator`: moves a user from pam_google_authenticator to
@@ -182,12 +185,12 @@ private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) thr
         case ELOOP: throw CLIError("\(shown) is a symlink; refusing it (name the real file)")
         case ENOENT: throw CLIError("\(shown) does not exist")
         case EACCES: throw CLIError("cannot open \(shown) as \(owner.name): permission denied")
-        default: throw CLIError("cannot open \(shown): \(String(cString: strerror(e)))")
+        default: throw CLIError("cannot open \(shown): \(Errno(e).text.string)")
         }
     }
     defer { close(fd) }
     var st = stat()
-    guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown): \(String(cString: strerror(errno)))") }
+    guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown): \(Errno.current.text.string)") }
     guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError("\(shown) is not a regular file") }
     guard st.st_uid == owner.uid else {
         throw CLIError("\(shown) is owned by uid \(st.st_uid), not by \(owner.name) (uid \(owner.uid)); refusing it")
@@ -208,7 +211,7 @@ private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) thr
             if errno == EINTR { continue }
             let e = errno
             wipe(&buffer)
-            throw CLIError("cannot read \(shown): \(String(cString: strerror(e)))")
+            throw CLIError("cannot read \(shown): \(Errno(e).text.string)")
         }
         if n == 0 { break }
         total += n
@@ -226,21 +229,21 @@ private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) 
     guard geteuid() == 0, owner.uid != 0 else { return try body() }
     let savedGID = getegid()
     let count = getgroups(0, nil)
-    guard count >= 0 else { throw CLIError("getgroups failed: \(String(cString: strerror(errno)))") }
+    guard count >= 0 else { throw CLIError("getgroups failed: \(Errno.current.text.string)") }
     var groups = [gid_t](repeating: 0, count: Int(count))
-    guard getgroups(count, &groups) == count else { throw CLIError("getgroups failed: \(String(cString: strerror(errno)))") }
+    guard getgroups(count, &groups) == count else { throw CLIError("getgroups failed: \(Errno.current.text.string)") }
     func restore() throws {
         guard seteuid(0) == 0, setegid(savedGID) == 0, setgroups(groups.count, groups) == 0,
               geteuid() == 0, getegid() == savedGID else {
-            throw CLIError("cannot return to root after reading the file: \(String(cString: strerror(errno)))")
+            throw CLIError("cannot return to root after reading the file: \(Errno.current.text.string)")
         }
     }
     var one = [owner.gid]
-    guard setgroups(1, &one) == 0 else { throw CLIError("setgroups failed: \(String(cString: strerror(errno)))") }
+    guard setgroups(1, &one) == 0 else { throw CLIError("setgroups failed: \(Errno.current.text.string)") }
     guard setegid(owner.gid) == 0, seteuid(owner.uid) == 0, geteuid() == owner.uid, getegid() == owner.gid else {
         let e = errno
         try restore()
-        throw CLIError("cannot take the identity of \(owner.name) to read the file: \(String(cString: strerror(e)))")
+        throw CLIError("cannot take the identity of \(owner.name) to read the file: \(Errno(e).text.string)")
     }
     let result: Result<R, Error>
     do { result = .success(try body()) } catch { result = .failure(error) }

@@ -1,7 +1,10 @@
 import ArgumentParser
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `totp-enroll list`: the user's factors and recovery-code count — never a secret.

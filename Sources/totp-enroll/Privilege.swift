@@ -2,7 +2,10 @@ import CLibc
 import CPAM
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// The set-uid model (docs/ARCHITECTURE.md, section 4.3). totp-enroll is installed set-uid root, like passwd: it

@@ -1,7 +1,10 @@
 import CLibc
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// How a caller who is not root proves who they are before any change: the PAM service

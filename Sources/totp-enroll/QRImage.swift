@@ -1,5 +1,6 @@
 import CLibc
 import Glibc
+import MFASystem
 
 // The QR code as image files (`--qr-svg`, `--qr-png`), made here without a new dependency, and
 // the one way they reach the disk: `writeFileAsCaller`.
@@ -148,7 +149,7 @@ private func asCaller(_ path: String, _ body: ([CChar]) -> Int32) throws {
     case 0: return
     case EEXIST: throw CLIError("cannot write \(shown(path)): it already exists; remove it or choose another file")
     case privilegeDropFailed: throw CLIError("cannot write \(shown(path)): could not drop privileges to the calling user")
-    default: throw CLIError("cannot write \(shown(path)): " + String(cString: strerror(result)))
+    default: throw CLIError("cannot write \(shown(path)): " + Errno(result).text.string)
     }
 }
 
@@ -157,14 +158,14 @@ private func asCaller(_ path: String, _ body: ([CChar]) -> Int32) throws {
 /// what `body` returned (0 or an errno), or `privilegeDropFailed`.
 private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws -> Int32 {
     let pid = fork()
-    guard pid >= 0 else { throw CLIError("cannot write \(shown(path)): fork failed: " + String(cString: strerror(errno))) }
+    guard pid >= 0 else { throw CLIError("cannot write \(shown(path)): fork failed: " + Errno.current.text.string) }
     if pid == 0 {
         guard Privilege.dropToCaller() else { _exit(privilegeDropFailed) }
         _exit(body())
     }
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 {
-        guard errno == EINTR else { throw CLIError("cannot write \(shown(path)): waitpid failed: " + String(cString: strerror(errno))) }
+        guard errno == EINTR else { throw CLIError("cannot write \(shown(path)): waitpid failed: " + Errno.current.text.string) }
     }
     let signal = status & 0x7F
     guard signal == 0 else { throw CLIError("cannot write \(shown(path)): the writer process was killed by signal \(signal)") }

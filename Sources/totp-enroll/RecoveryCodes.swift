@@ -1,7 +1,10 @@
 import ArgumentParser
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `totp-enroll recovery-codes`: a new set of single-use codes, shown once; only their salted
@@ -41,7 +44,7 @@ func issueRecoveryCodes(store: EnrolStore, context: CallerContext, replacing: Bo
     // Only codes that reached the output replace the old ones (a full disk, a closed pipe).
     fflush(nil)
     if let e = writeOut(text) {
-        throw CLIError("could not write the new codes (\(String(cString: strerror(e)))): nothing was changed, the previous codes still work")
+        throw CLIError("could not write the new codes (\(Errno(e).text.string)): nothing was changed, the previous codes still work")
     }
     do throws(MFAError) {
         _ = try store.replaceRecovery(user: context.user, accountUID: context.uid, set: set)

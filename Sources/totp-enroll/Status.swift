@@ -1,7 +1,10 @@
 import ArgumentParser
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `totp-enroll status [--all] [--user NAME] [--json]`: what the store holds for a user, or

@@ -1,7 +1,10 @@
 import ArgumentParser
 import Glibc
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 
 /// `totp-enroll unlock --user NAME`: clears a lockout, including the hard lock after 100

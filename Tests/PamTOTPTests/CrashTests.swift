@@ -1,6 +1,9 @@
 import CPAM
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 #if canImport(Glibc)
@@ -22,7 +25,7 @@ final class CrashTests: XCTestCase {
         switch error as? MFAError {
         case .insecureStore(let m)?: return "insecureStore: " + m.string
         case .corruptRecord(let m)?: return "corruptRecord: " + m.string
-        case .system(let operation, let e)?: return operation.string + " failed: errno \(e)"
+        case .system(let operation, let e)?: return operation.string + " failed: errno \(e.rawValue)"
         default: return "\(error)"
         }
     }

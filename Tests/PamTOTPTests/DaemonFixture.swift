@@ -1,5 +1,8 @@
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 
@@ -13,7 +16,7 @@ import XCTest
 ///       pam-totpd.log  its stdout and stderr, shown when it does not come up
 ///
 /// `start` waits (10 s at most) for the socket; `cleanup` stops it (SIGTERM, reaped) and removes
-/// ROOT. Records are written as root with MFACore directly, as PAMFixture.enroll does.
+/// ROOT. Records are written as root with the file store directly, as PAMFixture.enroll does.
 final class DaemonFixture {
     let root: URL
     let store: String

@@ -1,6 +1,9 @@
 import FleetStore
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 import TestSupport
 import XCTest

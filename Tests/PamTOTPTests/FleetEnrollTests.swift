@@ -1,7 +1,10 @@
 import FleetStore
 import Foundation
 import MFAAdmin
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import MFAWire
 import TestSupport
 import XCTest

@@ -1,6 +1,9 @@
 import FleetStore
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 
@@ -182,8 +185,8 @@ final class FleetSQLTests: XCTestCase {
         }
     }
 
-    /// Random secrets, times, algorithms, digits and periods: SQL, MFACore and oathtool agree.
-    func testSQLVerifierAgainstOathtoolAndMFACore() throws {
+    /// Random secrets, times, algorithms, digits and periods: SQL, MFACrypto and oathtool agree.
+    func testSQLVerifierAgainstOathtoolAndMFACrypto() throws {
         var rng = SplitMix64(seed: 0xF1EE7)
         var cases: [(secret: [UInt8], t: Int64, alg: HashAlgorithm, digits: Int, period: UInt64)] = []
         for _ in 0..<60 {
@@ -209,8 +212,8 @@ final class FleetSQLTests: XCTestCase {
         }
     }
 
-    func testSQLPBKDF2MatchesMFACore() throws {
-        // RFC 7914 §11's PBKDF2-HMAC-SHA-256 vector, and MFACore's recovery-code hash.
+    func testSQLPBKDF2MatchesMFACrypto() throws {
+        // RFC 7914 §11's PBKDF2-HMAC-SHA-256 vector, and MFACrypto's recovery-code hash.
         XCTAssertEqual(try sql("SELECT encode(pam_totp_api.pbkdf2_sha256('passwd'::bytea, 'salt'::bytea, 1), 'hex')"),
                        "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc")
         let salt = Array("0123456789abcdef".utf8)

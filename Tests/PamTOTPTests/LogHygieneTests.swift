@@ -3,7 +3,10 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 

@@ -1,5 +1,8 @@
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 
@@ -70,7 +73,7 @@ final class ManPageTests: XCTestCase {
     /// ones give the default and range the code has. The man page is the one reference: no
     /// other copy of the table is kept in step.
     func testModulePageDocumentsEveryOptionTheModuleParses() throws {
-        let source = try String(contentsOf: packageRoot.appendingPathComponent("Sources/MFACore/ModuleOptions.swift"), encoding: .utf8)
+        let source = try String(contentsOf: packageRoot.appendingPathComponent("Sources/MFAPolicy/ModuleOptions.swift"), encoding: .utf8)
         var names = ["config"]
         var rest = source[...]
         while let r = rest.range(of: "equals(name, \"") {

@@ -1,5 +1,8 @@
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 

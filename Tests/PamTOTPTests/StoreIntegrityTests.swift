@@ -1,13 +1,16 @@
 import CPAM
 import Foundation
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 import TestSupport
 import XCTest
 
 /// The security review's findings, each replayed as the review did it, through real peers:
 /// pamtester (out of process, as root, service files in /etc/pam.d), libpam in process
 /// (pam_start_confdir), and the totp-enroll CLI, which writes every record (secret on stdin).
-/// Nothing here uses MFACore to write the store, so these tests run unchanged against older
+/// Nothing here uses the library to write the store, so these tests run unchanged against older
 /// binaries (PAM_TOTP_SO, TOTP_ENROLL): each failed against the module and CLI before the fix.
 ///
 /// Resource limits are set by a small python3 wrapper in the child only (SIGXFSZ ignored, as

@@ -17,7 +17,10 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import MFACore
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
 
 /// Unbuffered write(2) of `text` to `fd` (no stdio: nothing is left in a buffer at SIGKILL).
 func say(_ fd: Int32, _ text: String) {
@@ -41,7 +44,7 @@ func text(_ error: MFAError) -> String {
     case .invalidParameters(let m): return "invalid parameters: " + m.string
     case .insecureStore(let m): return "insecure store: " + m.string
     case .corruptRecord(let m): return "corrupt: " + m.string
-    case .system(let operation, let e): return operation.string + " failed: " + String(cString: strerror(e))
+    case .system(let operation, let e): return operation.string + " failed: " + e.text.string
     default: return "\(error)"
     }
 }

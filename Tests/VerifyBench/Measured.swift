@@ -1,6 +1,7 @@
 // The two functions callgrind measures (see main.swift's header) and the work they share.
 import CLibc
-import MFACore
+import MFACrypto
+import MFASystem
 
 let windowIntervals = 5
 

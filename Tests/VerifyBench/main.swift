@@ -18,7 +18,8 @@
 // Built like the shipped module: in Embedded Swift when PAM_TOTP_EMBEDDED=1 (the Makefile builds
 // it in .build-embedded next to pam_totp.so), so the code measured is the code that ships.
 import CLibc
-import MFACore
+import MFACrypto
+import MFASystem
 
 /// This program's arguments. Embedded Swift has no `CommandLine` (and SwiftPM owns the C
 /// `main` of an executable target), so they are read from /proc/self/cmdline: NUL-separated,

@@ -1,0 +1,232 @@
+import MFASystem
+
+/// The parameters of one TOTP factor. Defaults are the ones every authenticator app supports.
+public struct OTPParameters: Equatable, Sendable {
+    public static let digitsRange: ClosedRange<Int> = 6...8
+    public static let periodRange: ClosedRange<UInt64> = 1...3600
+    public static let `default` = OTPParameters(uncheckedAlgorithm: .sha1, digits: 6, period: 30)
+
+    public let algorithm: HashAlgorithm
+    public let digits: Int
+    public let period: UInt64
+
+    public init(algorithm: HashAlgorithm, digits: Int, period: UInt64) throws(MFAError) {
+        guard Self.digitsRange.contains(digits) else { throw .invalidParameters("digits must be 6, 7 or 8") }
+        guard Self.periodRange.contains(period) else { throw .invalidParameters("period must be 1 to 3600 seconds") }
+        self.algorithm = algorithm
+        self.digits = digits
+        self.period = period
+    }
+
+    init(uncheckedAlgorithm: HashAlgorithm, digits: Int, period: UInt64) {
+        self.algorithm = uncheckedAlgorithm
+        self.digits = digits
+        self.period = period
+    }
+
+    /// 10^digits for the supported digit counts.
+    var modulus: UInt32 {
+        switch digits {
+        case 6: return 1_000_000
+        case 7: return 10_000_000
+        default: return 100_000_000
+        }
+    }
+}
+
+extension HashAlgorithm {
+    /// The name used in otpauth URIs and the store ("SHA1" in URIs, lower case in the store).
+    public var name: String {
+        switch self {
+        case .sha1: return "sha1"
+        case .sha256: return "sha256"
+        case .sha512: return "sha512"
+        }
+    }
+
+    /// `name` as bytes, for the store.
+    package var nameBytes: [UInt8] {
+        switch self {
+        case .sha1: return Array(bytes("sha1"))
+        case .sha256: return Array(bytes("sha256"))
+        case .sha512: return Array(bytes("sha512"))
+        }
+    }
+
+    public init?(name: some Collection<UInt8>) {
+        // Case-insensitive, without building a lowered copy.
+        func named(_ literal: StaticString) -> Bool {
+            let want = bytes(literal)
+            guard name.count == want.count else { return false }
+            var i = 0
+            for c in name {
+                let lower = c >= 0x41 && c <= 0x5A ? c | 0x20 : c
+                if lower != want[i] { return false }
+                i += 1
+            }
+            return true
+        }
+        if named("sha1") { self = .sha1 } else if named("sha256") { self = .sha256 } else if named("sha512") { self = .sha512 } else { return nil }
+    }
+
+    /// RFC 6238 recommends a key as long as the digest.
+    public var recommendedSecretLength: Int { digestLength }
+}
+
+/// RFC 4226 HOTP.
+public enum HOTP {
+    /// The dynamic-truncation value modulo 10^digits.
+    public static func value(key: HMACKey, counter: UInt64, digits: Int) -> UInt32 {
+        let binary = key.truncatedHOTP(counter: counter)
+        let modulus: UInt32
+        switch digits {
+        case ...6: modulus = 1_000_000
+        case 7: modulus = 10_000_000
+        default: modulus = 100_000_000
+        }
+        return binary % modulus
+    }
+
+    /// The code as zero-padded ASCII digits.
+    public static func code(key: HMACKey, counter: UInt64, digits: Int) -> [UInt8] {
+        format(value(key: key, counter: counter, digits: digits), digits: digits)
+    }
+
+    static func format(_ value: UInt32, digits: Int) -> [UInt8] {
+        var out = [UInt8](repeating: ASCII.zero, count: max(digits, 1))
+        var v = value
+        var i = out.count - 1
+        while i >= 0 {
+            out[i] = ASCII.zero &+ UInt8(truncatingIfNeeded: v % 10)
+            v /= 10
+            i -= 1
+        }
+        return out
+    }
+}
+
+/// RFC 6238 TOTP with T0 = 0.
+public enum TOTP {
+    /// The time step containing `unixTime`; throws for times before the epoch.
+    public static func step(at unixTime: Int64, period: UInt64) throws(MFAError) -> UInt64 {
+        guard unixTime >= 0, period > 0 else { throw .clockOutOfRange }
+        return UInt64(unixTime) / period
+    }
+
+    public static func code(secret: [UInt8], parameters: OTPParameters, at unixTime: Int64) throws(MFAError) -> [UInt8] {
+        let key = HMACKey(algorithm: parameters.algorithm, key: secret)
+        return HOTP.code(key: key, counter: try step(at: unixTime, period: parameters.period),
+                         digits: parameters.digits)
+    }
+}
+
+/// The verifier: accepts a code that matches any time step in [T−N, T+N].
+public struct TOTPVerifier: Sendable {
+    public static let maxAdjacentIntervals = 10
+    public static let defaultAdjacentIntervals = 5
+
+    public let adjacentIntervals: Int
+
+    public init(adjacentIntervals: Int = TOTPVerifier.defaultAdjacentIntervals) throws(MFAError) {
+        guard adjacentIntervals >= 0 && adjacentIntervals <= Self.maxAdjacentIntervals else {
+            throw .invalidOption("adjacent_intervals must be 0 to 10")
+        }
+        self.adjacentIntervals = adjacentIntervals
+    }
+
+    /// Parses a submitted answer: exactly `digits` ASCII digits, nothing else. Anything else
+    /// (empty, too long, spaces, NUL, letters) is nil and can never match.
+    public static func parseCode(_ answer: [UInt8], digits: Int) -> UInt32? {
+        guard answer.count == digits, let v = parseDecimal(answer, limit: UInt64(UInt32.max)) else { return nil }
+        return UInt32(truncatingIfNeeded: v)
+    }
+
+    /// Checks `answer` against every step of the window around `unixTime`, computing and
+    /// comparing all of them without an early exit. Steps at or below `notAfter` (the last step
+    /// already used, for the replay guard) are computed but can never match. Returns the lowest
+    /// matching step, or nil.
+    public func verify(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
+                       at unixTime: Int64, usedUpTo notAfter: UInt64? = nil) throws(MFAError) -> UInt64? {
+        try match(answer: answer, key: key, parameters: parameters, at: unixTime, usedUpTo: notAfter).step
+    }
+
+    /// The result of checking one factor: the lowest unused matching step, and whether the
+    /// answer matched a step that was already used (a replay).
+    public struct Match: Equatable, Sendable {
+        public var step: UInt64?
+        public var replayed: Bool
+    }
+
+    /// `drift` is the factor's learned clock drift in steps (see "Clock drift" below): the
+    /// window is centred on `now + drift`, with `drift` first bounded to ±`adjacentIntervals`.
+    /// The window keeps its 2N+1 steps whatever the drift.
+    @_optimize(speed)
+    public func match(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
+                      at unixTime: Int64, usedUpTo notAfter: UInt64?, drift: Int64 = 0) throws(MFAError) -> Match {
+        let now = try TOTP.step(at: unixTime, period: parameters.period)
+        // A malformed answer still costs the same HMACs, so its timing says nothing.
+        let submitted = Self.parseCode(answer, digits: parameters.digits)
+        let wanted = submitted ?? UInt32.max  // never a valid code value (codes are < 10^8)
+        let n = UInt64(adjacentIntervals)
+        let centre = Self.centre(now: now, drift: bounded(drift))
+        let first = centre >= n ? centre - n : 0
+        let (last, overflow) = centre.addingReportingOverflow(n)
+        guard !overflow else { throw .clockOutOfRange }
+
+        var found: UInt64 = 0
+        var foundMask: UInt64 = 0  // all ones once an eligible step matched
+        var usedMatch: UInt64 = 0  // all ones once a used step matched
+        var step = first
+        while step <= last {
+            let value = HOTP.value(key: key, counter: step, digits: parameters.digits)
+            let eligible: UInt64 = (notAfter.map { step > $0 } ?? true) ? ~0 : 0
+            // equal == all ones iff value == wanted, computed without a branch on the value.
+            let x = UInt64(value ^ wanted)
+            let equal: UInt64 = ((x | (0 &- x)) >> 63) &- 1
+            let take = equal & eligible & ~foundMask
+            found = (found & ~take) | (step & take)
+            foundMask |= take
+            usedMatch |= equal & ~eligible
+            step += 1
+        }
+        return Match(step: foundMask != 0 ? found : nil, replayed: usedMatch != 0)
+    }
+
+    // MARK: - Clock drift
+    //
+    // A factor learns where its device's clock is: at every accepted code, the offset of the
+    // matched step from this host's step (bounded to ±adjacent_intervals) is stored with the
+    // used step, and the next check is centred on it. The window never grows: it is always the
+    // 2N+1 steps of adjacent_intervals=N, centred on the learned offset, so a device whose
+    // clock wanders slowly keeps working, and no code is ever accepted more than 2N steps from
+    // this host's clock (N from where the device last was). With adjacent_intervals=0 nothing
+    // is learned. Every step of the window is still computed and compared (constant time).
+
+    /// `drift` bounded to ±`adjacentIntervals`.
+    public func bounded(_ drift: Int64) -> Int64 {
+        let n = Int64(adjacentIntervals)
+        return drift > n ? n : (drift < -n ? -n : drift)
+    }
+
+    /// The drift a match at `step` teaches, at `unixTime`: its offset from this host's step,
+    /// bounded to ±`adjacentIntervals`.
+    public func drift(ofStep step: UInt64, at unixTime: Int64, period: UInt64) -> Int64 {
+        guard let now = try? TOTP.step(at: unixTime, period: period) else { return 0 }
+        let limit = UInt64(adjacentIntervals)
+        if step >= now { return bounded(Int64(min(step - now, limit))) }
+        return bounded(-Int64(min(now - step, limit)))
+    }
+
+    /// `now + drift`, saturating at 0 and at UInt64.max.
+    static func centre(now: UInt64, drift: Int64) -> UInt64 {
+        if drift >= 0 {
+            let (c, overflow) = now.addingReportingOverflow(UInt64(drift))
+            return overflow ? UInt64.max : c
+        }
+        let back = drift.magnitude
+        return now >= back ? now - back : 0
+    }
+
+    /// A change of learned drift this large (in steps) is logged.
+    public static let driftJumpSteps: Int64 = 3
+}

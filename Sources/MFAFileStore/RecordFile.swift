@@ -1,0 +1,243 @@
+import CLibc
+import MFACrypto
+import MFAPolicy
+import MFASystem
+
+// A record's text (the format is documented on UserRecord): the file store's, and the decoy's.
+
+extension UserRecord {
+    @_optimize(size)  // cold: not on a login's path
+    public func serialized() -> [UInt8] {
+        var out: [UInt8] = []
+        out.append(literal: "pam_totp ")
+        out += decimalBytes(Self.formatVersion)
+        out.append(ASCII.newline)
+        out.append(literal: "account ")
+        if let uid { out += decimalBytes(UInt64(uid)) } else { out.append(0x2D) }  // '-': not bound yet
+        out.append(ASCII.space)
+        out += hex64(id)
+        out.append(ASCII.newline)
+        for f in factors { f.appendRecordLine(to: &out) }
+        if let r = recovery {
+            out.append(literal: "recovery ")
+            out += hex64(r.id)
+            out.append(ASCII.space)
+            out += decimalBytes(UInt64(r.iterations))
+            out.append(ASCII.space)
+            out += Hex.encode(r.salt)
+            out.append(ASCII.newline)
+            for h in r.hashes {
+                out.append(literal: "recovery-code ")
+                out += Hex.encode(h)
+                out.append(ASCII.newline)
+            }
+        }
+        return out
+    }
+
+    public static func parse(_ bytes: [UInt8]) throws(MFAError) -> UserRecord {
+        guard bytes.count <= maxSize else { throw .corruptRecord("record too large") }
+        guard bytes.last == ASCII.newline else { throw .corruptRecord("record truncated") }
+        // One pass over the lines, each split into at most 8 fields in place (no arrays of
+        // lines or fields: this runs on every login).
+        var f = FieldSplitter()
+        var lineStart = 0
+        var lineNumber = 0
+        var version: UInt64 = 0
+        var record = UserRecord()
+        while lineStart < bytes.count {
+            var end = lineStart
+            while end < bytes.count && bytes[end] != ASCII.newline { end += 1 }
+            let line = bytes[lineStart..<end]
+            lineStart = end + 1
+            lineNumber += 1
+            let n = f.split(line)
+            if lineNumber == 1 {
+                version = try parseHeader(line, f, count: n)
+            } else if version == 2 && lineNumber == 2 {
+                try record.parseAccount(line, f, count: n)
+            } else {
+                guard n > 0, !line.isEmpty else { throw .corruptRecord("empty line") }
+                try record.parseLine(line, f, count: n, version: version)
+            }
+        }
+        if lineNumber == 0 { throw .corruptRecord("empty record") }
+        if version == 2 && lineNumber < 2 { throw .corruptRecord("no account line") }
+        return record
+    }
+
+    /// `pam_totp <version>`: the version (1 or 2).
+    private static func parseHeader(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int) throws(MFAError) -> UInt64 {
+        guard n == 2, equals(f.field(0, of: line), "pam_totp") else { throw .corruptRecord("not a pam_totp record") }
+        guard let v = parseDecimal(f.field(1, of: line), limit: 1_000_000), v == 1 || v == 2 else {
+            throw .corruptRecord("unsupported record version")
+        }
+        return v
+    }
+
+    /// `account <uid or -> <id, 16 hex>` (version 2).
+    private mutating func parseAccount(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int) throws(MFAError) {
+        guard n == 3, equals(f.field(0, of: line), "account"), f.field(2, of: line).count == 16,
+              let id = Hex.decode(f.field(2, of: line)) else {
+            throw .corruptRecord("bad account line")
+        }
+        let uidField = f.field(1, of: line)
+        if !equals(uidField, "-") {
+            guard let uid = parseDecimal(uidField, limit: UInt64(UInt32.max)) else { throw .corruptRecord("bad account line") }
+            self.uid = UInt32(truncatingIfNeeded: uid)
+        }
+        self.id = uint64(id)
+    }
+
+    /// A factor line of any kind, a `recovery` line or a `recovery-code` line.
+    private mutating func parseLine(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int,
+                                    version: UInt64) throws(MFAError) {
+        let keyword = f.field(0, of: line)
+        if let kind = FactorKind(recordKeyword: keyword) {
+            guard factors.count < Self.maxFactors else { throw .corruptRecord("too many factors") }
+            let factor = try Factor.parseRecordLine(kind, line, f, count: n, version: version)
+            guard self.factor(labelled: factor.label) == nil else { throw .corruptRecord("duplicate factor label") }
+            factors.append(factor)
+        } else if equals(keyword, "recovery") {
+            guard recovery == nil, n == 4, f.field(1, of: line).count == 16,
+                  let id = Hex.decode(f.field(1, of: line)).map(uint64),
+                  let iterations = parseDecimal(f.field(2, of: line), limit: RecoverySet.iterationRange.upperBound),
+                  RecoverySet.iterationRange.contains(iterations),
+                  let salt = Hex.decode(f.field(3, of: line)), salt.count >= 8, salt.count <= 64 else {
+                throw .corruptRecord("bad recovery line")
+            }
+            recovery = RecoverySet(id: id, iterations: Int(iterations), salt: salt, hashes: [])
+        } else if equals(keyword, "recovery-code") {
+            guard n == 2, let h = Hex.decode(f.field(1, of: line)), h.count == 32,
+                  var r = recovery, r.hashes.count < RecoverySet.maxCodes else {
+                throw .corruptRecord("bad recovery-code line")
+            }
+            recovery = nil  // keep the hash array uniquely referenced while appending
+            r.hashes.append(h)
+            recovery = r
+        } else {
+            throw .corruptRecord("unknown line")
+        }
+    }
+}
+
+/// Splits a line on single spaces into at most 8 fields, in place: `split` returns the number
+/// of fields (9 for "more than 8"); `field(i, of:)` is the i-th. Empty fields (two spaces in a
+/// row) are kept, so that the caller's field-count and content checks reject them.
+struct FieldSplitter {
+    var starts = InlineArray<9, Int>(repeating: 0)
+    var ends = InlineArray<9, Int>(repeating: 0)
+
+    mutating func split(_ line: ArraySlice<UInt8>) -> Int {
+        var n = 0
+        var start = line.startIndex
+        var i = line.startIndex
+        while i < line.endIndex {
+            if line[i] == ASCII.space {
+                if n == 8 { return 9 }
+                starts[n] = start
+                ends[n] = i
+                n += 1
+                start = i + 1
+            }
+            i += 1
+        }
+        if n == 8 { return 9 }
+        starts[n] = start
+        ends[n] = line.endIndex
+        return n + 1
+    }
+
+    /// Field `i` (callers only ask for indexes below the count `split` returned).
+    func field(_ i: Int, of line: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        guard i >= 0, i < 9 else { return line[line.endIndex...] }
+        let s = starts[i], e = ends[i]
+        guard s >= line.startIndex, s <= e, e <= line.endIndex else { return line[line.endIndex...] }
+        return line[s..<e]
+    }
+}
+
+/// 16 lower-case hex digits, big-endian.
+func hex64(_ v: UInt64) -> [UInt8] {
+    var bytes: [UInt8] = []
+    for i in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(56 - 8 * i))) }
+    return Hex.encode(bytes)
+}
+
+/// The big-endian value of up to 8 bytes.
+func uint64(_ bytes: [UInt8]) -> UInt64 {
+    var v: UInt64 = 0
+    for b in bytes.prefix(8) { v = v << 8 | UInt64(b) }
+    return v
+}
+
+extension FactorKind {
+    /// The keyword that starts the kind's line in a record (`factor`: TOTP, the first kind).
+    var recordKeyword: StaticString {
+        switch self {
+        case .totp: return "factor"
+        }
+    }
+
+    /// The kind whose record line starts with `keyword`.
+    init?(recordKeyword keyword: some Collection<UInt8>) {
+        if equals(keyword, "factor") { self = .totp } else { return nil }
+    }
+}
+
+extension Factor {
+    /// The factor's line in a record (`UserRecord.serialized`), newline included.
+    @_optimize(size)  // cold: not on a login's path
+    func appendRecordLine(to out: inout [UInt8]) {
+        out.append(contentsOf: bytes(kind.recordKeyword))
+        out.append(ASCII.space)
+        out += Percent.encode(label)
+        switch kind {
+        case .totp:
+            // <label> <sha1|sha256|sha512> <digits> <period> <created> <enrolled step> <secret, Base32>
+            out.append(ASCII.space)
+            out += parameters.algorithm.nameBytes
+            out.append(ASCII.space)
+            out += decimalBytes(UInt64(parameters.digits))
+            out.append(ASCII.space)
+            out += decimalBytes(parameters.period)
+            out.append(ASCII.space)
+            out += decimalBytes(created)
+            out.append(ASCII.space)
+            out += decimalBytes(enrolledStep)
+            out.append(ASCII.space)
+            out += Base32.encode(secret)
+        }
+        out.append(ASCII.newline)
+    }
+
+    /// A factor from its record line, split into `count` fields by `f` (field 0 is the keyword
+    /// that named `kind`). `version`: the record's format version (1 has no enrolled step).
+    static func parseRecordLine(_ kind: FactorKind, _ line: ArraySlice<UInt8>, _ f: FieldSplitter, count: Int,
+                                version: UInt64) throws(MFAError) -> Factor {
+        switch kind {
+        case .totp:
+            let fields = version == 2 ? 8 : 7
+            guard count == fields else { throw .corruptRecord("factor line has wrong field count") }
+            guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
+            guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
+            guard let digits = parseDecimal(f.field(3, of: line), limit: 8),
+                  let period = parseDecimal(f.field(4, of: line), limit: OTPParameters.periodRange.upperBound),
+                  let created = parseDecimal(f.field(5, of: line), limit: UInt64(Int64.max)),
+                  let enrolledStep = version == 2 ? parseDecimal(f.field(6, of: line), limit: UInt64.max) : 0 else {
+                throw .corruptRecord("bad factor number")
+            }
+            let secret: [UInt8]
+            do throws(MFAError) { secret = try Base32.decode(f.field(fields - 1, of: line)) } catch {
+                throw .corruptRecord("bad factor secret")
+            }
+            do throws(MFAError) {
+                return try Factor(label: label,
+                                  parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
+                                  created: Int64(created), enrolledStep: enrolledStep, secret: secret)
+            } catch {
+                throw .corruptRecord("factor out of range")
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import CLibc
+import MFACrypto
+import MFASystem
+
+/// One enrolled factor: its kind (FactorKind.swift holds everything that differs by kind),
+/// its label, and the kind's data.
+public struct Factor: Equatable, Sendable {
+    public static let maxLabelLength = 64
+
+    public var kind: FactorKind
+    public var label: [UInt8]
+    public var parameters: OTPParameters
+    /// Unix time of enrolment.
+    public var created: Int64
+    /// The time step of the code that proved the factor at enrolment (0 if unknown): it and
+    /// every earlier step count as used. Kept in the record, so that an enrolment is one commit
+    /// (the record) and never a record plus a state update (docs/ARCHITECTURE.md, section 4.13).
+    public var enrolledStep: UInt64
+    public var secret: [UInt8]
+
+    public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
+                enrolledStep: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
+        try Factor.validate(label: label)
+        guard secret.count >= 10 && secret.count <= 128 else {
+            throw .invalidParameters("secret must be 10 to 128 bytes")
+        }
+        self.kind = kind
+        self.label = label
+        self.parameters = parameters
+        self.created = created
+        self.enrolledStep = enrolledStep
+        self.secret = secret
+    }
+
+    /// What a stored label may be: 1–64 bytes without ASCII control characters. Labels read
+    /// back are escaped on output anyway; new labels must also pass `validateNew`.
+    public static func validate(label: [UInt8]) throws(MFAError) {
+        guard !label.isEmpty, label.count <= maxLabelLength else { throw .invalidLabel }
+        for c in label where c < 0x20 || c == 0x7F { throw .invalidLabel }
+    }
+
+    /// What a new label may be: a stored label that is also printable text (valid UTF-8, no
+    /// C0/C1 controls, no bidi or other invisible format characters; `isPrintableText`).
+    @_optimize(size)  // cold: not on a login's path
+    public static func validateNew(label: [UInt8]) throws(MFAError) {
+        try validate(label: label)
+        guard isPrintableText(label) else { throw .invalidLabel }
+    }
+}
+
+/// A user's enrolment data, as stored in `<store>/<user>`.
+///
+/// Format version 2, line-oriented ASCII, one space between fields, every line ends in '\n':
+/// ```
+/// pam_totp 2
+/// account <uid, or - if not bound yet> <record id, 16 hex>
+/// factor <label, percent-encoded> <sha1|sha256|sha512> <digits> <period> <created> <enrolled step> <secret, Base32>
+///                                                  (a TOTP factor: each kind has its own line, FactorKind.swift)
+/// recovery <set id, 16 hex> <PBKDF2 iterations> <salt, hex>
+/// recovery-code <PBKDF2-HMAC-SHA-256 of the code, 64 hex>        (one line per code)
+/// ```
+/// `account` binds the record to the account it was enrolled for (a reused name with another
+/// uid is not enrolled) and names this record's lifetime (the state file remembers it, so a
+/// state left over from a purged record is never applied to a new one). Version 1 (no account
+/// line, factor lines without the enrolled step) is still read; every write is version 2.
+/// A reader rejects any other version, any unknown line, any malformed field and any file
+/// larger than `maxSize`, so a record is either understood completely or refused.
+public struct UserRecord: Equatable, Sendable {
+    public static let formatVersion: UInt64 = 2
+    public static let maxSize = 64 * 1024
+    public static let maxFactors = 32
+
+    /// The uid the record was enrolled for; nil in a version-1 record (bound at its next write).
+    public var uid: UInt32?
+    /// Random, made when the record is created, kept across changes; 0 in a version-1 record.
+    public var id: UInt64
+    public var factors: [Factor]
+    public var recovery: RecoverySet?
+
+    public init(uid: UInt32? = nil, id: UInt64 = 0, factors: [Factor] = [], recovery: RecoverySet? = nil) {
+        self.uid = uid
+        self.id = id
+        self.factors = factors
+        self.recovery = recovery
+    }
+
+    /// True when the record lets the user authenticate at all.
+    public var isEnrolled: Bool { !factors.isEmpty || !(recovery?.hashes.isEmpty ?? true) }
+
+    /// True when the record may be used for the account with `uid` (nil: no such account).
+    /// A version-1 record has no uid and belongs to whoever holds the name.
+    public func belongs(toAccount accountUID: UInt32?) -> Bool {
+        guard let uid else { return true }
+        return uid == accountUID
+    }
+
+    public func factor(labelled label: [UInt8]) -> Factor? {
+        for f in factors where f.label == label { return f }
+        return nil
+    }
+}
+
+extension UserRecord {
+    /// Zeroes every factor's secret where it is stored: through the array's own buffer, which
+    /// every copy of this record shares, so the bytes are gone before that buffer is freed,
+    /// whichever copy is released last. Only for a record nothing will read a secret of again.
+    public func wipeSecretsInPlace() {
+        for factor in factors {
+            factor.secret.withUnsafeBufferPointer { bytes in
+                guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
+                clibc_wipe(UnsafeMutableRawPointer(mutating: base), bytes.count)
+            }
+        }
+    }
+}

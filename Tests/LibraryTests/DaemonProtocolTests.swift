@@ -1,0 +1,250 @@
+import XCTest
+import TestSupport
+@testable import MFAAdmin
+@testable import MFACrypto
+@testable import MFAFileStore
+@testable import MFAPolicy
+@testable import MFASystem
+@testable import MFAWire
+
+/// The module <-> pam-totpd protocol and DaemonService's rules, without a socket.
+final class DaemonProtocolTests: XCTestCase {
+    func request(_ op: DaemonOperation = .authenticate, answer: String = "123456") -> DaemonRequest {
+        var o = ModuleOptions()
+        o.nullok = true
+        o.forwardPass = true
+        o.adjacentIntervals = 2
+        o.maxFailures = 7
+        o.lockoutSeconds = 600
+        o.store = Array("/tmp/store".utf8)
+        return DaemonRequest(operation: op, service: Array("i3lock".utf8), user: Array("alice".utf8), options: o, answer: Array(answer.utf8))
+    }
+
+    func testRequestRoundTrip() throws {
+        for op in [DaemonOperation.lookup, .authenticate] {
+            let r = request(op)
+            let frame = try XCTUnwrap(r.encoded())
+            XCTAssertEqual(DaemonProtocol.frameLength(header: frame.prefix(6), reply: false), frame.count)
+            XCTAssertNil(DaemonProtocol.frameLength(header: frame.prefix(6), reply: true), "a request is not a reply")
+            let back = try DaemonRequest.decode(frame)
+            XCTAssertEqual(back, r)
+        }
+    }
+
+    func testEveryReplyKindRoundTrips() throws {
+        let replies: [DaemonReply] = [
+            .outcome(.success(factor: Array("phone".utf8), step: 56_666_667, digits: 8)),
+            .outcome(.recoveryCode(remaining: 9)),
+            .outcome(.wrongCode(replayed: true, failures: 3, lockedUntil: nil)),
+            .outcome(.wrongCode(replayed: false, failures: 10, lockedUntil: 1_700_000_300)),
+            .outcome(.notRecorded(.system(operation: "pwrite state", errno: Errno(28)))),
+            .outcome(.lockedOut(until: Int64.max, permanent: true)),
+            .outcome(.lockedOut(until: 1_700_000_300, permanent: false)),
+            .outcome(.unenrolled),
+            .outcome(.failed(.insecureStore("store directory has the wrong owner"))),
+            .outcome(.failed(.lockTimeout)),
+            .outcome(.failed(.daemon("busy"))),
+            .enrolled,
+            .refused("a caller without root may only ask about its own account"),
+        ]
+        for reply in replies {
+            let frame = reply.encoded()
+            XCTAssertEqual(DaemonProtocol.frameLength(header: frame.prefix(6), reply: true), frame.count)
+            XCTAssertEqual(try DaemonReply.decode(frame), reply)
+        }
+    }
+
+    /// Every truncation, every extension and a flipped byte anywhere: an error, never a trap,
+    /// and never a different valid message from a cut one.
+    func testMalformedFramesAreRejected() throws {
+        let frames = [try XCTUnwrap(request().encoded()), DaemonReply.outcome(.success(factor: Array("p".utf8), step: 1, digits: 6)).encoded()]
+        for (i, frame) in frames.enumerated() {
+            let decode: ([UInt8]) throws -> Void = i == 0 ? { _ = try DaemonRequest.decode($0) } : { _ = try DaemonReply.decode($0) }
+            for n in 0..<frame.count {
+                XCTAssertThrowsError(try decode(Array(frame.prefix(n))), "cut at \(n)")
+            }
+            XCTAssertThrowsError(try decode(frame + [0]), "a trailing byte")
+            var longer = frame
+            longer[5] &+= 1
+            XCTAssertThrowsError(try decode(longer + [0]), "a longer body with a bad field layout")
+            var magic = frame
+            magic[3] = 0x32
+            XCTAssertThrowsError(try decode(magic), "version 2 magic")
+        }
+        var rng = SplitMix64(seed: 99)
+        for _ in 0..<20_000 {
+            let n = Int(rng.next() % 64)
+            var bytes = (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            if rng.next() % 2 == 0, let valid = frames.first { bytes = Array(valid.prefix(Int(rng.next() % UInt64(valid.count)))) + bytes }
+            _ = try? DaemonRequest.decode(bytes)
+            _ = try? DaemonReply.decode(bytes)
+        }
+    }
+
+    func testOutOfRangeOptionsAndOversizedFieldsAreRefused() throws {
+        var r = request()
+        r.options.store = Array("relative".utf8)
+        XCTAssertThrowsError(try DaemonRequest.decode(try XCTUnwrap(r.encoded())))
+        r = request()
+        var frame = try XCTUnwrap(r.encoded())
+        frame[8] = 11  // adjacent_intervals
+        XCTAssertThrowsError(try DaemonRequest.decode(frame))
+        frame = try XCTUnwrap(r.encoded())
+        frame[9] = 0   // max_failures
+        XCTAssertThrowsError(try DaemonRequest.decode(frame))
+        frame = try XCTUnwrap(r.encoded())
+        frame[7] = 8   // an unknown flag
+        XCTAssertThrowsError(try DaemonRequest.decode(frame))
+        r.answer = [UInt8](repeating: 0x31, count: DaemonProtocol.maxAnswerLength + 1)
+        XCTAssertNil(r.encoded(), "an answer over the limit is not sent")
+        // A header announcing more than the largest frame.
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ1".utf8) + [0xFF, 0xFF], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ1".utf8) + [0x10], reply: false))
+    }
+
+    // MARK: DaemonService
+
+    final class Fixture {
+        let root: URL
+        let store: String
+        let secret = Array("12345678901234567890".utf8)
+        init() throws {
+            root = try makeTemporaryDirectory()
+            store = root.appendingPathComponent("store").path
+            XCTAssertEqual(mkdir(store, 0o700), 0)
+            var rng = SplitMix64(seed: 1)
+            let s = try Store(path: Array(store.utf8))
+            for (name, uid) in [("alice", UInt32(1001)), ("bob", UInt32(1002))] {
+                try s.enroll(user: Array(name.utf8), accountUID: uid,
+                             factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0, secret: secret),
+                             importedCodes: nil, using: &rng)
+            }
+        }
+        deinit { removeTemporaryDirectory(root) }
+
+        var service: DaemonService<Store> {
+            var site = ModuleOptions()
+            site.store = Array(store.utf8)
+            site.maxFailures = 5
+            site.adjacentIntervals = 1
+            site.lockoutSeconds = 120
+            return DaemonService(site: site) { (path) throws(MFAError) in try Store(path: path) }
+        }
+
+        func accounts(_ name: [UInt8]) throws(MFAError) -> Account? {
+            switch String(decoding: name, as: UTF8.self) {
+            case "alice": return Account(name: name, uid: 1001)
+            case "bob": return Account(name: name, uid: 1002)
+            case "carol": return Account(name: name, uid: 1003)
+            // Spellings a case- and space-insensitive directory resolves to alice.
+            case "ALICE", "alice ": return Account(name: Array("alice".utf8), uid: 1001)
+            case "broken": throw .system(operation: "getpwnam_r", errno: .ioError)
+            default: return nil
+            }
+        }
+
+        func failures(_ user: String) throws -> UInt32 { try Store(path: Array(store.utf8)).readState(user: Array(user.utf8)).failures }
+    }
+
+    func ask(_ f: Fixture, _ op: DaemonOperation, user: String, answer: [UInt8] = Array("000000".utf8), peer: UInt32,
+             at t: Int64 = 1_700_000_010, options: ModuleOptions? = nil) -> DaemonReply {
+        var o = options ?? ModuleOptions()
+        o.store = Array("/nonexistent".utf8)  // only root's requests name the store
+        if peer == 0 { o.store = Array(f.store.utf8) }
+        let request = DaemonRequest(operation: op, service: Array("test".utf8), user: Array(user.utf8), options: o, answer: answer)
+        return f.service.handle(request, peer: PeerCredentials(uid: peer, pid: 77), at: t, account: f.accounts).reply
+    }
+
+    func testACallerWithoutRootAsksOnlyAboutItsOwnAccount() throws {
+        let f = try Fixture()
+        XCTAssertEqual(ask(f, .lookup, user: "alice", peer: 1001), .enrolled)
+        XCTAssertEqual(ask(f, .lookup, user: "carol", peer: 1003), .outcome(.unenrolled))
+        for (user, peer) in [("bob", UInt32(1001)), ("nobody-here", 1001), ("alice", 1003)] {
+            for op in [DaemonOperation.lookup, .authenticate] {
+                guard case .refused = ask(f, op, user: user, peer: peer) else { return XCTFail("\(user) asked by \(peer)") }
+            }
+        }
+        XCTAssertEqual(try f.failures("bob"), 0, "a refused request counts nothing against bob")
+        guard case .outcome(.failed(.system)) = ask(f, .authenticate, user: "broken", peer: 1001) else {
+            return XCTFail("an NSS failure denies")
+        }
+        // Root asks about anyone; its failures count.
+        guard case .outcome(.wrongCode(false, 1, nil)) = ask(f, .authenticate, user: "bob", peer: 0) else { return XCTFail("root") }
+        let t: Int64 = 1_700_000_010
+        let right = try TOTP.code(secret: f.secret, parameters: .default, at: t)
+        XCTAssertEqual(ask(f, .authenticate, user: "alice", answer: right, peer: 1001, at: t),
+                       .outcome(.success(factor: Array("phone".utf8), step: UInt64(t / 30), digits: 6)))
+        guard case .outcome(.wrongCode(true, 1, nil)) = ask(f, .authenticate, user: "alice", answer: right, peer: 0, at: t) else {
+            return XCTFail("a code used through the daemon is used for root's logins too")
+        }
+    }
+
+    /// Review: pam-totpd read a name that cannot be a record name ("alice ") as unenrolled
+    /// before asking NSS, and its database store looked a spelling up as given ("ALICE" found
+    /// no row): under nullok, the password alone. Every request now works on the account's
+    /// canonical name, so both spellings are alice, enrolled, with alice's code and counts.
+    func testSpellingsNSSResolvesAreTheAccountsRecord() throws {
+        let f = try Fixture()
+        let t: Int64 = 1_700_000_010
+        for spelling in ["ALICE", "alice "] {
+            XCTAssertEqual(ask(f, .lookup, user: spelling, peer: 0), .enrolled, "\(spelling) is alice's record")
+            guard case .outcome(.wrongCode(false, _, nil)) = ask(f, .authenticate, user: spelling, peer: 0, at: t) else {
+                return XCTFail("\(spelling): a wrong code is a wrong code for alice")
+            }
+        }
+        XCTAssertEqual(try f.failures("alice"), 2, "both failures count against alice")
+        let right = try TOTP.code(secret: f.secret, parameters: .default, at: t)
+        XCTAssertEqual(ask(f, .authenticate, user: "alice ", answer: right, peer: 1001, at: t),
+                       .outcome(.success(factor: Array("phone".utf8), step: UInt64(t / 30), digits: 6)))
+    }
+
+    /// A caller without root picks max_failures per request (at most the site's): choosing one
+    /// that does not divide the next failure count each time must not avoid the lockout. The
+    /// site's max_failures (5 here) locks whatever the requests asked for.
+    func testACallerWithoutRootCannotDodgeTheLockoutWithAChangingMaxFailures() throws {
+        let f = try Fixture()
+        var t: Int64 = 1_700_000_010
+        var locked = false
+        for _ in 1...5 {
+            let next = Int(try f.failures("alice")) + 1
+            var o = ModuleOptions()
+            o.maxFailures = UInt32((2...5).first { next % $0 != 0 } ?? 5)
+            let reply = ask(f, .authenticate, user: "alice", peer: 1001, at: t, options: o)
+            if case .outcome(.wrongCode(_, _, .some)) = reply { locked = true }
+            t += 1
+        }
+        XCTAssertEqual(try f.failures("alice"), 5)
+        XCTAssertTrue(locked, "five failures through the daemon and no lockout")
+    }
+
+    /// A caller without root cannot widen the window or raise the limits by writing its own
+    /// request, nor choose the store.
+    func testACallerWithoutRootOnlyMakesLimitsStricter() throws {
+        let f = try Fixture()
+        var lax = ModuleOptions()
+        lax.adjacentIntervals = 10
+        lax.maxFailures = 100
+        lax.lockoutSeconds = 0
+        lax.store = Array("/elsewhere".utf8)
+        let request = DaemonRequest(operation: .authenticate, service: [], user: Array("alice".utf8), options: lax, answer: [])
+        let user = f.service.effectiveOptions(request, peer: PeerCredentials(uid: 1001, pid: 1))
+        XCTAssertEqual(user.adjacentIntervals, 1)
+        XCTAssertEqual(user.maxFailures, 5)
+        XCTAssertEqual(user.lockoutSeconds, 120)
+        XCTAssertEqual(user.store, Array(f.store.utf8))
+        var strict = lax
+        strict.adjacentIntervals = 0
+        strict.maxFailures = 2
+        strict.lockoutSeconds = 900
+        let stricter = f.service.effectiveOptions(DaemonRequest(operation: .authenticate, service: [], user: [], options: strict, answer: []),
+                                                  peer: PeerCredentials(uid: 1001, pid: 1))
+        XCTAssertEqual([stricter.adjacentIntervals, Int(stricter.maxFailures), Int(stricter.lockoutSeconds)], [0, 2, 900])
+        XCTAssertEqual(f.service.effectiveOptions(request, peer: PeerCredentials(uid: 0, pid: 1)), lax, "root's settings as sent")
+        // A code two steps old is outside the site's window of 1 for the user.
+        let t: Int64 = 1_700_000_010
+        let old = try TOTP.code(secret: f.secret, parameters: .default, at: t - 60)
+        guard case .outcome(.wrongCode) = ask(f, .authenticate, user: "alice", answer: old, peer: 1001, at: t, options: lax) else {
+            return XCTFail("the site's window applies")
+        }
+    }
+}

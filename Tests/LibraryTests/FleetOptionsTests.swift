@@ -1,0 +1,41 @@
+import XCTest
+@testable import MFACrypto
+@testable import MFAFileStore
+@testable import MFAPolicy
+@testable import MFASystem
+
+/// Fleet mode's settings (docs/ARCHITECTURE.md, section 8): `backend` and `postgresql`, strict like the rest.
+final class FleetOptionsTests: XCTestCase {
+    func config(_ text: String) throws -> ModuleOptions {
+        var o = ModuleOptions()
+        try o.applyConfig(Array(text.utf8), file: "test.conf")
+        return o
+    }
+
+    func testBackendAndConninfoFromTheFile() throws {
+        XCTAssertEqual(ModuleOptions().backend, .files)
+        XCTAssertNil(ModuleOptions().postgresql)
+        let o = try config("backend = postgresql\npostgresql = host=db.example port=5432 sslmode=verify-full dbname=pam_totp\n")
+        XCTAssertEqual(o.backend, .postgresql)
+        XCTAssertEqual(o.postgresql.map { String(decoding: $0, as: UTF8.self) }, "host=db.example port=5432 sslmode=verify-full dbname=pam_totp")
+        XCTAssertEqual(try config("backend = files").backend, .files)
+        XCTAssertEqual(try ModuleOptions.parse([Array("backend=postgresql".utf8)]).backend, .postgresql)
+    }
+
+    func testBadValuesAreRefusedAndTheConninfoIsNeverEchoed() throws {
+        for bad in ["backend = mysql", "backend", "backend = ", "postgresql = ", "postgresql",
+                    "postgresql = host=x\u{7}", "postgresql = " + String(repeating: "a", count: 4097)] {
+            XCTAssertThrowsError(try config(bad), bad)
+        }
+        // A CONNINFO is only read from the file: pam.d arguments are world-readable.
+        XCTAssertThrowsError(try ModuleOptions.parse([Array("postgresql=password=hunter2".utf8)])) { error in
+            guard case .invalidOption(let m) = error as? MFAError else { return XCTFail("\(error)") }
+            XCTAssertFalse(m.string.contains("hunter2"), m.string)
+        }
+        XCTAssertThrowsError(try config("postgresql = password=hunter2\u{1}")) { error in
+            guard case .invalidOption(let m) = error as? MFAError else { return XCTFail("\(error)") }
+            XCTAssertFalse(m.string.contains("hunter2"), m.string)
+            XCTAssertTrue(m.string.contains("test.conf:1"), m.string)
+        }
+    }
+}
