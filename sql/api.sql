@@ -5,10 +5,10 @@
 -- Secrets stay in the database: the tables (schema pam_totp) are readable by no login role;
 -- host roles get EXECUTE on the functions granted at the end and nothing else, and no
 -- function returns a secret, a recovery-code hash or a salt. Every function a role may call
--- is SECURITY DEFINER (the helpers they call run as its owner too) with search_path pinned (pg_temp last: a search_path that does not name pg_temp
--- searches it first for types and relations, and TEMP is PUBLIC's by default) and
--- standard_conforming_strings on (PL/pgSQL bodies compile with the caller's settings), except
--- the login procedure, which must commit and so runs as its caller (see login).
+-- is SECURITY DEFINER (the helpers they call run as its owner too), except the login
+-- procedure, which must commit and so runs as its caller (see login). Every function runs
+-- with search_path and standard_conforming_strings pinned, set once for all of them at the
+-- end of this file (before the grants).
 -- Every limit is read from the one settings row.
 
 CREATE SCHEMA pam_totp_api;
@@ -18,8 +18,6 @@ GRANT USAGE ON SCHEMA pam_totp_api TO pam_totp_host, pam_totp_admin;
 -- HOTP (RFC 4226) value of `counter`: HMAC, dynamic truncation, modulo 10^digits.
 CREATE FUNCTION pam_totp_api.hotp(secret bytea, counter bigint, algorithm text, digits integer) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pam_totp_crypto, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT ((((get_byte(mac, o) & 127)::bigint << 24) | (get_byte(mac, o + 1) << 16)
           | (get_byte(mac, o + 2) << 8) | get_byte(mac, o + 3)) % (CASE digits WHEN 8 THEN 100000000 ELSE 1000000 END))::integer
@@ -30,8 +28,6 @@ $$;
 -- PBKDF2-HMAC-SHA-256 (RFC 8018), one 32-byte block: how recovery codes are stored.
 CREATE FUNCTION pam_totp_api.pbkdf2_sha256(password bytea, salt bytea, iterations integer) RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pam_totp_crypto, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   u bytea := pam_totp_crypto.hmac(salt || '\x00000001'::bytea, password, 'sha256');
@@ -50,7 +46,6 @@ END $$;
 -- The database's clock, in whole seconds.
 CREATE FUNCTION pam_totp_api.now_seconds() RETURNS bigint
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$ SELECT floor(extract(epoch FROM clock_timestamp()))::bigint $$;
 
 -- Raises unless p's collation (the calling function's input collation) compares byte for byte.
@@ -60,8 +55,6 @@ AS $$ SELECT floor(extract(epoch FROM clock_timestamp()))::bigint $$;
 -- records a proof calls this first.
 CREATE FUNCTION pam_totp_api.require_exact_names(p text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 BEGIN
   IF NOT coalesce((SELECT c.collisdeterministic FROM pg_catalog.pg_collation c
@@ -76,8 +69,6 @@ END $$;
 -- add a factor or recovery codes of its own for a user it never saw log in.
 CREATE FUNCTION pam_totp_api.require_proof(p_user text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 BEGIN
   IF pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN RETURN; END IF;
@@ -92,8 +83,6 @@ END $$;
 -- user had a factor.
 CREATE FUNCTION pam_totp_api.lock_for_change(p_user text) RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE had boolean;
 BEGIN
@@ -107,7 +96,6 @@ END $$;
 -- A time for the audit trail's details: "2026-11-24 09:30:05 UTC".
 CREATE FUNCTION pam_totp_api.utc_text(t bigint) RETURNS text
 LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT to_char(to_timestamp(least(t, 253402300799)) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
 $$;
@@ -118,8 +106,6 @@ $$;
 CREATE FUNCTION pam_totp_api.audit_append(p_event text, p_account text, p_uid bigint, p_label text,
                                           p_failures integer, p_locked_until bigint, p_detail text) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE clock bigint := pam_totp_api.now_seconds();
 BEGIN
@@ -137,8 +123,6 @@ END $$;
 CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_now bigint, p_window integer,
                                           p_forward_pass boolean, OUT step bigint, OUT replayed boolean)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   code text; wanted bigint; now_step bigint;
@@ -165,8 +149,6 @@ CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_now bigint, p_w
                                    OUT factor_id bigint, OUT label text, OUT step bigint, OUT digits integer,
                                    OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   f pam_totp.factors%ROWTYPE;
@@ -203,8 +185,6 @@ END $$;
 -- themselves go an hour later.
 CREATE FUNCTION pam_totp_api.sweep_attempts(p_clock bigint) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   j pam_totp.attempts%ROWTYPE;
@@ -227,8 +207,6 @@ END $$;
 CREATE FUNCTION pam_totp_api.login_begin_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
                                             p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   cfg pam_totp.settings%ROWTYPE;
@@ -286,8 +264,6 @@ END $$;
 CREATE FUNCTION pam_totp_api.login_begin(p_user text, p_uid bigint, p_answer text, p_window integer,
                                          p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout, p_forward_pass)
 $$;
@@ -299,8 +275,6 @@ $$;
 CREATE FUNCTION pam_totp_api.accept_attempt(a pam_totp.attempts, p_proof_seconds bigint,
                                             OUT outcome text, OUT remaining integer, OUT replayed boolean)
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   used_now bigint;
@@ -336,8 +310,6 @@ CREATE FUNCTION pam_totp_api.login_finish(p_attempt bigint)
 RETURNS TABLE (outcome text, label text, step bigint, digits integer, failures integer,
                locked_until bigint, replayed boolean, remaining integer)
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   a pam_totp.attempts%ROWTYPE;
@@ -406,8 +378,6 @@ END $$;
 -- Before the prompt: the uid the user's enrolment is bound to, or NULL if not enrolled.
 CREATE FUNCTION pam_totp_api.enrolled_uid(p_user text) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)
 $$;
@@ -416,8 +386,6 @@ $$;
 CREATE FUNCTION pam_totp_api.user_status(p_user text)
 RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set bigint, recovery_codes integer, recovery_used bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used
     FROM pam_totp.users u LEFT JOIN pam_totp.recovery r ON r.user_name = u.name WHERE u.name = p_user
@@ -426,8 +394,6 @@ $$;
 CREATE FUNCTION pam_totp_api.list_factors(p_user text)
 RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text)
 LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT f.label, f.algorithm, f.digits, f.period, f.created, f.last_step, f.kind FROM pam_totp.factors f
    WHERE f.user_name = p_user ORDER BY f.id
@@ -437,8 +403,6 @@ $$;
 -- p_secret NULL: the secret is not known yet. Raises with a message for the user.
 CREATE FUNCTION pam_totp_api.check_enrollable(p_user text, p_uid bigint, p_label text, p_secret bytea) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE u pam_totp.users%ROWTYPE;
 BEGIN
@@ -464,8 +428,6 @@ END $$;
 CREATE FUNCTION pam_totp_api.enroll(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
                                     p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE had boolean;
 BEGIN
@@ -490,8 +452,6 @@ END $$;
 CREATE FUNCTION pam_totp_api.replace_recovery(p_user text, p_uid bigint, p_set_id bigint, p_iterations integer,
                                               p_salt bytea, p_hashes bytea[], p_codes text[]) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE
   u pam_totp.users%ROWTYPE;
@@ -536,8 +496,6 @@ END $$;
 -- last one, and with it the user.
 CREATE FUNCTION pam_totp_api.remove_factor(p_user text, p_uid bigint, p_label text, p_may_remove_last boolean) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE u pam_totp.users%ROWTYPE; n integer;
 BEGIN
@@ -561,8 +519,6 @@ END $$;
 -- replayed): it becomes the current step. Returns what was cleared (no such user: raises).
 CREATE FUNCTION pam_totp_api.unlock(p_user text) RETURNS TABLE (failures integer, locked_until bigint)
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE u pam_totp.users%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
 BEGIN
@@ -579,8 +535,6 @@ END $$;
 -- Admin: removes everything held for the user; false if there was nothing.
 CREATE FUNCTION pam_totp_api.purge(p_user text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE gone pam_totp.users%ROWTYPE;
 BEGIN
@@ -594,8 +548,6 @@ END $$;
 CREATE FUNCTION pam_totp_api.all_status()
 RETURNS TABLE (name text, uid bigint, factors bigint, failures integer, locked_until bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT u.name, u.uid, (SELECT count(*) FROM pam_totp.factors f WHERE f.user_name = u.name), u.failures, u.locked_until
     FROM pam_totp.users u ORDER BY u.name
@@ -608,8 +560,6 @@ $$;
 -- in (an import of a far-future step or lockout would have bricked the user).
 CREATE FUNCTION pam_totp_api.import_state(p_user text, p_failures integer, p_locked_until bigint, p_recovery_used bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE cfg pam_totp.settings%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
 BEGIN
@@ -627,8 +577,6 @@ END $$;
 
 CREATE FUNCTION pam_totp_api.import_last_step(p_user text, p_label text, p_last_step bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
 DECLARE now_ bigint := pam_totp_api.now_seconds();
 BEGIN
@@ -646,14 +594,27 @@ CREATE FUNCTION pam_totp_api.audit_trail(p_user text, p_since bigint, p_after bi
 RETURNS TABLE (id bigint, at bigint, role text, account text, uid bigint, event text, label text, failures integer,
                locked_until bigint, detail text)
 LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pam_totp, pg_temp
-SET standard_conforming_strings = on
 AS $$
   SELECT a.id, a.at, a.role::text, a.account, a.uid, a.event, a.label, a.failures, a.locked_until, a.detail
     FROM pam_totp.audit a
    WHERE a.id > coalesce(p_after, 0) AND a.at >= coalesce(p_since, 0) AND (p_user IS NULL OR a.account = p_user)
    ORDER BY a.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
 $$;
+
+-- Every function of this schema runs with search_path pinned, pg_temp last (a search_path
+-- that does not name pg_temp searches it first for types and relations, and TEMP is PUBLIC's
+-- by default), and standard_conforming_strings on (PL/pgSQL bodies compile with the caller's
+-- settings). Set here, for all of them at once, in the transaction that creates them: none is
+-- ever callable without. FleetSQLTests holds every function to it. Procedures are left out:
+-- one that commits (login) may carry no SET, and so names everything by schema.
+DO $$
+DECLARE f pg_catalog.regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'pam_totp_api'::pg_catalog.regnamespace AND p.prokind = 'f' LOOP
+    EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pam_totp, pg_temp SET standard_conforming_strings = on', f);
+  END LOOP;
+END $$;
 
 -- Functions are executable by PUBLIC by default: none of these is.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_api FROM PUBLIC;

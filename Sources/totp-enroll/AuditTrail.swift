@@ -22,49 +22,32 @@ struct AuditTrail: ParsableCommand {
             configuration, --config FILE) must run with a role that has pam_totp_admin.
             """)
 
-    @Option(help: ArgumentHelp("Only this user's events (the account may already be deleted).", valueName: "NAME"))
-    var user: String?
+    @OptionGroup var query: AuditQuery
 
-    @Option(help: ArgumentHelp("Only events at or after this time.", valueName: "TIME"))
-    var since: String?
+    @OptionGroup var output: JSONOutputOption
 
-    @Option(help: ArgumentHelp("At most this many events (default: all).", valueName: "N"))
-    var limit: Int?
-
-    @Flag(help: "One JSON document on standard output, for scripts and monitoring.")
-    var json = false
-
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
-    var config: String?
-
-    mutating func validate() throws {
-        if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
-        if let since, Self.parseTime(since, now: Int64(time(nil))) == nil {
-            throw ValidationError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)")
-        }
-    }
+    @OptionGroup var site: ConfigFileOption
 
     func run() throws {
-        guard getuid() == 0 else { throw CLIError("audit is for root only") }
-        if let config { siteConfigFile = config }
-        let now = Int64(time(nil))
-        let from = since.flatMap { Self.parseTime($0, now: now) } ?? 0
+        try Self.requireRoot()
+        if let config = site.config { siteConfigFile = config }
+        let from = query.since.flatMap { Self.parseTime($0, now: Int64(time(nil))) } ?? 0
         let (storePath, socket) = try CallerContext.where(store: nil)
         guard socket != nil else {
             throw CLIError("the audit trail is kept in fleet mode (backend = postgresql); on a single host, see the authpriv log (pam_totp, pam-totpd and totp-enroll log every login, lockout and change there)")
         }
         let store = try CallerContext.openStore(at: storePath, socket: socket)
-        let who = user.map { Array($0.utf8) }
+        let who = query.user.map { Array($0.utf8) }
         var after: UInt64 = 0
         var shownCount = 0
         var first = true
-        if json { print("{\"events\":[", terminator: "") }
+        if output.json { print("{\"events\":[", terminator: "") }
         // Page by page, printed as it comes: a year of logins need not fit in memory.
-        while limit.map({ shownCount < $0 }) ?? true {
-            let chunk = min(500, (limit ?? Int.max) - shownCount)
+        while query.limit.map({ shownCount < $0 }) ?? true {
+            let chunk = min(500, (query.limit ?? Int.max) - shownCount)
             let events = try storeCall { () throws(MFAError) in try store.auditTrail(user: who, since: from, after: after, limit: chunk) }
             for e in events {
-                if json {
+                if output.json {
                     print((first ? "" : ",") + Self.json(e), terminator: "")
                 } else {
                     print(Self.line(e))
@@ -75,7 +58,7 @@ struct AuditTrail: ParsableCommand {
             guard events.count == chunk, let last = events.last else { break }
             after = last.id
         }
-        if json { print("]}") } else if first { print("(no events)") }
+        if output.json { print("]}") } else if first { print("(no events)") }
     }
 
     /// One event as a line: time, role, user, event, factor, and what it left (never a code).
@@ -139,5 +122,24 @@ struct AuditTrail: ParsableCommand {
         // timegm normalises 2026-02-31 to March: a date that does not exist is not a time.
         guard seconds >= 0, parts_.tm_mday == d, parts_.tm_mon == mo - 1 else { return nil }
         return Int64(seconds)
+    }
+}
+
+/// `--user`, `--since` and `--limit` of `audit`: which events, checked before anything is asked.
+struct AuditQuery: ParsableArguments {
+    @Option(help: ArgumentHelp("Only this user's events (the account may already be deleted).", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: ArgumentHelp("Only events at or after this time.", valueName: "TIME"))
+    var since: String?
+
+    @Option(help: ArgumentHelp("At most this many events (default: all).", valueName: "N"))
+    var limit: Int?
+
+    mutating func validate() throws {
+        if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
+        if let since, AuditTrail.parseTime(since, now: Int64(time(nil))) == nil {
+            throw ValidationError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)")
+        }
     }
 }

@@ -24,6 +24,25 @@ struct TargetOptions: ParsableArguments {
     func context() throws -> CallerContext { try CallerContext(user: user, store: store, config: config) }
 }
 
+/// `--config FILE` of the root-only commands (`audit`, `policy`, `unlock`, `purge`).
+struct ConfigFileOption: ParsableArguments {
+    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
+    var config: String?
+}
+
+/// `--json` of `status` and `audit`.
+struct JSONOutputOption: ParsableArguments {
+    @Flag(help: "One JSON document on standard output, for scripts and monitoring.")
+    var json = false
+}
+
+extension ParsableCommand {
+    /// The commands for root only (real uid 0) refuse everyone else with one line.
+    static func requireRoot() throws {
+        guard getuid() == 0 else { throw CLIError("\(_commandName) is for root only") }
+    }
+}
+
 /// `--config FILE` (root only): the configuration read instead of the default file.
 nonisolated(unsafe) var siteConfigFile: String? = nil
 

@@ -22,11 +22,7 @@ struct Enroll: ParsableCommand {
 
     @OptionGroup var target: TargetOptions
 
-    @Option(help: ArgumentHelp("A name for this factor, shown by `list` and in logs (default USER@HOST).", valueName: "LABEL"))
-    var name: String?
-
-    @Option(help: ArgumentHelp("Issuer shown by the authenticator app (default: this host's name).", valueName: "TEXT"))
-    var issuer: String?
+    @OptionGroup var naming: FactorNameOptions
 
     @Option(help: ArgumentHelp("Use this Base32 secret instead of generating one; - reads it from standard input.", valueName: "BASE32"))
     var secret: String?
@@ -34,26 +30,16 @@ struct Enroll: ParsableCommand {
     @Option(help: ArgumentHelp("Finish with this code instead of asking for one.", valueName: "CODE"))
     var code: String?
 
-    @Option(help: "How to show the QR code in the terminal: utf8 (half blocks) or ansi (two cells a module), both in explicit black on white, readable on light and dark terminals; none.")
-    var qr: QRStyle = .utf8
-
-    @Flag(help: "Print no secret (no QR code, key or URI) and offer no recovery codes: for scripts that give --secret and --code.")
-    var quiet = false
-
-    @Option(name: .customLong("qr-svg"), help: ArgumentHelp("Also write the QR code to this new SVG file (never overwritten).", valueName: "FILE"))
-    var qrSVG: String?
-
-    @Option(name: .customLong("qr-png"), help: ArgumentHelp("Also write the QR code to this new PNG file (never overwritten).", valueName: "FILE"))
-    var qrPNG: String?
+    @OptionGroup var display: SecretDisplayOptions
 
     @OptionGroup var otp: OTPOptions
 
     mutating func validate() throws {
-        if quiet {
+        if display.quiet {
             guard secret != nil else { throw ValidationError("--quiet needs --secret: a generated key would never be shown") }
-            guard qrSVG == nil && qrPNG == nil else { throw ValidationError("--quiet writes no secret: leave out --qr-svg and --qr-png") }
+            guard display.files.isEmpty else { throw ValidationError("--quiet writes no secret: leave out --qr-svg and --qr-png") }
         }
-        if let name {
+        if let name = naming.name {
             do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) }
         }
     }
@@ -63,14 +49,14 @@ struct Enroll: ParsableCommand {
         let parameters = try otp.parameters()
         let store = try context.openStore()
         let host = hostName()
-        let label = name ?? context.userName + "@" + host
+        let label = naming.label(user: context.userName, host: host)
         var given = try secret.map(readSecret)
         defer { if given != nil { wipe(&given!) } }
 
         // Everything that can be checked is checked before the password and a code are spent
         // (docs/ARCHITECTURE.md, section 4): the label, the secret, the QR files.
         try checkEnrollable(store, context, label: label, secret: given)
-        for path in [qrSVG, qrPNG].compactMap({ $0 }) { try probeNewFileAsCaller(path) }
+        for path in display.files { try probeNewFileAsCaller(path) }
 
         // Not root: prove who you are (password, and a current code if you already have a
         // factor) before any secret is generated or shown.
@@ -82,35 +68,9 @@ struct Enroll: ParsableCommand {
         if parameters != .default {
             warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
         }
-        // The account shown by the app names the factor too (`alice (phone)`), so two factors of
-        // one user are told apart; the default label (USER@HOST) is shown as it is.
-        let account = name.map { context.userName + " (" + $0 + ")" } ?? label
-        let uri = OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(account.utf8),
-                             secret: key, parameters: parameters)
-        try show(uri, key: key)
+        let uri = naming.uri(user: context.userName, host: host, secret: key, parameters: parameters)
+        try display.show(uri, key: key)
         try confirmAndSave(key: key, parameters: parameters, label: label, started: started, store: store, context: context)
-    }
-
-    /// Shows the new factor: the QR files first (as the caller: if one cannot be written, the
-    /// key is not shown), the QR code in the terminal, the key and the URI; nothing if --quiet.
-    func show(_ uri: OTPAuthURI, key: [UInt8]) throws {
-        if !quiet && (qr != .none || qrSVG != nil || qrPNG != nil) {
-            let matrix = try QRMatrix(uri.string)
-            // docs/ARCHITECTURE.md, section 4.3.
-            if let qrSVG { try writeFileAsCaller(qrSVG, Array(svg(matrix).utf8)) }
-            if let qrPNG { try writeFileAsCaller(qrPNG, png(matrix: matrix)) }
-            for path in [qrSVG, qrPNG].compactMap({ $0 }) {
-                print("Wrote the QR code to \(shown(path)); it holds the secret key, delete it once scanned.")
-            }
-            if qr == .utf8 { print(renderUTF8(matrix)) }
-            if qr == .ansi { print(renderANSI(matrix)) }
-        }
-        if !quiet {
-            print("Key:  \(groupedKey(key))")
-            print("URI:  \(uri.string)")
-            print("")
-        }
-        fflush(nil)
     }
 
     /// Asks for a code (3 tries, or --code once) within `deadlineSeconds` of `started`; the
@@ -145,7 +105,7 @@ struct Enroll: ParsableCommand {
                 }
                 Audit.log("enrolled factor \"\(Audit.safe(label))\"", context: context)
                 print("Enrolled factor \"\(shown(label))\" for \(context.userName).")
-                if !quiet && code == nil { try offerRecoveryCodes(store: store, context: context) }
+                if !display.quiet && code == nil { try offerRecoveryCodes(store: store, context: context) }
                 return
             }
             if code != nil || attempt == Self.maxTries { break }
@@ -165,6 +125,66 @@ struct Enroll: ParsableCommand {
             return
         }
         try issueRecoveryCodes(store: store, context: context, replacing: false)
+    }
+}
+
+/// `--name` and `--issuer` of `enroll`: what the factor is called in `list`, in logs and in the app.
+struct FactorNameOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("A name for this factor, shown by `list` and in logs (default USER@HOST).", valueName: "LABEL"))
+    var name: String?
+
+    @Option(help: ArgumentHelp("Issuer shown by the authenticator app (default: this host's name).", valueName: "TEXT"))
+    var issuer: String?
+
+    /// The factor's label: --name, else USER@HOST.
+    func label(user: String, host: String) -> String { name ?? user + "@" + host }
+
+    /// The account shown by the app names the factor too (`alice (phone)`), so two factors of
+    /// one user are told apart; the default label (USER@HOST) is shown as it is.
+    func uri(user: String, host: String, secret: [UInt8], parameters: OTPParameters) -> OTPAuthURI {
+        let account = name.map { user + " (" + $0 + ")" } ?? label(user: user, host: host)
+        return OTPAuthURI(issuer: Array((issuer ?? host).utf8), account: Array(account.utf8),
+                          secret: secret, parameters: parameters)
+    }
+}
+
+/// `--qr`, `--quiet`, `--qr-svg` and `--qr-png` of `enroll`: how the new secret is shown.
+struct SecretDisplayOptions: ParsableArguments {
+    @Option(help: "How to show the QR code in the terminal: utf8 (half blocks) or ansi (two cells a module), both in explicit black on white, readable on light and dark terminals; none.")
+    var qr: QRStyle = .utf8
+
+    @Flag(help: "Print no secret (no QR code, key or URI) and offer no recovery codes: for scripts that give --secret and --code.")
+    var quiet = false
+
+    @Option(name: .customLong("qr-svg"), help: ArgumentHelp("Also write the QR code to this new SVG file (never overwritten).", valueName: "FILE"))
+    var qrSVG: String?
+
+    @Option(name: .customLong("qr-png"), help: ArgumentHelp("Also write the QR code to this new PNG file (never overwritten).", valueName: "FILE"))
+    var qrPNG: String?
+
+    /// The QR files asked for, SVG first.
+    var files: [String] { [qrSVG, qrPNG].compactMap { $0 } }
+
+    /// Shows the new factor: the QR files first (as the caller: if one cannot be written, the
+    /// key is not shown), the QR code in the terminal, the key and the URI; nothing if --quiet.
+    func show(_ uri: OTPAuthURI, key: [UInt8]) throws {
+        if !quiet && (qr != .none || qrSVG != nil || qrPNG != nil) {
+            let matrix = try QRMatrix(uri.string)
+            // docs/ARCHITECTURE.md, section 4.3.
+            if let qrSVG { try writeFileAsCaller(qrSVG, Array(svg(matrix).utf8)) }
+            if let qrPNG { try writeFileAsCaller(qrPNG, png(matrix: matrix)) }
+            for path in files {
+                print("Wrote the QR code to \(shown(path)); it holds the secret key, delete it once scanned.")
+            }
+            if qr == .utf8 { print(renderUTF8(matrix)) }
+            if qr == .ansi { print(renderANSI(matrix)) }
+        }
+        if !quiet {
+            print("Key:  \(groupedKey(key))")
+            print("URI:  \(uri.string)")
+            print("")
+        }
+        fflush(nil)
     }
 
     func groupedKey(_ key: [UInt8]) -> String {

@@ -15,29 +15,16 @@ struct Policy: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the policy pam_totp applies to a user on a PAM service, and where each setting came from (root only).")
 
-    @Option(help: ArgumentHelp("The user.", valueName: "NAME"))
-    var user: String
+    @OptionGroup var login: PolicyLoginOptions
 
-    @Option(help: ArgumentHelp("The PAM service (a file in /etc/pam.d).", valueName: "NAME"))
-    var service: String
-
-    @Option(help: ArgumentHelp("The pam_totp line's arguments to assume (default: those of the first pam_totp line of /etc/pam.d/SERVICE, includes followed).",
-                               valueName: "ARGS"))
-    var arguments: String?
-
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
-    var config: String?
+    @OptionGroup var site: ConfigFileOption
 
     func run() throws {
-        guard getuid() == 0 else { throw CLIError("policy is for root only") }
+        try Self.requireRoot()
+        let (user, service, config) = (login.user, login.service, site.config)
         guard let account = getpwnam(user) else { throw CLIError("no such account: \(shown(user))") }
         let uid = account.pointee.pw_uid, gid = account.pointee.pw_gid
-        let line: (arguments: [String], at: String)?
-        if let arguments {
-            line = (arguments.split(separator: " ").map(String.init), "--arguments")
-        } else {
-            line = PamStack.firstLine(naming: "pam_totp.so", service: service)
-        }
+        let line = login.line()
         var all = (line?.arguments ?? []).map { Array($0.utf8) }
         if let config { all.append(Array(("config=" + config).utf8)) }
         let groups = Self.groups(of: user, gid: gid)
@@ -79,6 +66,25 @@ struct Policy: ParsableCommand {
             _ = getgrouplist(user, gid, &ids, &count)
         }
         return Array(ids.prefix(Int(max(0, min(count, Int32(ids.count))))))
+    }
+}
+
+/// `--user`, `--service` and `--arguments` of `policy`: the login whose policy is shown.
+struct PolicyLoginOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("The user.", valueName: "NAME"))
+    var user: String
+
+    @Option(help: ArgumentHelp("The PAM service (a file in /etc/pam.d).", valueName: "NAME"))
+    var service: String
+
+    @Option(help: ArgumentHelp("The pam_totp line's arguments to assume (default: those of the first pam_totp line of /etc/pam.d/SERVICE, includes followed).",
+                               valueName: "ARGS"))
+    var arguments: String?
+
+    /// The pam_totp line assumed: --arguments, else the first of the service's stack (nil: none).
+    func line() -> (arguments: [String], at: String)? {
+        if let arguments { return (arguments.split(separator: " ").map(String.init), "--arguments") }
+        return PamStack.firstLine(naming: "pam_totp.so", service: service)
     }
 }
 

@@ -21,8 +21,7 @@ struct Status: ParsableCommand {
     @Flag(help: "Every enrolled user in the store (root only).")
     var all = false
 
-    @Flag(help: "One JSON document on standard output, for scripts and monitoring.")
-    var json = false
+    @OptionGroup var output: JSONOutputOption
 
     mutating func validate() throws {
         if all && target.user != nil { throw ValidationError("--all and --user exclude each other") }
@@ -54,7 +53,7 @@ struct Status: ParsableCommand {
             if report.error != nil { failed = true }
             reports.append(report)
         }
-        print(json ? Self.json(reports, now: now) : Self.text(reports, now: now, all: all), terminator: "")
+        print(output.json ? Self.json(reports, now: now) : Self.text(reports, now: now, all: all), terminator: "")
         if failed { throw ExitCode(1) }
     }
 

@@ -9,18 +9,15 @@ import MFAWire
 
 /// `totp-enroll unlock --user NAME`: clears a lockout, including the hard lock after 100
 /// consecutive failures that only an admin can lift. Root only.
-struct Unlock: ParsableCommand {
+struct Unlock: NamedUserCommand {
     static let configuration = CommandConfiguration(
         abstract: "Clear a user's failure count and lockout (root only).")
+    static let userHelp = "The user to unlock."
 
-    @Option(help: ArgumentHelp("The user to unlock.", valueName: "NAME"))
-    var user: String
-
-    @OptionGroup var place: AdminPlaceOptions
+    @OptionGroup var target: NamedUserOptions<Unlock>
 
     func run() throws {
-        guard getuid() == 0 else { throw CLIError("unlock is for root only") }
-        let context = try CallerContext(user: user, store: place.store, config: place.config)
+        let context = try target.context()
         let now = Int64(time(nil))
         let store = try context.openStore()
         let before = try storeCall { () throws(MFAError) in try store.unlock(user: context.user, at: now) }
@@ -35,35 +32,53 @@ struct Unlock: ParsableCommand {
 /// `totp-enroll purge --user NAME`: removes everything the store holds for a user — record,
 /// state and lock file. Root only; run it when an account is deleted, so a new account that
 /// reuses the name starts with nothing.
-struct Purge: ParsableCommand {
+struct Purge: NamedUserCommand {
     static let configuration = CommandConfiguration(
         abstract: "Remove a user's record, state and lock file (root only; run it when deleting an account).")
+    static let userHelp = "The user to purge (the account may already be deleted)."
+    static let requireAccount = false
 
-    @Option(help: ArgumentHelp("The user to purge (the account may already be deleted).", valueName: "NAME"))
-    var user: String
-
-    @OptionGroup var place: AdminPlaceOptions
+    @OptionGroup var target: NamedUserOptions<Purge>
 
     func run() throws {
-        guard getuid() == 0 else { throw CLIError("purge is for root only") }
-        let context = try CallerContext(user: user, store: place.store, config: place.config, requireAccount: false)
+        let context = try target.context()
         let store = try context.openStore()
         let existed = try storeCall { () throws(MFAError) in try store.purge(user: context.user) }
         if existed {
             Audit.log("purged the record, state and lock", context: context)
-            print(store.isFleet ? "Purged \(shown(user)): factors, recovery codes and counters removed from the database."
-                                : "Purged \(shown(user)): record, state and lock file removed.")
+            print(store.isFleet ? "Purged \(shown(target.user)): factors, recovery codes and counters removed from the database."
+                                : "Purged \(shown(target.user)): record, state and lock file removed.")
         } else {
-            print("Nothing stored for \(shown(user)).")
+            print("Nothing stored for \(shown(target.user)).")
         }
     }
 }
 
-/// `--store` and `--config` of the root-only commands that name a user with `--user NAME`.
-struct AdminPlaceOptions: ParsableArguments {
+/// A root-only command that acts on one user named with `--user NAME` (`unlock`, `purge`).
+protocol NamedUserCommand: ParsableCommand {
+    /// The help line of its `--user NAME`.
+    static var userHelp: String { get }
+    /// false: the account may already be deleted.
+    static var requireAccount: Bool { get }
+}
+
+extension NamedUserCommand {
+    static var requireAccount: Bool { true }
+}
+
+/// `--user NAME`, `--store DIR` and `--config FILE` of a `NamedUserCommand`.
+struct NamedUserOptions<Command: NamedUserCommand>: ParsableArguments {
+    @Option(help: ArgumentHelp(Command.userHelp, valueName: "NAME"))
+    var user: String
+
     @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
     var store: String?
 
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
-    var config: String?
+    @OptionGroup var site: ConfigFileOption
+
+    /// Root only: the named user on the store.
+    func context() throws -> CallerContext {
+        try Command.requireRoot()
+        return try CallerContext(user: user, store: store, config: site.config, requireAccount: Command.requireAccount)
+    }
 }

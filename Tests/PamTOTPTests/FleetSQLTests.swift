@@ -353,6 +353,17 @@ final class FleetSQLTests: XCTestCase {
              WHERE n.nspname LIKE 'pam_totp%' AND n.nspname <> 'pam_totp_crypto' AND p.prokind <> 'p'
                AND NOT coalesce(array_to_string(p.proconfig, ';') ~ '^search_path=pg_catalog, [a-z_, ]*pg_temp(;|$)', false)
             """), "")
+        // Every function of the API, whenever it was added, gets both settings from the one
+        // place that sets them (the end of sql/api.sql); a procedure (it commits) gets none and
+        // runs as its caller.
+        XCTAssertEqual(try sql("""
+            SELECT coalesce(string_agg(p.oid::regprocedure::text || ' ' || coalesce(array_to_string(p.proconfig, ';'), '(no SET)'), ', '), '')
+              FROM pg_proc p
+             WHERE p.pronamespace = 'pam_totp_api'::regnamespace
+               AND CASE WHEN p.prokind = 'p' THEN p.prosecdef OR p.proconfig IS NOT NULL
+                        ELSE NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pam_totp, pg_temp', 'standard_conforming_strings=on'], false) END
+            """), "")
+        XCTAssertGreaterThan(Int(try sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp_api'::regnamespace AND prokind = 'f'")) ?? 0, 20)
     }
 
     // MARK: - An attempt is durable before its verdict is told
