@@ -177,6 +177,7 @@ package func trimmed(_ bytes: [UInt8]) -> [UInt8] {
 /// bytes. For user names and arguments, never for secrets (those are never logged at all).
 public func printable(_ bytes: [UInt8]) -> Message {
     var out: [UInt8] = []
+    out.reserveCapacity(min(bytes.count, 128) + 3)  // one allocation (a log line per login)
     for c in bytes.prefix(128) { out.append(c >= 0x20 && c < 0x7F ? c : 0x3F) }
     if bytes.count > 128 { out += [0x2E, 0x2E, 0x2E] }
     return Message(out)

@@ -96,8 +96,9 @@ func log(_ pamh: OpaquePointer, _ priority: Int32, _ message: Message) {
 
 /// Calls `body` with `s` as a C string (NUL bytes inside become '?').
 func withCString(_ s: Message, _ body: (UnsafePointer<CChar>) -> Int32) -> Int32 {
-    var z = s.bytes
-    for i in 0..<z.count where z[i] == 0 { z[i] = 0x3F }
+    var z: [UInt8] = []
+    z.reserveCapacity(s.bytes.count + 1)  // one allocation, the NUL included
+    for c in s.bytes { z.append(c == 0 ? 0x3F : c) }
     z.append(0)
     return z.withUnsafeBufferPointer { buf in
         buf.withMemoryRebound(to: CChar.self) { b in
