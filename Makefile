@@ -87,7 +87,8 @@ $(VERIFY_BENCH): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Source
 
 $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources/*/*.map Sources/*/module.modulemap)
 	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam_totp --disable-local-rpath
-	strip --strip-all -o $@ $(EMBEDDED_SO)
+	@# As dh_strip does: no symbols, no toolchain notes (.comment, the linker's version note).
+	strip --strip-all --remove-section=.comment --remove-section=.note.gnu.gold-version -o $@ $(EMBEDDED_SO)
 
 enroll:
 	$(SWIFT) build -c release --scratch-path .build --product totp-enroll --static-swift-stdlib
