@@ -53,6 +53,11 @@ struct MakeSeeds {
         save(one.serialized(), corpus + "/record", "gen-one-factor")
         save(three.serialized(), corpus + "/record", "gen-three-factors-recovery")
         save(recoveryOnly.serialized(), corpus + "/record", "gen-recovery-only")
+        // A hardware token (HOTP) beside a TOTP factor.
+        let token = try Factor(kind: .hotp, label: Array("fob 1".utf8), parameters: try OTPParameters(algorithm: .sha256, digits: 8, period: 30),
+                               created: 1_700_000_200, counter: 42, secret: Secret.generate(for: .sha1, using: &rng))
+        let withToken = UserRecord(uid: 1000, id: rng.next(), factors: [one.factors[0], token])
+        save(withToken.serialized(), corpus + "/record", "gen-hotp-factor")
 
         // State files as writeStateLocked leaves them: the first write (one slot, the other
         // zero), and two slots after several writes (failures, lockout, used recovery codes).
@@ -90,6 +95,8 @@ struct MakeSeeds {
                        secret: three.factors[1].secret, parameters: three.factors[1].parameters),
             OTPAuthURI(issuer: Array("Ex&mple=1".utf8), account: Array("bob".utf8), secret: three.factors[2].secret,
                        parameters: three.factors[2].parameters),
+            OTPAuthURI(issuer: Array("Example".utf8), account: Array("alice (fob)".utf8), secret: token.secret,
+                       parameters: token.parameters, counter: 42),
         ]
         for (i, u) in uris.enumerated() { save(u.bytes, corpus + "/uri", "gen-\(i + 1)") }
 
@@ -97,6 +104,7 @@ struct MakeSeeds {
         var o = ModuleOptions()
         o.forwardPass = true
         o.nullok = true
+        o.hotpWindow = 25
         let requests = [
             DaemonRequest(operation: .lookup, service: Array("i3lock".utf8), user: Array("alice".utf8), options: ModuleOptions(), answer: []),
             DaemonRequest(operation: .authenticate, service: Array("sshd".utf8), user: Array("alice".utf8), options: o, answer: Array("12345678".utf8)),
@@ -105,7 +113,7 @@ struct MakeSeeds {
         let replies: [DaemonReply] = [
             .outcome(.success(factor: Array("phone".utf8), step: 56_666_667, digits: 6)), .outcome(.recoveryCode(remaining: 3)),
             .outcome(.wrongCode(replayed: true, failures: 2, lockedUntil: 1_700_000_000)),
-            .outcome(.notRecorded(.system(operation: "pwrite", errno: 28))), .outcome(.lockedOut(until: 1, permanent: true)),
+            .outcome(.notRecorded(.system(operation: "pwrite", errno: Errno(28)))), .outcome(.lockedOut(until: 1, permanent: true)),
             .outcome(.unenrolled), .outcome(.failed(.insecureStore("owner"))), .enrolled, .refused("not yours"),
         ]
         for (i, r) in replies.enumerated() { save(r.encoded(), corpus + "/protocol", "gen-reply-\(i + 1)") }
@@ -119,6 +127,7 @@ struct MakeSeeds {
             .checkEnrollable(user: user, uid: 1000, label: Array("key".utf8), secret: three.factors[0].secret),
             .enroll(user: user, uid: 1000, factor: three.factors[0], importedCodes: nil),
             .enroll(user: user, uid: 1000, factor: three.factors[1], importedCodes: adminCodes),
+            .enroll(user: user, uid: 1000, factor: token, importedCodes: nil),
             .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
             .replaceRecovery(user: user, uid: 1000, set: adminSet), .unlock(user: user), .purge(user: user),
             .auditTrail(user: nil, since: 0, after: 0), .auditTrail(user: user, since: 1_700_000_000, after: 41),

@@ -418,6 +418,9 @@ public final class PostgresStore: TOTPStore {
     public func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
                                                  importedCodes: [[UInt8]]?, using generator: inout G) throws(MFAError) -> Int {
         try Factor.validateNew(label: factor.label)
+        // The fleet's verifier (sql/api.sql, check_factor) knows TOTP only so far: a hardware
+        // token's factor is refused here, never stored as a time-based one.
+        guard factor.kind == .totp else { throw .invalidParameters("hotp factors cannot be enrolled in fleet mode yet") }
         let name = try Self.text(user)
         let p = factor.parameters
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),

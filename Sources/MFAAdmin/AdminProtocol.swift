@@ -22,8 +22,9 @@ import MFAWire
 //     6 replace recovery: user · uid u32 · recovery set
 //     7 unlock: user            8 purge: user
 //     9 audit trail: has user u8 · user · since i64 · after id u64 (events after it, oldest first)
-//     factor = kind u8 (1 TOTP) · label · then by kind, TOTP: algorithm u8 (1 SHA-1, 2 SHA-256,
-//              3 SHA-512) · digits u8 · period u32 · created i64 · enrolled step u64 · secret (u8 + bytes)
+//     factor = kind u8 (1 TOTP, 2 HOTP) · label · algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) ·
+//              digits u8 · period u32 · created i64 · the kind's number u64 (TOTP: the enrolled
+//              step; HOTP: the counter) · secret (u8 + bytes)
 //     recovery set = id u64 · iterations u32 · salt (u8 + bytes) · hashes (u8 count, each u8 + bytes)
 //     user, label = u8 length + bytes
 //   reply "PTB1": kind u8, then by kind —
@@ -355,18 +356,19 @@ enum AdminCodec {
     static func write(_ f: Factor, withSecret: Bool, _ b: inout [UInt8]) {
         b.append(f.kind.rawValue)
         Writer.short(f.label, &b)
-        switch f.kind {
-        case .totp:
-            b.append(algorithmByte(f.parameters.algorithm))
-            b.append(UInt8(truncatingIfNeeded: f.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: f.parameters.period), &b)
-            Writer.u64(UInt64(bitPattern: f.created), &b); Writer.u64(f.enrolledStep, &b)
+        b.append(algorithmByte(f.parameters.algorithm))
+        b.append(UInt8(truncatingIfNeeded: f.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: f.parameters.period), &b)
+        Writer.u64(UInt64(bitPattern: f.created), &b)
+        switch f.kind {  // the kind's number: TOTP its enrolled step, HOTP its counter
+        case .totp: Writer.u64(f.enrolledStep, &b)
+        case .hotp: Writer.u64(f.counter, &b)
         }
         if withSecret { Writer.short(f.secret, &b) }
     }
 
     static func factor(_ r: inout Reader, withSecret: Bool) throws(MFAError) -> Factor? {
         guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
-              let created = r.u64(), let enrolledStep = r.u64() else { return nil }
+              let created = r.u64(), let number = r.u64() else { return nil }
         var secret = placeholderSecret
         if withSecret {
             guard let s = r.short() else { return nil }
@@ -374,7 +376,8 @@ enum AdminCodec {
         }
         do throws(MFAError) {
             return try Factor(kind: kind, label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
-                              created: Int64(bitPattern: created), enrolledStep: enrolledStep, secret: secret)
+                              created: Int64(bitPattern: created), enrolledStep: kind == .totp ? number : 0,
+                              counter: kind == .hotp ? number : 0, secret: secret)
         } catch {
             throw .malformed("admin factor")
         }

@@ -5,12 +5,13 @@ import MFASystem
 // Reading otpauth:// URIs is for totp-enroll alone (`--uri` imports): the module only writes them
 // (enrolment at first login), so the parser is not built into it.
 extension OTPAuthURI {
-    /// Parses a TOTP URI as produced above or by other tools (parameters in any order,
-    /// issuer from the label prefix or the `issuer` parameter).
+    /// Parses a TOTP or HOTP URI as produced above or by other tools (parameters in any order,
+    /// issuer from the label prefix or the `issuer` parameter; an HOTP URI must give its counter).
     public init(parsing uri: [UInt8]) throws(MFAError) {
         let prefix = literal("otpauth://totp/")
-        guard uri.count > prefix.count, Array(uri[0..<prefix.count]).lowercasedASCII() == prefix else {
-            throw .invalidParameters("not an otpauth://totp/ URI")
+        let hotp = uri.count > prefix.count && Array(uri[0..<prefix.count]).lowercasedASCII() == literal("otpauth://hotp/")
+        guard uri.count > prefix.count, hotp || Array(uri[0..<prefix.count]).lowercasedASCII() == prefix else {
+            throw .invalidParameters("not an otpauth://totp/ or otpauth://hotp/ URI")
         }
         let rest = uri[prefix.count...]
         let q = rest.firstIndex(of: 0x3F) ?? rest.endIndex
@@ -35,6 +36,7 @@ extension OTPAuthURI {
         var algorithm = HashAlgorithm.sha1
         var digits = 6
         var period: UInt64 = 30
+        var counter: UInt64? = nil
         if q < rest.endIndex {
             for pair in rest[(q + 1)...].split(separator: 0x26) {
                 let eq = pair.firstIndex(of: ASCII.equals) ?? pair.endIndex
@@ -55,13 +57,18 @@ extension OTPAuthURI {
                 case literal("period"):
                     guard let p = parseDecimal(value, limit: 3600) else { throw .invalidParameters("bad period") }
                     period = p
+                case literal("counter"):
+                    guard let c = parseDecimal(value, limit: UInt64.max) else { throw .invalidParameters("bad counter") }
+                    counter = c
                 default: break  // unknown parameters (image, color, ...) are ignored, as apps do
                 }
             }
         }
         guard let s = secret, !s.isEmpty else { throw .invalidParameters("URI has no secret") }
+        if hotp && counter == nil { throw .invalidParameters("an otpauth://hotp/ URI needs its counter") }
         self.init(issuer: issuer, account: account, secret: s,
-                  parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: period))
+                  parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: hotp ? 30 : period),
+                  counter: hotp ? counter : nil)
     }
 
     /// The index of the first "%3A" (either case) in `label`, or nil.

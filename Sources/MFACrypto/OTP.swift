@@ -164,21 +164,28 @@ public struct TOTPVerifier: Sendable {
     public func match(answer: [UInt8], key: HMACKey, parameters: OTPParameters,
                       at unixTime: Int64, usedUpTo notAfter: UInt64?, drift: Int64 = 0) throws(MFAError) -> Match {
         let now = try TOTP.step(at: unixTime, period: parameters.period)
-        // A malformed answer still costs the same HMACs, so its timing says nothing.
-        let submitted = Self.parseCode(answer, digits: parameters.digits)
-        let wanted = submitted ?? UInt32.max  // never a valid code value (codes are < 10^8)
         let n = UInt64(adjacentIntervals)
         let centre = Self.centre(now: now, drift: bounded(drift))
-        let first = centre >= n ? centre - n : 0
         let (last, overflow) = centre.addingReportingOverflow(n)
         guard !overflow else { throw .clockOutOfRange }
+        return Self.scan(answer: answer, key: key, digits: parameters.digits, from: centre >= n ? centre - n : 0, to: last,
+                         usedUpTo: notAfter)
+    }
 
+    /// Every counter of `first...last` computed and compared with `answer`, without an early
+    /// exit or a branch on a code's value (TOTP's steps, HOTP's look-ahead): the lowest
+    /// matching counter above `notAfter`, and whether one at or below it matched (a replay).
+    @_optimize(speed)
+    static func scan(answer: [UInt8], key: HMACKey, digits: Int, from first: UInt64, to last: UInt64,
+                     usedUpTo notAfter: UInt64?) -> Match {
+        // A malformed answer still costs the same HMACs, so its timing says nothing.
+        let wanted = parseCode(answer, digits: digits) ?? UInt32.max  // never a valid code value (codes are < 10^8)
         var found: UInt64 = 0
         var foundMask: UInt64 = 0  // all ones once an eligible step matched
         var usedMatch: UInt64 = 0  // all ones once a used step matched
         var step = first
         while step <= last {
-            let value = HOTP.value(key: key, counter: step, digits: parameters.digits)
+            let value = HOTP.value(key: key, counter: step, digits: digits)
             let eligible: UInt64 = (notAfter.map { step > $0 } ?? true) ? ~0 : 0
             // equal == all ones iff value == wanted, computed without a branch on the value.
             let x = UInt64(value ^ wanted)
@@ -187,6 +194,7 @@ public struct TOTPVerifier: Sendable {
             found = (found & ~take) | (step & take)
             foundMask |= take
             usedMatch |= equal & ~eligible
+            if step == UInt64.max { break }
             step += 1
         }
         return Match(step: foundMask != 0 ? found : nil, replayed: usedMatch != 0)
@@ -229,4 +237,32 @@ public struct TOTPVerifier: Sendable {
 
     /// A change of learned drift this large (in steps) is logged.
     public static let driftJumpSteps: Int64 = 3
+}
+
+/// The HOTP look-ahead (RFC 4226, section 7.4): a token's counter moves on with every button
+/// press, logged in or not, so a code is accepted at any of the `size` counters from the next
+/// unused one. Every counter of the window is computed and compared, with no early exit, and
+/// so is the last used counter, whose match is a replay (never accepted).
+public struct HOTPWindow: Sendable {
+    public static let defaultSize = 10
+    public static let sizeRange: ClosedRange<Int> = 1...100
+
+    public let size: Int
+
+    public init(size: Int = HOTPWindow.defaultSize) throws(MFAError) {
+        guard Self.sizeRange.contains(size) else { throw .invalidOption("hotp_window must be 1 to 100") }
+        self.size = size
+    }
+
+    /// The lowest counter in [`next`, `next` + size) whose code is `answer`, and whether
+    /// `answer` is the code of `lastUsed` or of a counter skipped since (a replay, never
+    /// accepted). The same scan as TOTP's window. Counters past UInt64.max are never reached.
+    public func match(answer: [UInt8], key: HMACKey, digits: Int, next: UInt64, lastUsed: UInt64?) -> TOTPVerifier.Match {
+        let (end, overflow) = next.addingReportingOverflow(UInt64(size - 1))
+        // The last used counter is scanned too when it is the one before `next` (its code is a
+        // replay); the scan never grows past the window and one counter.
+        let from = lastUsed.map { $0 &+ 1 == next ? $0 : next } ?? next
+        return TOTPVerifier.scan(answer: answer, key: key, digits: digits, from: from,
+                                 to: overflow ? UInt64.max : end, usedUpTo: next == 0 ? nil : next - 1)
+    }
 }

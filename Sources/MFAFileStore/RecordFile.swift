@@ -176,68 +176,82 @@ extension FactorKind {
     var recordKeyword: StaticString {
         switch self {
         case .totp: return "factor"
+        case .hotp: return "hotp"
         }
     }
 
     /// The kind whose record line starts with `keyword`.
     init?(recordKeyword keyword: some Collection<UInt8>) {
-        if equals(keyword, "factor") { self = .totp } else { return nil }
+        if equals(keyword, "factor") { self = .totp } else if equals(keyword, "hotp") { self = .hotp } else { return nil }
+    }
+
+    /// How many fields the kind's line has in a record of format `version` (0: none there).
+    func recordFields(version: UInt64) -> Int {
+        switch self {
+        case .totp: return version == 2 ? 8 : 7  // version 1 has no enrolled step
+        case .hotp: return version == 2 ? 7 : 0
+        }
     }
 }
 
 extension Factor {
-    /// The factor's line in a record (`UserRecord.serialized`), newline included.
+    /// The factor's line in a record (`UserRecord.serialized`), newline included:
+    /// `<keyword> <label> <sha1|sha256|sha512> <digits>`, the kind's numbers, `<secret, Base32>`.
+    ///   TOTP (`factor`): `<period> <created> <enrolled step>`
+    ///   HOTP (`hotp`):   `<counter> <created>` (the first counter not used at enrolment)
     @_optimize(size)  // cold: not on a login's path
     func appendRecordLine(to out: inout [UInt8]) {
         out.append(contentsOf: bytes(kind.recordKeyword))
-        out.append(ASCII.space)
-        out += Percent.encode(label)
-        switch kind {
-        case .totp:
-            // <label> <sha1|sha256|sha512> <digits> <period> <created> <enrolled step> <secret, Base32>
+        for field in [Percent.encode(label), parameters.algorithm.nameBytes, decimalBytes(UInt64(parameters.digits))] {
             out.append(ASCII.space)
-            out += parameters.algorithm.nameBytes
-            out.append(ASCII.space)
-            out += decimalBytes(UInt64(parameters.digits))
-            out.append(ASCII.space)
-            out += decimalBytes(parameters.period)
-            out.append(ASCII.space)
-            out += decimalBytes(created)
-            out.append(ASCII.space)
-            out += decimalBytes(enrolledStep)
-            out.append(ASCII.space)
-            out += Base32.encode(secret)
+            out += field
         }
+        let numbers: [[UInt8]]
+        switch kind {
+        case .totp: numbers = [decimalBytes(parameters.period), decimalBytes(created), decimalBytes(enrolledStep)]
+        case .hotp: numbers = [decimalBytes(counter), decimalBytes(created)]
+        }
+        for n in numbers {
+            out.append(ASCII.space)
+            out += n
+        }
+        out.append(ASCII.space)
+        out += Base32.encode(secret)
         out.append(ASCII.newline)
     }
 
     /// A factor from its record line, split into `count` fields by `f` (field 0 is the keyword
-    /// that named `kind`). `version`: the record's format version (1 has no enrolled step).
+    /// that named `kind`). `version`: the record's format version.
     static func parseRecordLine(_ kind: FactorKind, _ line: ArraySlice<UInt8>, _ f: FieldSplitter, count: Int,
                                 version: UInt64) throws(MFAError) -> Factor {
+        let fields = kind.recordFields(version: version)
+        guard fields > 0, count == fields else { throw .corruptRecord("factor line has wrong field count") }
+        guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
+        guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
+        func number(_ i: Int, limit: UInt64) -> UInt64? { parseDecimal(f.field(i, of: line), limit: limit) }
+        // The kind's numbers: TOTP <period> <created> [<enrolled step>]; HOTP <counter> <created>.
+        let period: UInt64?, enrolledStep: UInt64?, counter: UInt64?
         switch kind {
         case .totp:
-            let fields = version == 2 ? 8 : 7
-            guard count == fields else { throw .corruptRecord("factor line has wrong field count") }
-            guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
-            guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
-            guard let digits = parseDecimal(f.field(3, of: line), limit: 8),
-                  let period = parseDecimal(f.field(4, of: line), limit: OTPParameters.periodRange.upperBound),
-                  let created = parseDecimal(f.field(5, of: line), limit: UInt64(Int64.max)),
-                  let enrolledStep = version == 2 ? parseDecimal(f.field(6, of: line), limit: UInt64.max) : 0 else {
-                throw .corruptRecord("bad factor number")
-            }
-            let secret: [UInt8]
-            do throws(MFAError) { secret = try Base32.decode(f.field(fields - 1, of: line)) } catch {
-                throw .corruptRecord("bad factor secret")
-            }
-            do throws(MFAError) {
-                return try Factor(label: label,
-                                  parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
-                                  created: Int64(created), enrolledStep: enrolledStep, secret: secret)
-            } catch {
-                throw .corruptRecord("factor out of range")
-            }
+            (period, counter) = (number(4, limit: OTPParameters.periodRange.upperBound), 0)
+            enrolledStep = version == 2 ? number(6, limit: UInt64.max) : 0
+        case .hotp:
+            (period, enrolledStep, counter) = (OTPParameters.default.period, 0, number(4, limit: UInt64.max))
+        }
+        guard let digits = number(3, limit: 8), let period, let enrolledStep, let counter,
+              let created = number(5, limit: UInt64(Int64.max)) else {
+            throw .corruptRecord("bad factor number")
+        }
+        let secret: [UInt8]
+        do throws(MFAError) { secret = try Base32.decode(f.field(fields - 1, of: line)) } catch {
+            throw .corruptRecord("bad factor secret")
+        }
+        do throws(MFAError) {
+            return try Factor(kind: kind, label: label,
+                              parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
+                              created: Int64(created), enrolledStep: enrolledStep, counter: counter, secret: secret)
+        } catch {
+            throw .corruptRecord("factor out of range")
         }
     }
 }

@@ -186,8 +186,10 @@ extension FileStore {
                 guard case .corruptRecord = error else { throw error }
                 rebuilt = true
                 state = UserState()
-                for f in record.factors {
-                    state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, forLabel: f.label)
+                // Every time-based code up to now counts as used. A token's counter cannot be
+                // known: it starts again at the record's (codes from there on are in the window).
+                for f in record.factors where f.kind == .totp {
+                    state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, of: f)
                 }
                 state.failures = UserState.hardFailureCap  // reported as "was locked"
             }

@@ -65,13 +65,14 @@ public enum Authenticator {
                               process: UInt32 = 0) throws(MFAError) -> Decision {
         // Every factor is checked (no early exit); the first factor in record order that
         // matched at an unused step wins.
-        var matched: (label: [UInt8], step: UInt64, digits: Int, drift: Int64, before: Int64)? = nil
+        var matched: (factor: Factor, step: UInt64, drift: Int64, before: Int64)? = nil
         var replayed = false
+        let hotp = try HOTPWindow(size: options.hotpWindow)
         for factor in record.factors {
-            let m = try factor.check(answer: answer, at: unixTime, verifier: verifier, state: state,
+            let m = try factor.check(answer: answer, at: unixTime, verifier: verifier, hotp: hotp, state: state,
                                      forwardPass: options.forwardPass)
             if let step = m.step, matched == nil {
-                matched = (factor.label, step, factor.parameters.digits, m.driftAfter, m.driftBefore)
+                matched = (factor, step, m.driftAfter, m.driftBefore)
             }
             if m.replayed { replayed = true }
         }
@@ -96,12 +97,13 @@ public enum Authenticator {
         }
 
         var next = state.current(for: record)
-        if let (label, step, digits, drift, before) = matched {
+        if let (factor, step, drift, before) = matched {
             next.succeeded(process: process)
-            next.setLastStep(step, forLabel: label, drift: drift)
+            next.setLastStep(step, of: factor, drift: drift)
             let change = drift > before ? drift - before : before - drift  // both within ±10
             let jump = change >= TOTPVerifier.driftJumpSteps ? DriftJump(from: before, to: drift) : nil
-            return Decision(outcome: .success(factor: label, step: step, digits: digits, driftJump: jump), state: next)
+            return Decision(outcome: .success(factor: factor.label, step: step, digits: factor.parameters.digits, driftJump: jump),
+                            state: next)
         }
         if let recovery = record.recovery, let index = recoveryIndex {
             next.succeeded(process: process)

@@ -12,23 +12,26 @@ import MFASystem
 public enum FactorKind: UInt8, Equatable, Sendable {
     /// RFC 6238 time-based codes from an authenticator app.
     case totp = 1
+    /// RFC 4226 counter-based codes from a hardware token (a key fob, a YubiKey's OATH-HOTP slot).
+    case hotp = 2
 
     /// The kind's name in listings, JSON and the fleet tables.
     public var name: StaticString {
         switch self {
         case .totp: return "totp"
+        case .hotp: return "hotp"
         }
     }
 
     /// The kind named `name`.
     public init?(name: some Collection<UInt8>) {
-        if equals(name, "totp") { self = .totp } else { return nil }
+        if equals(name, "totp") { self = .totp } else if equals(name, "hotp") { self = .hotp } else { return nil }
     }
 }
 
 /// One factor's verdict on an answer (`Factor.check`).
 public struct FactorMatch: Equatable, Sendable {
-    /// The unused step (TOTP) the answer matched, nil if none.
+    /// The unused step (TOTP) or counter (HOTP) the answer matched, nil if none.
     public var step: UInt64?
     /// The answer matched a step that was already used.
     public var replayed: Bool
@@ -41,19 +44,34 @@ extension Factor {
     /// Checks `answer` against this factor at `unixTime`, given what `state` says is used. The
     /// whole window is computed whatever the answer (no early exit). `forwardPass`: the answer
     /// is password + code, and the code is its last `digits` bytes (docs/ARCHITECTURE.md,
-    /// section 5.3).
-    public func check(answer: [UInt8], at unixTime: Int64, verifier: TOTPVerifier, state: UserState,
+    /// section 5.3). `hotp`: the look-ahead of counter-based factors.
+    public func check(answer: [UInt8], at unixTime: Int64, verifier: TOTPVerifier, hotp: HOTPWindow, state: UserState,
                       forwardPass: Bool) throws(MFAError) -> FactorMatch {
+        let key = HMACKey(algorithm: parameters.algorithm, key: secret)
+        let code = forwardPass ? Array(answer.suffix(parameters.digits)) : answer
         switch kind {
         case .totp:
-            let key = HMACKey(algorithm: parameters.algorithm, key: secret)
-            let code = forwardPass ? Array(answer.suffix(parameters.digits)) : answer
             // The window is centred on the factor's learned drift (never wider: TOTPVerifier).
             let learned = verifier.bounded(state.drift(forLabel: label))
             let m = try verifier.match(answer: code, key: key, parameters: parameters, at: unixTime,
                                        usedUpTo: state.lastUsedStep(of: self), drift: learned)
             let after = m.step.map { verifier.drift(ofStep: $0, at: unixTime, period: parameters.period) } ?? learned
             return FactorMatch(step: m.step, replayed: m.replayed, driftBefore: learned, driftAfter: after)
+        case .hotp:
+            // The counter moves past the match with the verdict (the state's last step), so
+            // no code works twice; it never moves back below the record's counter.
+            let m = hotp.match(answer: code, key: key, digits: parameters.digits, next: state.nextCounter(of: self),
+                               lastUsed: state.lastStep(of: self))
+            return FactorMatch(step: m.step, replayed: m.replayed, driftBefore: 0, driftAfter: 0)
         }
+    }
+}
+
+extension UserState {
+    /// A counter-based factor's next unused counter: past its last accepted one, never below
+    /// the record's (`Factor.counter`). UInt64.max stays there (and then only a replay matches).
+    public func nextCounter(of factor: Factor) -> UInt64 {
+        guard let used = lastStep(of: factor) else { return factor.counter }
+        return used == UInt64.max ? used : max(used + 1, factor.counter)
     }
 }

@@ -24,6 +24,8 @@ public struct ModuleOptions: Equatable, Sendable {
     static let maxConfigSize = 64 * 1024
 
     public var adjacentIntervals: Int = TOTPVerifier.defaultAdjacentIntervals
+    /// How many counters past the last used one a counter-based (HOTP) factor's code may be.
+    public var hotpWindow: Int = HOTPWindow.defaultSize
     public var nullok = false
     public var store: [UInt8] = ModuleOptions.defaultStore
     public var maxFailures: UInt32 = 10
@@ -126,6 +128,7 @@ public struct ModuleOptions: Equatable, Sendable {
         case .nullok: lineStricter = !nullok && file.nullok
         case .exempt: lineStricter = !exempt && file.exempt
         case .adjacentIntervals: lineStricter = adjacentIntervals < file.adjacentIntervals
+        case .hotpWindow: lineStricter = hotpWindow < file.hotpWindow
         case .maxFailures: lineStricter = maxFailures < file.maxFailures
         case .lockout: lineStricter = lockoutSeconds > file.lockoutSeconds
         }
@@ -137,6 +140,7 @@ public struct ModuleOptions: Equatable, Sendable {
         case .nullok: nullok = file.nullok
         case .exempt: exempt = file.exempt; exemptBy = file.exemptBy
         case .adjacentIntervals: adjacentIntervals = file.adjacentIntervals
+        case .hotpWindow: hotpWindow = file.hotpWindow
         case .maxFailures: maxFailures = file.maxFailures
         case .lockout: lockoutSeconds = file.lockoutSeconds
         }
@@ -265,6 +269,10 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad("adjacent_intervals must be 0 to 10")
             }
             adjacentIntervals = Int(n)
+        } else if equals(name, "hotp_window") {
+            guard let v = value, let n = parseDecimal(v, limit: UInt64(HOTPWindow.sizeRange.upperBound)),
+                  n >= UInt64(HOTPWindow.sizeRange.lowerBound) else { throw bad("hotp_window must be 1 to 100") }
+            hotpWindow = Int(n)
         } else if equals(name, "max_failures") {
             guard let v = value, let n = parseDecimal(v, limit: Self.maxFailuresRange.upperBound),
                   Self.maxFailuresRange.contains(n) else { throw bad("max_failures must be 1 to 100") }
@@ -433,15 +441,16 @@ public struct ModuleOptions: Equatable, Sendable {
 
 /// The settings where the site's file and a pam.d line meet by strictness (ARCHITECTURE rule 16:
 /// site policy cannot be silently defeated): no nullok over nullok, not exempt over exempt, the
-/// narrower window, the fewer failures before a lockout, the longer lockout.
+/// narrower windows, the fewer failures before a lockout, the longer lockout.
 public enum PolicySetting: Equatable, Sendable {
-    case nullok, exempt, adjacentIntervals, maxFailures, lockout
+    case nullok, exempt, adjacentIntervals, hotpWindow, maxFailures, lockout
 
-    public static var all: [PolicySetting] { [.nullok, .exempt, .adjacentIntervals, .maxFailures, .lockout] }
+    public static var all: [PolicySetting] { [.nullok, .exempt, .adjacentIntervals, .hotpWindow, .maxFailures, .lockout] }
 
     public init?(name: [UInt8]) {
         if equals(name, "nullok") { self = .nullok } else if equals(name, "exempt") { self = .exempt }
-        else if equals(name, "adjacent_intervals") { self = .adjacentIntervals } else if equals(name, "max_failures") { self = .maxFailures }
+        else if equals(name, "adjacent_intervals") { self = .adjacentIntervals } else if equals(name, "hotp_window") { self = .hotpWindow }
+        else if equals(name, "max_failures") { self = .maxFailures }
         else if equals(name, "lockout") { self = .lockout } else { return nil }
     }
 
@@ -450,6 +459,7 @@ public enum PolicySetting: Equatable, Sendable {
         case .nullok: return "nullok"
         case .exempt: return "exempt"
         case .adjacentIntervals: return "adjacent_intervals"
+        case .hotpWindow: return "hotp_window"
         case .maxFailures: return "max_failures"
         case .lockout: return "lockout"
         }

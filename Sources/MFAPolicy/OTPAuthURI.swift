@@ -1,7 +1,8 @@
 import MFACrypto
 import MFASystem
 
-/// `otpauth://totp/ISSUER:ACCOUNT?secret=...&issuer=...` in Google's Key URI format.
+/// `otpauth://totp/ISSUER:ACCOUNT?secret=...&issuer=...` in Google's Key URI format (or
+/// `otpauth://hotp/...&counter=N` for a counter-based factor).
 /// `algorithm`, `digits` and `period` are included only when they differ from SHA1/6/30,
 /// because several apps reject or mishandle URIs that spell out the defaults. Issuer and
 /// account are percent-encoded (RFC 3986 unreserved characters stay as they are); the colon
@@ -14,16 +15,20 @@ public struct OTPAuthURI: Equatable, Sendable {
     public var account: [UInt8]
     public var secret: [UInt8]
     public var parameters: OTPParameters
+    /// An HOTP URI's counter (`otpauth://hotp/…&counter=N`); nil for TOTP.
+    public var counter: UInt64?
 
-    public init(issuer: [UInt8], account: [UInt8], secret: [UInt8], parameters: OTPParameters) {
+    public init(issuer: [UInt8], account: [UInt8], secret: [UInt8], parameters: OTPParameters, counter: UInt64? = nil) {
         self.issuer = issuer
         self.account = account
         self.secret = secret
         self.parameters = parameters
+        self.counter = counter
     }
 
+    @_optimize(size)  // cold: enrolment only
     public var bytes: [UInt8] {
-        var out = literal("otpauth://totp/")
+        var out = counter == nil ? literal("otpauth://totp/") : literal("otpauth://hotp/")
         if !issuer.isEmpty || account.contains(0x3A) {
             out += Percent.encode(issuer)
             out.append(0x3A)  // ':'
@@ -43,7 +48,10 @@ public struct OTPAuthURI: Equatable, Sendable {
             out += literal("&digits=")
             out += decimalBytes(UInt64(parameters.digits))
         }
-        if parameters.period != 30 {
+        if let counter {
+            out += literal("&counter=")
+            out += decimalBytes(counter)
+        } else if parameters.period != 30 {
             out += literal("&period=")
             out += decimalBytes(parameters.period)
         }

@@ -16,10 +16,13 @@ public struct Factor: Equatable, Sendable {
     /// every earlier step count as used. Kept in the record, so that an enrolment is one commit
     /// (the record) and never a record plus a state update (docs/ARCHITECTURE.md, section 4.13).
     public var enrolledStep: UInt64
+    /// HOTP: the first counter not used when the factor was saved (the code that proved it
+    /// was the one before); the state's last step moves on from there. 0 for TOTP.
+    public var counter: UInt64
     public var secret: [UInt8]
 
     public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
-                enrolledStep: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
+                enrolledStep: UInt64 = 0, counter: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
         try Factor.validate(label: label)
         guard secret.count >= 10 && secret.count <= 128 else {
             throw .invalidParameters("secret must be 10 to 128 bytes")
@@ -29,6 +32,7 @@ public struct Factor: Equatable, Sendable {
         self.parameters = parameters
         self.created = created
         self.enrolledStep = enrolledStep
+        self.counter = counter
         self.secret = secret
     }
 

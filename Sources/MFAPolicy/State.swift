@@ -46,8 +46,25 @@ public struct UserState: Equatable, Sendable {
     /// themselves.
     public static func key(forLabel label: [UInt8]) -> UInt64 { fnv1a64(label[...]) }
 
-    public func lastStep(forLabel label: [UInt8]) -> UInt64? {
-        let k = Self.key(forLabel: label)
+    /// `factor`'s key: a TOTP factor's is its label's. A counter-based factor's also names the
+    /// enrolment (its creation time and first counter), so a token enrolled again under a
+    /// label that was used before (by another token, or by a TOTP factor whose entry holds a
+    /// time step) never inherits that entry's counter, which would lock it out.
+    @inline(never)  // one copy: prune calls it per entry and factor
+    public static func key(for factor: Factor) -> UInt64 {
+        let label = key(forLabel: factor.label)
+        switch factor.kind {
+        case .totp: return label
+        case .hotp: return fnv1a64(word: UInt64(bitPattern: factor.created), fnv1a64(word: factor.counter, label))
+        }
+    }
+
+    public func lastStep(forLabel label: [UInt8]) -> UInt64? { lastStep(key: Self.key(forLabel: label)) }
+
+    /// The last step (TOTP) or counter (HOTP) accepted for `factor`, nil if none.
+    public func lastStep(of factor: Factor) -> UInt64? { lastStep(key: Self.key(for: factor)) }
+
+    func lastStep(key k: UInt64) -> UInt64? {
         for e in lastSteps where e.key == k { return e.step }
         return nil
     }
@@ -55,7 +72,7 @@ public struct UserState: Equatable, Sendable {
     /// The last step of `factor` that counts as used: the later of its last accepted step and
     /// the step that proved it at enrolment. nil when no step is used yet.
     public func lastUsedStep(of factor: Factor) -> UInt64? {
-        let accepted = lastStep(forLabel: factor.label)
+        let accepted = lastStep(of: factor)
         guard factor.enrolledStep > 0 else { return accepted }
         return max(accepted ?? 0, factor.enrolledStep)
     }
@@ -70,7 +87,15 @@ public struct UserState: Equatable, Sendable {
     /// Records `step` as the factor's last accepted step; `drift`, when given, as its learned
     /// clock drift (otherwise the drift it had is kept).
     public mutating func setLastStep(_ step: UInt64, forLabel label: [UInt8], drift: Int64? = nil) {
-        let k = Self.key(forLabel: label)
+        setLastStep(step, key: Self.key(forLabel: label), drift: drift)
+    }
+
+    /// Records `step` as `factor`'s last accepted step or counter (see `setLastStep(_:forLabel:drift:)`).
+    public mutating func setLastStep(_ step: UInt64, of factor: Factor, drift: Int64? = nil) {
+        setLastStep(step, key: Self.key(for: factor), drift: drift)
+    }
+
+    mutating func setLastStep(_ step: UInt64, key k: UInt64, drift: Int64?) {
         for i in lastSteps.indices where lastSteps[i].key == k {
             lastSteps[i].step = step
             if let drift { lastSteps[i].drift = drift }
@@ -84,7 +109,7 @@ public struct UserState: Equatable, Sendable {
     public mutating func prune(to record: UserRecord) {
         var kept: [(key: UInt64, step: UInt64, drift: Int64)] = []
         for e in lastSteps where kept.count < Self.maxEntries {
-            for f in record.factors where Self.key(forLabel: f.label) == e.key {
+            for f in record.factors where Self.key(for: f) == e.key {
                 kept.append(e)
                 break
             }
@@ -115,5 +140,12 @@ public struct UserState: Equatable, Sendable {
 package func fnv1a64(_ bytes: ArraySlice<UInt8>) -> UInt64 {
     var h: UInt64 = 0xCBF2_9CE4_8422_2325
     for b in bytes { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3 }
+    return h
+}
+
+/// FNV-1a, 64 bits, continued from `hash` over the 8 bytes of `word` (little-endian).
+func fnv1a64(word: UInt64, _ hash: UInt64) -> UInt64 {
+    var h = hash
+    for i in 0..<8 { h = (h ^ ((word >> UInt64(8 * i)) & 0xFF)) &* 0x0000_0100_0000_01B3 }
     return h
 }

@@ -9,7 +9,7 @@ import MFASystem
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
 //   request  "PTQ1": op u8 (1 lookup, 2 authenticate) · flags u8 (1 nullok, 2 forward_pass,
-//            4 debug) · adjacent_intervals u8 · max_failures u8 · lockout u32 ·
+//            4 debug) · adjacent_intervals u8 · hotp_window u8 · max_failures u8 · lockout u32 ·
 //            service (u8 length + bytes) · user (u8 + bytes) · store (u16 + bytes) ·
 //            answer (u16 + bytes)
 //   reply    "PTR1": kind u8, then by kind —
@@ -91,12 +91,13 @@ public struct DaemonRequest: Equatable, Sendable {
         guard service.count <= 255, user.count <= 255, options.store.count <= 1024,
               answer.count <= DaemonProtocol.maxAnswerLength,
               options.adjacentIntervals >= 0, options.adjacentIntervals <= 255,
-              options.maxFailures <= 255, options.lockoutSeconds >= 0, options.lockoutSeconds <= Int64(UInt32.max) else { return nil }
+              options.hotpWindow >= 0, options.hotpWindow <= 255, options.maxFailures <= 255, options.lockoutSeconds >= 0, options.lockoutSeconds <= Int64(UInt32.max) else { return nil }
         var b: [UInt8] = []
         b.reserveCapacity(16 + service.count + user.count + options.store.count + answer.count)
         b.append(operation.rawValue)
         b.append((options.nullok ? 1 : 0) | (options.forwardPass ? 2 : 0) | (options.debug ? 4 : 0))
         b.append(UInt8(truncatingIfNeeded: options.adjacentIntervals))
+        b.append(UInt8(truncatingIfNeeded: options.hotpWindow))
         b.append(UInt8(truncatingIfNeeded: options.maxFailures))
         Writer.u32(UInt32(truncatingIfNeeded: options.lockoutSeconds), &b)
         Writer.short(service, &b)
@@ -113,11 +114,11 @@ public struct DaemonRequest: Equatable, Sendable {
         guard var r = DaemonProtocol.body(frame, reply: false),
               let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
               let flags = r.u8(), flags & ~7 == 0,
-              let adjacent = r.u8(), let maxFailures = r.u8(), let lockout = r.u32(),
+              let adjacent = r.u8(), let hotpWindow = r.u8(), let maxFailures = r.u8(), let lockout = r.u32(),
               let service = r.short(), let user = r.short(), let store = r.long(), let answer = r.long(),
               r.atEnd else { throw .malformed("request") }
         var o = ModuleOptions()
-        guard Int(adjacent) <= TOTPVerifier.maxAdjacentIntervals,
+        guard Int(adjacent) <= TOTPVerifier.maxAdjacentIntervals, HOTPWindow.sizeRange.contains(Int(hotpWindow)),
               ModuleOptions.maxFailuresRange.contains(UInt64(maxFailures)),
               ModuleOptions.lockoutRange.contains(UInt64(lockout)),
               store.first == 0x2F, !store.contains(0), answer.count <= DaemonProtocol.maxAnswerLength else {
@@ -127,6 +128,7 @@ public struct DaemonRequest: Equatable, Sendable {
         o.forwardPass = flags & 2 != 0
         o.debug = flags & 4 != 0
         o.adjacentIntervals = Int(adjacent)
+        o.hotpWindow = Int(hotpWindow)
         o.maxFailures = UInt32(maxFailures)
         o.lockoutSeconds = Int64(lockout)
         o.store = store

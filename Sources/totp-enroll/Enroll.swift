@@ -17,6 +17,94 @@ struct Enroll: ParsableCommand {
             from your authenticator app (3 tries). The factor is saved only after a valid code.
             """)
 
+    @OptionGroup var new: NewFactorOptions
+
+    @OptionGroup var otp: OTPOptions
+
+    func run() throws {
+        let parameters = try otp.parameters()
+        if parameters != .default {
+            warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
+        }
+        try new.enrol(.totp(parameters))
+    }
+}
+
+/// `totp-enroll add-hotp`: a counter-based factor (RFC 4226) from a hardware token or an app,
+/// saved only after the code for its counter proves the token has the secret.
+struct AddHOTP: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add-hotp",
+        abstract: "Enrol a counter-based (HOTP) factor: a hardware token or an app in HOTP mode.",
+        discussion: """
+            Give the token's secret with --secret (or let one be generated and shown as an \
+            otpauth://hotp/ URI for an app), then the code the token shows for --counter (its \
+            next button press; 0 for a new token). The factor is saved only after that code, \
+            with the token's counter past it: that code never logs in.
+            """)
+
+    @OptionGroup var new: NewFactorOptions
+
+    @Option(help: "HMAC algorithm: sha1, sha256 or sha512.")
+    var algorithm: HashAlgorithm = .sha1
+
+    @Option(help: "Code length: 6, 7 or 8 digits.")
+    var digits: Int = 6
+
+    @Option(help: ArgumentHelp("The counter of the code you will type (the token's next one; 0 for a new token).", valueName: "N"))
+    var counter: UInt64 = 0
+
+    mutating func validate() throws {
+        guard OTPParameters.digitsRange.contains(digits) else { throw ValidationError("--digits must be 6, 7 or 8") }
+        guard counter < UInt64.max else { throw ValidationError("--counter is too large") }
+    }
+
+    func run() throws {
+        let parameters: OTPParameters
+        do { parameters = try OTPParameters(algorithm: algorithm, digits: digits, period: OTPParameters.default.period) } catch { throw CLIError(error) }
+        try new.enrol(.hotp(parameters, counter: counter))
+    }
+}
+
+/// What a new factor is, and how the code that proves it is checked.
+enum NewFactorKind {
+    /// Time-based: a code of the window around now.
+    case totp(OTPParameters)
+    /// Counter-based: the code of `counter` exactly; saved with the counter past it.
+    case hotp(OTPParameters, counter: UInt64)
+
+    var parameters: OTPParameters {
+        switch self {
+        case .totp(let p), .hotp(let p, _): return p
+        }
+    }
+
+    var prompt: String {
+        switch self {
+        case .totp: return "Verification code from your app: "
+        case .hotp(_, let counter): return "Code for counter \(counter) from your token: "
+        }
+    }
+
+    /// The factor `answer` proves (its step or counter recorded as used), nil if it proves none.
+    func factor(answer: [UInt8], key: [UInt8], label: String, at now: Int64) throws -> Factor? {
+        let hmacKey = HMACKey(algorithm: parameters.algorithm, key: key)
+        do throws(MFAError) {
+            switch self {
+            case .totp(let p):
+                guard let step = try TOTPVerifier().verify(answer: answer, key: hmacKey, parameters: p, at: now) else { return nil }
+                return try Factor(label: Array(label.utf8), parameters: p, created: now, enrolledStep: step, secret: key)
+            case .hotp(let p, let counter):
+                guard constantTimeEqual(answer, HOTP.code(key: hmacKey, counter: counter, digits: p.digits)) else { return nil }
+                return try Factor(kind: .hotp, label: Array(label.utf8), parameters: p, created: now, counter: counter + 1, secret: key)
+            }
+        } catch { throw CLIError(error) }
+    }
+}
+
+/// The options every new factor takes (`enroll`, `add-hotp`), and the enrolment they share:
+/// checks, proof of the caller, the secret shown, the code that proves it, one commit.
+struct NewFactorOptions: ParsableArguments {
     static let maxTries = 3
     static let deadlineSeconds: Int64 = 300
 
@@ -32,8 +120,6 @@ struct Enroll: ParsableCommand {
 
     @OptionGroup var display: SecretDisplayOptions
 
-    @OptionGroup var otp: OTPOptions
-
     mutating func validate() throws {
         if display.quiet {
             guard secret != nil else { throw ValidationError("--quiet needs --secret: a generated key would never be shown") }
@@ -44,9 +130,8 @@ struct Enroll: ParsableCommand {
         }
     }
 
-    func run() throws {
+    func enrol(_ kind: NewFactorKind) throws {
         let context = try target.context()
-        let parameters = try otp.parameters()
         let store = try context.openStore()
         let host = hostName()
         let label = naming.label(user: context.userName, host: host)
@@ -61,31 +146,26 @@ struct Enroll: ParsableCommand {
         // Not root: prove who you are (password, and a current code if you already have a
         // factor) before any secret is generated or shown.
         try Proof.require(context, store: store, code: nil)
-        var key = given ?? Secret.generate(for: parameters.algorithm)
+        var key = given ?? Secret.generate(for: kind.parameters.algorithm)
         defer { wipe(&key) }
         let started = Int64(time(nil))
 
-        if parameters != .default {
-            warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
-        }
-        let uri = naming.uri(user: context.userName, host: host, secret: key, parameters: parameters)
+        var uri = naming.uri(user: context.userName, host: host, secret: key, parameters: kind.parameters)
+        if case .hotp(_, let counter) = kind { uri.counter = counter }
         try display.show(uri, key: key)
-        try confirmAndSave(key: key, parameters: parameters, label: label, started: started, store: store, context: context)
+        try confirmAndSave(kind, key: key, label: label, started: started, store: store, context: context)
     }
 
     /// Asks for a code (3 tries, or --code once) within `deadlineSeconds` of `started`; the
-    /// first that verifies saves the factor with the step that proved it, in one commit.
-    func confirmAndSave(key: [UInt8], parameters: OTPParameters, label: String, started: Int64,
+    /// first that verifies saves the factor with the step or counter that proved it, in one commit.
+    func confirmAndSave(_ kind: NewFactorKind, key: [UInt8], label: String, started: Int64,
                         store: EnrolStore, context: CallerContext) throws {
-        let verifier: TOTPVerifier
-        do { verifier = try TOTPVerifier() } catch { throw CLIError(error) }
-        let hmacKey = HMACKey(algorithm: parameters.algorithm, key: key)
         for attempt in 1...Self.maxTries {
             let answer: String
             if let code {
                 answer = code
             } else {
-                guard let line = promptLine("Verification code from your app: ") else {
+                guard let line = promptLine(kind.prompt) else {
                     throw CLIError("no code entered; nothing was saved")
                 }
                 answer = line
@@ -95,21 +175,20 @@ struct Enroll: ParsableCommand {
                 throw CLIError("enrolment took longer than \(Self.deadlineSeconds / 60) minutes; nothing was saved, run totp-enroll again")
             }
             let digitsOnly = Array(answer.utf8).filter { $0 != 0x20 }
-            let step: UInt64?
-            do { step = try verifier.verify(answer: digitsOnly, key: hmacKey, parameters: parameters, at: now) } catch { throw CLIError(error) }
-            if let step {
+            if let factor = try kind.factor(answer: digitsOnly, key: key, label: label, at: now) {
                 // One commit: the factor and the step that proved it (that code cannot log in).
-                try storeCall { () throws(MFAError) in
-                    let factor = try Factor(label: Array(label.utf8), parameters: parameters, created: now, enrolledStep: step, secret: key)
-                    try store.enroll(user: context.user, accountUID: context.uid, factor: factor)
-                }
+                try storeCall { () throws(MFAError) in try store.enroll(user: context.user, accountUID: context.uid, factor: factor) }
                 Audit.log("enrolled factor \"\(Audit.safe(label))\"", context: context)
                 print("Enrolled factor \"\(shown(label))\" for \(context.userName).")
                 if !display.quiet && code == nil { try offerRecoveryCodes(store: store, context: context) }
                 return
             }
             if code != nil || attempt == Self.maxTries { break }
-            warn("that code is not valid; check the time on your phone and try again (\(Self.maxTries - attempt) left)")
+            if case .hotp = kind {
+                warn("that code is not the one for this counter; check --counter and try again (\(Self.maxTries - attempt) left)")
+            } else {
+                warn("that code is not valid; check the time on your phone and try again (\(Self.maxTries - attempt) left)")
+            }
         }
         throw CLIError("the code did not verify; nothing was saved")
     }

@@ -28,12 +28,19 @@ struct List: ParsableCommand {
         }
         var rows = [["LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
         for f in record.factors {
-            let last = state.lastUsedStep(of: f).map { step -> String in
-                let (t, overflow) = Int64(clamping: step).multipliedReportingOverflow(by: Int64(f.parameters.period))
-                return overflow ? "?" : formatTime(t)
-            } ?? "never"
-            rows.append([shown(f.label), f.parameters.algorithm.name.uppercased(),
-                         "\(f.parameters.digits)", "\(f.parameters.period)s", formatTime(f.created), last])
+            let last: String
+            switch f.kind {
+            case .totp:
+                last = state.lastUsedStep(of: f).map { step -> String in
+                    let (t, overflow) = Int64(clamping: step).multipliedReportingOverflow(by: Int64(f.parameters.period))
+                    return overflow ? "?" : formatTime(t)
+                } ?? "never"
+            case .hotp:
+                // Root sees where the token's counter is (for a resync); the user sees only whether it was used.
+                last = getuid() == 0 ? "next \(state.nextCounter(of: f))" : (state.lastStep(of: f) == nil ? "never" : "yes")
+            }
+            rows.append([shown(f.label), algorithmColumn(f.kind, f.parameters.algorithm.name),
+                         "\(f.parameters.digits)", f.kind == .hotp ? "-" : "\(f.parameters.period)s", formatTime(f.created), last])
         }
         print(table(rows), terminator: "")
         if let r = record.recovery {
@@ -47,6 +54,11 @@ struct List: ParsableCommand {
             print("Consecutive failed attempts: \(state.failures).")
         }
     }
+}
+
+/// The ALGORITHM column of `list` and `status`: SHA1, or HOTP-SHA1 for a counter-based factor.
+func algorithmColumn(_ kind: FactorKind, _ algorithm: String) -> String {
+    kind == .hotp ? "HOTP-" + algorithm.uppercased() : algorithm.uppercased()
 }
 
 /// "2026-11-21 14:03 UTC" (or another strftime format), in UTC.

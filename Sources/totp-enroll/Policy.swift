@@ -47,6 +47,7 @@ struct Policy: ParsableCommand {
             case .nullok: value = options.nullok ? "yes" : "no"
             case .exempt: value = options.exempt ? "yes" : "no"
             case .adjacentIntervals: value = String(options.adjacentIntervals)
+            case .hotpWindow: value = String(options.hotpWindow)
             case .maxFailures: value = String(options.maxFailures)
             case .lockout: value = "\(options.lockoutSeconds) s"
             }

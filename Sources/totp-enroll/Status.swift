@@ -78,8 +78,9 @@ struct Status: ParsableCommand {
             out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
             var rows = [["  LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
             for f in r.factors {
-                rows.append(["  " + shown(f.label), f.algorithm.uppercased(), "\(f.digits)", "\(f.period)s",
-                             formatTime(f.created), f.lastUsed.map { formatTime($0) } ?? "never", driftText(f.drift, period: f.period)])
+                let last = f.counter.map { "next \($0)" } ?? f.lastUsed.map { formatTime($0) } ?? (f.lastUsedStep == nil ? "never" : "yes")
+                rows.append(["  " + shown(f.label), algorithmColumn(f.kind, f.algorithm), "\(f.digits)", f.kind == .hotp ? "-" : "\(f.period)s",
+                             formatTime(f.created), last, f.kind == .hotp ? "-" : driftText(f.drift, period: f.period)])
             }
             out += table(rows)
             if let left = r.recoveryLeft, let total = r.recoveryTotal {
@@ -134,6 +135,7 @@ struct Status: ParsableCommand {
                     ("last_used_step", f.lastUsedStep.map { "\($0)" } ?? "null"),
                     ("drift_steps", "\(f.drift)"),
                     ("drift_seconds", "\(f.drift &* Int64(f.period))"),
+                    ("counter", f.counter.map { "\($0)" } ?? "null"),
                 ])
             }
             fields.append(("factors", "[" + factors.joined(separator: ",") + "]"))
@@ -161,6 +163,8 @@ struct UserReport {
         var lastUsedStep: UInt64?
         var lastUsed: Int64?
         var drift: Int64
+        /// HOTP, for root: the next counter the token's code may have.
+        var counter: UInt64? = nil
     }
 
     var user: [UInt8]
@@ -184,14 +188,15 @@ struct UserReport {
         guard let status = r.status else { return r }
         let (record, state) = (status.record, status.state)
         for f in record.factors {
-            let step = state.lastUsedStep(of: f)
-            let time = step.flatMap { s -> Int64? in
+            let step = f.kind == .hotp ? state.lastStep(of: f) : state.lastUsedStep(of: f)
+            let time = f.kind == .hotp ? nil : step.flatMap { s -> Int64? in
                 let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
                 return overflow ? nil : t
             }
             r.factors.append(FactorReport(kind: f.kind, label: f.label, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
                                           period: f.parameters.period, created: f.created, lastUsedStep: step,
-                                          lastUsed: time, drift: state.drift(forLabel: f.label)))
+                                          lastUsed: time, drift: state.drift(forLabel: f.label),
+                                          counter: f.kind == .hotp && getuid() == 0 ? state.nextCounter(of: f) : nil))
         }
         if let set = record.recovery {
             let used = state.usedRecovery(set: set.id)

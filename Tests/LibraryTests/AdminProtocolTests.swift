@@ -145,9 +145,11 @@ final class AdminProtocolTests: XCTestCase {
         XCTAssertEqual(request[kindAt], FactorKind.totp.rawValue)
         guard case .enroll(_, _, let decoded, _) = try AdminRequest.decode(request) else { return XCTFail("not an enroll") }
         XCTAssertEqual(decoded.kind, .totp)
-        var unknown = request
-        unknown[kindAt] = 2
-        XCTAssertThrowsError(try AdminRequest.decode(unknown))
+        for kind: UInt8 in [0, 3, 255] {
+            var unknown = request
+            unknown[kindAt] = kind
+            XCTAssertThrowsError(try AdminRequest.decode(unknown), "kind \(kind)")
+        }
     }
 
     /// Only root manages enrolments through the daemon: anyone else is refused and nothing

@@ -173,25 +173,8 @@ final class CrossProcessPolicyTests: XCTestCase {
         try Store(path: Array(store.path.utf8)).readState(user: Array(user.utf8))
     }
 
-    /// Starts `count` pamtester processes at once, all answering `answer`; returns exit codes.
     func concurrentPamtesters(_ count: Int, user: String, answer: String, faketime: String? = nil) throws -> [Int32] {
-        var processes: [Process] = []
-        let dir = try makeTemporaryDirectory("pamtesters")
-        defer { removeTemporaryDirectory(dir) }
-        let input = dir.appendingPathComponent("answer")
-        try (answer + "\n").write(to: input, atomically: true, encoding: .utf8)
-        for _ in 0..<count {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            p.arguments = (faketime.map { ["faketime", $0] } ?? []) + ["pamtester", service, user, "authenticate"]
-            p.standardInput = try FileHandle(forReadingFrom: input)
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-            processes.append(p)
-        }
-        for p in processes { try p.run() }
-        for p in processes { p.waitUntilExit() }
-        return processes.map(\.terminationStatus)
+        try startPamtestersAtOnce(count, service: service, user: user, answer: answer, faketime: faketime)
     }
 
     /// 20 processes submit the same valid code at once: exactly one succeeds (the replay guard

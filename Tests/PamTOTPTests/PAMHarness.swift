@@ -148,3 +148,25 @@ func currentCode(_ secret: [UInt8], _ parameters: OTPParameters = .default, offs
 func awayFromStepBoundary(margin: Int64 = 3) {
     while 30 - Int64(time(nil)) % 30 < margin { usleep(200_000) }
 }
+
+/// Starts `count` pamtester processes at once for `service`, all answering `answer` (under
+/// `faketime` if given); returns their exit codes.
+func startPamtestersAtOnce(_ count: Int, service: String, user: String, answer: String, faketime: String? = nil) throws -> [Int32] {
+    var processes: [Process] = []
+    let dir = try makeTemporaryDirectory("pamtesters")
+    defer { removeTemporaryDirectory(dir) }
+    let input = dir.appendingPathComponent("answer")
+    try (answer + "\n").write(to: input, atomically: true, encoding: .utf8)
+    for _ in 0..<count {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = (faketime.map { ["faketime", $0] } ?? []) + ["pamtester", service, user, "authenticate"]
+        p.standardInput = try FileHandle(forReadingFrom: input)
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        processes.append(p)
+    }
+    for p in processes { try p.run() }
+    for p in processes { p.waitUntilExit() }
+    return processes.map(\.terminationStatus)
+}

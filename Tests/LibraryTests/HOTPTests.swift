@@ -1,0 +1,170 @@
+@testable import MFACrypto
+@testable import MFAFileStore
+@testable import MFAPolicy
+@testable import MFASystem
+import Foundation
+import TestSupport
+import XCTest
+
+/// Counter-based factors (RFC 4226): the look-ahead window, the counter moving past a match
+/// with the verdict, the record line, and the codes against oathtool.
+final class HOTPTests: XCTestCase {
+    /// RFC 4226 Appendix D's secret and its codes for counters 0...9.
+    let rfcSecret = Array("12345678901234567890".utf8)
+    let rfcCodes = ["755224", "287082", "359152", "969429", "338314", "254676", "287922", "162583", "399871", "520489"]
+
+    func code(_ secret: [UInt8], _ counter: UInt64, digits: Int = 6, algorithm: HashAlgorithm = .sha1) -> [UInt8] {
+        HOTP.code(key: HMACKey(algorithm: algorithm, key: secret), counter: counter, digits: digits)
+    }
+
+    func testAppendixDCodesMatchTheirCountersThroughTheWindow() throws {
+        let window = try HOTPWindow(size: 10)
+        let key = HMACKey(algorithm: .sha1, key: rfcSecret)
+        for (counter, expected) in rfcCodes.enumerated() {
+            let m = window.match(answer: Array(expected.utf8), key: key, digits: 6, next: 0, lastUsed: nil)
+            XCTAssertEqual(m.step, UInt64(counter), "Appendix D, counter \(counter)")
+            XCTAssertFalse(m.replayed)
+            // Past the window's end, or below its start, the same code is no match.
+            XCTAssertNil(window.match(answer: Array(expected.utf8), key: key, digits: 6, next: UInt64(counter) + 1, lastUsed: nil).step)
+        }
+    }
+
+    func testTheWindowHasItsSizeAndTheLastUsedCounterIsAReplay() throws {
+        let key = HMACKey(algorithm: .sha1, key: rfcSecret)
+        let three = try HOTPWindow(size: 3)
+        // next = 5: counters 5, 6, 7 match; 8 is past the window; 4 was the last used.
+        for c: UInt64 in 5...7 {
+            XCTAssertEqual(three.match(answer: code(rfcSecret, c), key: key, digits: 6, next: 5, lastUsed: 4).step, c)
+        }
+        XCTAssertNil(three.match(answer: code(rfcSecret, 8), key: key, digits: 6, next: 5, lastUsed: 4).step)
+        let replay = three.match(answer: code(rfcSecret, 4), key: key, digits: 6, next: 5, lastUsed: 4)
+        XCTAssertNil(replay.step)
+        XCTAssertTrue(replay.replayed)
+        // Not digits, the wrong length: never a match.
+        for bad in ["", "75522", "7552240", "abcdef", "755 24"] {
+            XCTAssertNil(try HOTPWindow(size: 10).match(answer: Array(bad.utf8), key: key, digits: 6, next: 0, lastUsed: nil).step, bad)
+        }
+        XCTAssertThrowsError(try HOTPWindow(size: 0))
+        XCTAssertThrowsError(try HOTPWindow(size: 101))
+        // The counter's end is never passed (no trap, no wrap to 0).
+        let top = three.match(answer: code(rfcSecret, UInt64.max), key: key, digits: 6, next: UInt64.max - 1, lastUsed: nil)
+        XCTAssertEqual(top.step, UInt64.max)
+    }
+
+    /// oathtool as the independent implementation, at random counters, every algorithm and
+    /// 6/7/8 digits. oathtool's HOTP mode is SHA-1 only; its TOTP mode with a 1 s step and the
+    /// clock at N (`-N @N`) is HOTP at counter N for SHA-256 and SHA-512 too (RFC 6238, T0 = 0).
+    func testOathtoolAgreesAtRandomCountersForEveryAlgorithmAndDigitCount() throws {
+        var rng = SystemRandomNumberGenerator()
+        for algorithm in [HashAlgorithm.sha1, .sha256, .sha512] {
+            for digits in 6...8 {
+                let secret = (0..<20).map { _ in UInt8.random(in: 0...255, using: &rng) }
+                let hex = secret.map { String(format: "%02x", $0) }.joined()
+                let counter = UInt64.random(in: 0...4_000_000_000, using: &rng)
+                let ours = String(decoding: code(secret, counter, digits: digits, algorithm: algorithm), as: UTF8.self)
+                let theirs: CommandResult
+                if algorithm == .sha1 {
+                    theirs = try runCommand(["oathtool", "--hotp", "-c", String(counter), "-d", String(digits), hex])
+                } else {
+                    theirs = try runCommand(["oathtool", "--totp=\(algorithm == .sha256 ? "sha256" : "sha512")", "-s", "1s",
+                                             "-N", "@\(counter)", "-d", String(digits), hex])
+                }
+                XCTAssertEqual(theirs.status, 0, theirs.stderr)
+                XCTAssertEqual(ours, theirs.stdout.trimmingCharacters(in: .whitespacesAndNewlines),
+                               "\(algorithm.name) \(digits) digits, counter \(counter)")
+                // And the verifier accepts that code at that counter.
+                let window = try HOTPWindow()
+                XCTAssertEqual(window.match(answer: Array(ours.utf8), key: HMACKey(algorithm: algorithm, key: secret), digits: digits,
+                                            next: counter, lastUsed: nil).step, counter)
+            }
+        }
+    }
+
+    func hotpFactor(counter: UInt64, digits: Int = 6) throws -> Factor {
+        try Factor(kind: .hotp, label: Array("fob".utf8),
+                   parameters: try OTPParameters(algorithm: .sha1, digits: digits, period: 30), created: 1, counter: counter, secret: rfcSecret)
+    }
+
+    /// The policy: a match moves the counter past it (the state's last step), the same code
+    /// again is a replay, the record's counter is where the window starts, and a code past the
+    /// window is a wrong code.
+    func testTheCounterMovesPastEachAcceptedCode() throws {
+        let record = UserRecord(uid: 0, id: 1, factors: [try hotpFactor(counter: 2)])
+        var options = ModuleOptions()
+        options.hotpWindow = 3
+        let verifier = try TOTPVerifier()
+        var state = UserState()
+        func decide(_ counter: UInt64) throws -> Decision {
+            try Authenticator.decide(record: record, state: state, answer: code(rfcSecret, counter), at: 1_000_000, verifier: verifier, options: options)
+        }
+        // Counter 1 is below the record's counter (the enrolment used it): not accepted.
+        guard case .wrongCode = try decide(1).outcome else { return XCTFail("counter below the record's accepted") }
+        let first = try decide(3)
+        guard case .success(let label, let step, 6, nil) = first.outcome else { return XCTFail("\(first.outcome)") }
+        XCTAssertEqual(label, Array("fob".utf8))
+        XCTAssertEqual(step, 3)
+        state = try XCTUnwrap(first.state)
+        XCTAssertEqual(state.lastStep(of: record.factors[0]), 3)
+        guard case .wrongCode(true, 1, nil) = try decide(3).outcome else { return XCTFail("a used code must be a replay") }
+        guard case .wrongCode(false, _, _) = try decide(2).outcome else { return XCTFail("a code below the counter must fail") }
+        // The window is now 4, 5, 6: 7 is past it.
+        guard case .wrongCode(false, _, _) = try decide(7).outcome else { return XCTFail("past the window") }
+        let later = try decide(6)
+        guard case .success(_, 6, _, _) = later.outcome else { return XCTFail("\(later.outcome)") }
+        state = try XCTUnwrap(later.state)
+        guard case .wrongCode = try decide(5).outcome else { return XCTFail("a skipped counter must not come back") }
+    }
+
+    /// A token enrolled under a label that an earlier factor had (a TOTP factor's entry holds a
+    /// time step, an earlier token's its counter) starts at its own counter, not at theirs.
+    func testATokenEnrolledAgainUnderAnOldLabelStartsAtItsOwnCounter() throws {
+        var state = UserState()
+        let phone = try Factor(label: Array("fob".utf8), parameters: .default, created: 1, secret: rfcSecret)
+        state.setLastStep(59_000_000, of: phone)
+        let oldToken = try hotpFactor(counter: 0)
+        state.setLastStep(500, of: oldToken)
+        var newToken = try hotpFactor(counter: 0)
+        newToken.created = 2
+        XCTAssertEqual(state.nextCounter(of: oldToken), 501)
+        XCTAssertEqual(state.nextCounter(of: newToken), 0)
+        let record = UserRecord(uid: 0, id: 1, factors: [newToken])
+        let d = try Authenticator.decide(record: record, state: state, answer: code(rfcSecret, 1), at: 1_000_000,
+                                         verifier: try TOTPVerifier(), options: ModuleOptions())
+        guard case .success(_, 1, _, _) = d.outcome else { return XCTFail("\(d.outcome)") }
+        XCTAssertEqual(try XCTUnwrap(d.state).lastSteps.count, 1, "the old entries are pruned with the verdict")
+    }
+
+    func testTheRecordLineKeepsKindCounterAndParameters() throws {
+        let totp = try Factor(label: Array("phone".utf8), parameters: .default, created: 7, enrolledStep: 9, secret: rfcSecret)
+        let hotp = try Factor(kind: .hotp, label: Array("fob key".utf8),
+                              parameters: try OTPParameters(algorithm: .sha256, digits: 8, period: 30), created: 8,
+                              counter: 18_446_744_073_709_551_615, secret: Array(rfcSecret.reversed()))
+        let record = UserRecord(uid: 1000, id: 42, factors: [totp, hotp])
+        let text = record.serialized()
+        XCTAssertTrue(String(decoding: text, as: UTF8.self).contains("\nhotp fob%20key sha256 8 18446744073709551615 8 "),
+                      String(decoding: text, as: UTF8.self))
+        XCTAssertEqual(try UserRecord.parse(text), record)
+        // A version-1 record has no hotp lines; a wrong field count is refused.
+        let v1 = Array("pam_totp 1\nhotp fob sha1 6 0 1 GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ\n".utf8)
+        XCTAssertThrowsError(try UserRecord.parse(v1))
+        let short = Array("pam_totp 2\naccount 0 0000000000000001\nhotp fob sha1 6 1 GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ\n".utf8)
+        XCTAssertThrowsError(try UserRecord.parse(short))
+    }
+
+    func testTheKeyURIOfAnHOTPFactorCarriesItsCounter() throws {
+        let uri = OTPAuthURI(issuer: Array("Example".utf8), account: Array("alice".utf8), secret: rfcSecret, parameters: .default, counter: 7)
+        XCTAssertEqual(uri.string, "otpauth://hotp/Example:alice?secret=GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ&issuer=Example&counter=7")
+        XCTAssertEqual(try OTPAuthURI(parsing: uri.bytes), uri)
+        XCTAssertThrowsError(try OTPAuthURI(parsing: Array("otpauth://hotp/a?secret=GEZDGNBVGY3TQOJQ".utf8)), "an HOTP URI needs its counter")
+        XCTAssertNil(try OTPAuthURI(parsing: Array("otpauth://totp/a?secret=GEZDGNBVGY3TQOJQ&counter=3".utf8)).counter)
+    }
+
+    func testTheWindowOptionIsParsedBoundedAndTheStricterWins() throws {
+        XCTAssertEqual(try ModuleOptions.parse([Array("hotp_window=25".utf8)]).hotpWindow, 25)
+        XCTAssertEqual(ModuleOptions().hotpWindow, 10)
+        for bad in ["hotp_window=0", "hotp_window=101", "hotp_window", "hotp_window=x"] {
+            XCTAssertThrowsError(try ModuleOptions.parse([Array(bad.utf8)]), bad)
+        }
+        XCTAssertEqual(PolicySetting(name: Array("hotp_window".utf8)), .hotpWindow)
+    }
+}

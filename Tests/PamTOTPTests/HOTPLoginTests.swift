@@ -1,0 +1,130 @@
+import Foundation
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
+import TestSupport
+import XCTest
+
+/// A hardware token's counter-based factor end to end: enrolled with the real
+/// `totp-enroll add-hotp` (verify before commit), then logged in through libpam by pamtester,
+/// in process as root and through pam-totpd as an unprivileged caller: the counter moves past
+/// every accepted code, a code never works twice, even sent by 20 processes at once.
+final class HOTPLoginTests: XCTestCase {
+    var root: URL!
+    var store: URL!
+    var service = ""
+    /// RFC 4226 Appendix D's secret.
+    let secret = Array("12345678901234567890".utf8)
+    var secretB32: String { Base32.encodeString(secret) }
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(isRoot, "pamtester needs a service file in /etc/pam.d; --user and --store are root-only")
+        root = try makeTemporaryDirectory("pam_totp_hotp")
+        store = root.appendingPathComponent("store")
+        service = "pam_totp_hotp_\(getpid())"
+    }
+
+    override func tearDown() {
+        if !service.isEmpty { unlink("/etc/pam.d/" + service) }
+        if let root { removeTemporaryDirectory(root) }
+    }
+
+    func code(_ counter: UInt64) -> String {
+        String(decoding: HOTP.code(key: HMACKey(algorithm: .sha1, key: secret), counter: counter, digits: 6), as: UTF8.self)
+    }
+
+    func addHOTP(_ extra: [String], user: String = "nobody") throws -> CommandResult {
+        try runCommand([enrollURL.path, "add-hotp", "--store", store.path, "--user", user, "--secret", "-", "--quiet"] + extra,
+                       input: secretB32 + "\n")
+    }
+
+    func pamtester(_ answer: String, user: String = "nobody") throws -> Int32 {
+        try runCommand(["pamtester", service, user, "authenticate"], input: answer + "\n").status
+    }
+
+    func lastCounter(_ user: String = "nobody") throws -> UInt64? {
+        let s = try Store(path: Array(store.path.utf8))
+        let factor = try XCTUnwrap(try s.read(user: Array(user.utf8))?.factor(labelled: Array("fob".utf8)))
+        return try s.readState(user: Array(user.utf8)).lastStep(of: factor)
+    }
+
+    func testEnrolledTokenLogsInAndItsCounterMovesPastEveryAcceptedCode() throws {
+        // Verify before commit: a code for another counter saves nothing.
+        let wrong = try addHOTP(["--counter", "5", "--code", code(6), "--name", "fob"])
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssertTrue(wrong.stderr.contains("nothing was saved"), wrong.stderr)
+        XCTAssertNil(try Store(path: Array(store.path.utf8)).read(user: Array("nobody".utf8)))
+        let added = try addHOTP(["--counter", "5", "--code", code(5), "--name", "fob"])
+        XCTAssertEqual(added.status, 0, added.stderr)
+        let record = try XCTUnwrap(try Store(path: Array(store.path.utf8)).read(user: Array("nobody".utf8)))
+        XCTAssertEqual(record.factors.map(\.kind), [.hotp])
+        XCTAssertEqual(record.factors.first?.counter, 6, "saved with its counter past the code that proved it")
+
+        try "auth required \(moduleURL.path) store=\(store.path) hotp_window=3 max_failures=100 lockout=0\n"
+            .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        XCTAssertNotEqual(try pamtester(code(5)), 0, "the enrolment's code never logs in")
+        XCTAssertEqual(try pamtester(code(6)), 0)
+        XCTAssertEqual(try lastCounter(), 6)
+        XCTAssertNotEqual(try pamtester(code(6)), 0, "a code never works twice")
+        XCTAssertNotEqual(try pamtester(code(10)), 0, "7, 8 and 9 are the window: 10 is past it")
+        XCTAssertEqual(try pamtester(code(8)), 0, "two presses lost: still in the window")
+        XCTAssertEqual(try lastCounter(), 8)
+        XCTAssertNotEqual(try pamtester(code(7)), 0, "a skipped counter never comes back")
+        let state = try Store(path: Array(store.path.utf8)).readState(user: Array("nobody".utf8))
+        XCTAssertEqual(state.failures, 1, "failures count like wrong app codes; the last success cleared the earlier ones")
+    }
+
+    /// 20 processes send the same code at once: exactly one is accepted.
+    func testOneCodeSentByTwentyProcessesAtOnceLogsInOnce() throws {
+        XCTAssertEqual(try addHOTP(["--counter", "0", "--code", code(0), "--name", "fob"]).status, 0)
+        try "auth required \(moduleURL.path) store=\(store.path) max_failures=100 lockout=0\n"
+            .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        for round: UInt64 in 1...3 {
+            let statuses = try concurrentPamtesters(20, answer: code(round * 2))
+            XCTAssertEqual(statuses.filter { $0 == 0 }.count, 1, "round \(round): exactly one of 20")
+            XCTAssertEqual(try lastCounter(), round * 2)
+        }
+    }
+
+    /// A caller without root (a screen locker) through pam-totpd: the same counter, the same rules.
+    func testThroughPamTOTPDForACallerWithoutRoot() throws {
+        let daemon = try DaemonFixture()
+        defer { daemon.cleanup() }
+        try daemon.start()
+        let caller = try ThrowawayAccount(prefix: "thotp")
+        defer { caller.delete() }
+        store = URL(fileURLWithPath: daemon.store)
+        let added = try addHOTP(["--counter", "0", "--code", code(0), "--name", "fob"], user: caller.name)
+        XCTAssertEqual(added.status, 0, added.stderr)
+        let path = "/etc/pam.d/" + service
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("auth required \(moduleURL.path) socket=\(daemon.socketPath)\n".utf8),
+                                                     attributes: [.posixPermissions: 0o644]))
+        XCTAssertEqual(chmod(path, 0o644), 0)
+        func asCaller(_ answer: String) throws -> CommandResult {
+            try runCommand(caller.setpriv + ["pamtester", "-v", service, caller.name, "authenticate"], input: answer + "\n")
+        }
+        let first = try asCaller(code(1))
+        XCTAssertEqual(first.status, 0, first.stdout + first.stderr + daemon.output)
+        XCTAssertNotEqual(try asCaller(code(1)).status, 0, "a code never works twice")
+        XCTAssertEqual(try lastCounter(caller.name), 1)
+    }
+
+    func testListShowsTheKindAndRootSeesTheCounter() throws {
+        XCTAssertEqual(try addHOTP(["--counter", "41", "--code", code(41), "--name", "fob"]).status, 0)
+        let list = try runCommand([enrollURL.path, "list", "--store", store.path, "--user", "nobody"])
+        XCTAssertEqual(list.status, 0, list.stderr)
+        let row = try XCTUnwrap(list.stdout.split(separator: "\n").first { $0.hasPrefix("fob") })
+        XCTAssertTrue(row.contains("HOTP-SHA1"), String(row))
+        XCTAssertTrue(row.contains("next 42"), String(row))
+        let json = try runCommand([enrollURL.path, "status", "--json", "--store", store.path, "--user", "nobody"])
+        XCTAssertEqual(json.status, 0, json.stderr)
+        XCTAssertTrue(json.stdout.contains("\"kind\":\"hotp\""), json.stdout)
+        XCTAssertTrue(json.stdout.contains("\"counter\":42"), json.stdout)
+    }
+
+    func concurrentPamtesters(_ count: Int, answer: String) throws -> [Int32] {
+        try startPamtestersAtOnce(count, service: service, user: "nobody", answer: answer)
+    }
+
+}
