@@ -121,19 +121,26 @@ END $$;
 -- one (NULL: none), and whether it matched a used one. The dispatch on the factor's kind, once
 -- (docs/ARCHITECTURE.md, section 2.3); a kind's whole window is computed, no early exit.
 CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_now bigint, p_window integer,
-                                          p_forward_pass boolean, OUT step bigint, OUT replayed boolean)
+                                          p_hotp_window integer, p_forward_pass boolean, OUT step bigint, OUT replayed boolean)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
   code text; wanted bigint; now_step bigint;
 BEGIN
   replayed := false;
+  code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
+  wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
   CASE f.kind
   WHEN 'totp' THEN
-    code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
-    wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
     now_step := p_now / f.period;
     FOR s IN greatest(now_step - p_window, 0) .. now_step + p_window LOOP
+      IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
+        IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
+      END IF;
+    END LOOP;
+  WHEN 'hotp' THEN
+    -- The last used counter (a replay) and the p_hotp_window counters after it.
+    FOR s IN greatest(f.last_step, 0) .. f.last_step + p_hotp_window LOOP
       IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
         IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
       END IF;
@@ -145,7 +152,8 @@ END $$;
 -- change. Every factor is checked (check_factor); the first in record order that matched an
 -- unused step wins. A recovery-code-shaped answer costs one PBKDF2 whether or not a factor
 -- matched, so a right code costs what a wrong one does.
-CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_now bigint, p_window integer, p_forward_pass boolean,
+CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_now bigint, p_window integer, p_hotp_window integer,
+                                   p_forward_pass boolean,
                                    OUT factor_id bigint, OUT label text, OUT step bigint, OUT digits integer,
                                    OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean)
 LANGUAGE plpgsql STABLE
@@ -158,7 +166,7 @@ DECLARE
 BEGIN
   replayed := false;
   FOR f IN SELECT * FROM pam_totp.factors x WHERE x.user_name = p_user ORDER BY x.id LOOP
-    m := pam_totp_api.check_factor(f, p_answer, p_now, p_window, p_forward_pass);
+    m := pam_totp_api.check_factor(f, p_answer, p_now, p_window, p_hotp_window, p_forward_pass);
     IF m.step IS NOT NULL AND factor_id IS NULL THEN
       factor_id := f.id; label := f.label; step := m.step; digits := f.digits;
     END IF;
@@ -238,7 +246,7 @@ BEGIN
       FROM generate_series(0, 2 * win) i;
     verdict_ := 'unenrolled';
   ELSE
-    SELECT * INTO j FROM pam_totp_api.judge(p_user, p_answer, p_now, win, p_forward_pass);
+    SELECT * INTO j FROM pam_totp_api.judge(p_user, p_answer, p_now, win, cfg.hotp_window, p_forward_pass);
     IF u.failures >= cfg.hard_failure_cap THEN
       verdict_ := 'locked'; fails := u.failures; until_ := 9223372036854775807;
     ELSIF p_now < u.locked_until THEN
@@ -395,7 +403,10 @@ CREATE FUNCTION pam_totp_api.list_factors(p_user text)
 RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text)
 LANGUAGE sql STABLE SECURITY DEFINER
 AS $$
-  SELECT f.label, f.algorithm, f.digits, f.period, f.created, f.last_step, f.kind FROM pam_totp.factors f
+  -- A token's counter is for admins only (a host reads no secret and no counter).
+  SELECT f.label, f.algorithm, f.digits, f.period, f.created,
+         CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind
+    FROM pam_totp.factors f
    WHERE f.user_name = p_user ORDER BY f.id
 $$;
 
@@ -425,8 +436,11 @@ END $$;
 -- Adds a proven factor (its enrolment step and every earlier one count as used). Write-only:
 -- the secret goes in and never comes out. A user's first factor records the proof for the
 -- rest of that enrolment (recovery codes, a second factor) from the same role.
+-- p_enrolled_step: TOTP, the step that proved the factor; HOTP (p_kind 'hotp'), the counter
+-- that proved it (-1: none, a token whose first code is counter 0).
 CREATE FUNCTION pam_totp_api.enroll(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
-                                    p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea) RETURNS void
+                                    p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea,
+                                    p_kind text DEFAULT 'totp') RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE had boolean;
@@ -435,10 +449,11 @@ BEGIN
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   had := pam_totp_api.lock_for_change(p_user);
   PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
-  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret)
-  VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret);
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind)
+  VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret, p_kind);
   PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
-                                    upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s');
+                                    CASE p_kind WHEN 'hotp' THEN 'HOTP-' || upper(p_algorithm) || ', ' || p_digits || ' digits'
+                                    ELSE upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s' END);
   IF NOT had THEN
     UPDATE pam_totp.users SET proof_role = session_user,
                               proof_until = pam_totp_api.now_seconds() + (SELECT s.proof_seconds FROM pam_totp.settings s)
@@ -627,7 +642,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.user_status(text),
   pam_totp_api.list_factors(text),
   pam_totp_api.check_enrollable(text, bigint, text, bytea),
-  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
+  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text),
   pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
   pam_totp_api.remove_factor(text, bigint, text, boolean)
 TO pam_totp_host, pam_totp_admin;

@@ -372,6 +372,7 @@ public final class PostgresStore: TOTPStore {
         guard let row = s.first, row.count == 6 else { return nil }
         var record = UserRecord()
         record.uid = row[0].flatMap { UInt32($0) }
+        var lastUsed: [(Factor, UInt64)] = []
         for r in f where r.count == 7 {
             guard let kind = r[6].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
                   let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
@@ -381,6 +382,8 @@ public final class PostgresStore: TOTPStore {
                                     parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
                                     created: created, enrolledStep: 0, secret: [UInt8](repeating: 0, count: 10))
             record.factors.append(factor)
+            // The last used step or counter (NULL for a token's counter, unless this role is an admin).
+            if let last = r[5].flatMap({ UInt64($0) }) { lastUsed.append((factor, last)) }
         }
         var state = UserState()
         // The recovery set's id, size and used codes (its salt and hashes stay in the database).
@@ -392,9 +395,7 @@ public final class PostgresStore: TOTPStore {
         }
         state.failures = UInt32(clamping: row[1].flatMap { Int64($0) } ?? 0)
         state.lockedUntil = row[2].flatMap { Int64($0) } ?? 0
-        for r in f where r.count == 6 {
-            if let label = r[0], let last = r[5].flatMap({ UInt64($0) }) { state.setLastStep(last, forLabel: Array(label.utf8)) }
-        }
+        for (factor, last) in lastUsed { state.setLastStep(last, of: factor) }
         var status = UserStatus(record: record, state: state)
         recent.apply(to: &status, user: user)
         return status
@@ -418,26 +419,31 @@ public final class PostgresStore: TOTPStore {
     public func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
                                                  importedCodes: [[UInt8]]?, using generator: inout G) throws(MFAError) -> Int {
         try Factor.validateNew(label: factor.label)
-        // The fleet's verifier (sql/api.sql, check_factor) knows TOTP only so far: a hardware
-        // token's factor is refused here, never stored as a time-based one.
-        guard factor.kind == .totp else { throw .invalidParameters("hotp factors cannot be enrolled in fleet mode yet") }
         let name = try Self.text(user)
         let p = factor.parameters
+        // The used step (TOTP), or the counter before the first unused one (HOTP; -1: none).
+        let used: Int64
+        switch factor.kind {
+        case .totp: used = Int64(clamping: factor.enrolledStep)
+        case .hotp:
+            guard factor.counter <= UInt64(Int64.max) else { throw .invalidParameters("the counter is too large") }
+            used = Int64(factor.counter) - 1
+        }
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),
-                                 .text(String(p.period)), .text(String(factor.created)), .text(String(factor.enrolledStep)),
-                                 .bytea(factor.secret)]
+                                 .text(String(p.period)), .text(String(factor.created)), .text(String(used)),
+                                 .bytea(factor.secret), .text("\(factor.kind.name)")]
         do throws(PQError) {
             if let codes = importedCodes, !codes.isEmpty {
                 // The factor and the codes in one transaction: one statement.
                 let set = RecoverySet.hashing(codes: codes, using: &generator)
                 let rows = try pool.write("""
-                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9))
-                    SELECT pam_totp_api.replace_recovery($1, $2, $10, $11, $12, $13, $14) FROM e
+                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10))
+                    SELECT pam_totp_api.replace_recovery($1, $2, $11, $12, $13, $14, $15) FROM e
                     """, params + recoveryParameters(set) + [.textArray(codes.map { String(decoding: $0, as: UTF8.self) })])
                 return max(0, Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0)
             }
-            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
+            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", params)
             return 0
         } catch { throw Self.mappedChange(error) }
     }

@@ -112,7 +112,7 @@ final class FleetProofTests: XCTestCase {
         // The helpers behind the entry points are for their owner only.
         for call in ["SELECT pam_totp_api.lock_for_change('alice')",
                      "SELECT pam_totp_api.require_proof('alice')",
-                     "SELECT * FROM pam_totp_api.judge('alice', '000000', 0, 1, false)",
+                     "SELECT * FROM pam_totp_api.judge('alice', '000000', 0, 1, 10, false)",
                      "SELECT pam_totp_api.login_begin_at('alice', 2001, '000000', 0, 1, 10, 300, false)"] {
             XCTAssertThrowsError(try cluster.psql(call, user: "proof_host_b", database: db), call) {
                 XCTAssertTrue("\($0)".contains("permission denied"), "\(call): \($0)")
@@ -165,7 +165,7 @@ final class FleetProofTests: XCTestCase {
         try cluster.psql("""
             CREATE ROLE proof_direct LOGIN;
             GRANT USAGE ON SCHEMA pam_totp_api TO proof_direct;
-            GRANT EXECUTE ON FUNCTION pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea),
+            GRANT EXECUTE ON FUNCTION pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text),
                                       pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
                                       pam_totp_api.remove_factor(text, bigint, text, boolean),
                                       pam_totp_api.lock_for_change(text) TO proof_direct

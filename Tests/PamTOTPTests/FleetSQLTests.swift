@@ -291,7 +291,7 @@ final class FleetSQLTests: XCTestCase {
             """), "0")
         // And as the host itself: the tables, the clock-taking verifiers, verify (no uid), hmac, unlock and purge are refused.
         for forbidden in ["SELECT secret FROM pam_totp.factors", "SELECT * FROM pam_totp.users", "SELECT * FROM pam_totp.recovery",
-                          "SELECT * FROM pam_totp_api.judge('u', '123456', 0, 1, false)",
+                          "SELECT * FROM pam_totp_api.judge('u', '123456', 0, 1, 10, false)",
                           "SELECT pam_totp_api.login_begin_at('u', 0, '123456', 0, 1, 10, 300, false)",
                           "SELECT pam_totp_api.import_last_step('u', 'phone', 9223372036854775807)",
                           "SELECT pam_totp_api.import_state('u', 100, 9223372036854775807, -1)",
@@ -602,6 +602,63 @@ final class FleetSQLTests: XCTestCase {
             try login("outcome || ' ' || (locked_until > 0)", "'max', 1012, '000000', 1, 3, 300, false", user: "host_m")
         }
         XCTAssertEqual(strict, ["wrong false", "wrong false", "wrong true"])
+    }
+
+    /// Counter-based factors (HOTP) in the SQL verifier: the look-ahead is the settings row's
+    /// hotp_window, the counter moves past each accepted code under the row lock (20 concurrent
+    /// logins with one code: one success per round), a replay and a code past the window are
+    /// refused, and a host role reads no counter.
+    func testHOTPCountersInTheSQLVerifier() throws {
+        let secret = Array("12345678901234567890".utf8)
+        let key = HMACKey(algorithm: .sha1, key: secret)
+        func code(_ c: UInt64) -> String { String(decoding: HOTP.code(key: key, counter: c, digits: 6), as: UTF8.self) }
+        // Enrolled with the code of counter 4 (a factor whose first unused counter is 5).
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+        var rng = SystemRandomNumberGenerator()
+        try owner.enroll(user: Array("tina".utf8), accountUID: 1007,
+                         factor: try Factor(kind: .hotp, label: Array("fob".utf8), parameters: .default, created: 0, counter: 5, secret: secret),
+                         importedCodes: nil, using: &rng)
+        XCTAssertEqual(try sql("SELECT kind || ' ' || last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "hotp 4")
+        try sql("UPDATE pam_totp.settings SET hotp_window = 3, max_failures = 100, min_lockout = 0")
+        func attempt(_ answer: String) throws -> String {
+            try cluster.login("outcome || ' ' || coalesce(step::text, '-') || ' ' || replayed", "'tina', 1007, '\(answer)', 1, 1, 100, 0, false",
+                              procedure: "login_at", database: db)
+        }
+        XCTAssertEqual(try attempt(code(4)), "wrong - true", "the enrolment's code is used")
+        XCTAssertEqual(try attempt(code(9)), "wrong - false", "5, 6 and 7 are the window: 9 is past it")
+        XCTAssertEqual(try attempt(code(7)), "success 7 false")
+        XCTAssertEqual(try attempt(code(7)), "wrong - true", "a code never works twice")
+        XCTAssertEqual(try attempt(code(6)), "wrong - false", "a skipped counter never comes back")
+        // A host role sees the factor, never its counter (nor, as every factor, its secret).
+        try makeHost("host_a")
+        XCTAssertEqual(try sql("SELECT kind || ' ' || coalesce(last_step::text, 'hidden') FROM pam_totp_api.list_factors('tina')", user: "host_a"),
+                       "hotp hidden")
+        XCTAssertEqual(try sql("SELECT kind || ' ' || last_step FROM pam_totp_api.list_factors('tina')"), "hotp 7")
+
+        // 20 concurrent logins with one code, 10 rounds: exactly one success each.
+        let connections = try (0..<20).map { _ in try PQConnection(conninfo: cluster.conninfo(database: db)) }
+        for round in 1...10 {
+            let answer = code(7 + UInt64(round) * 2)
+            let results = Slots(20)
+            let group = DispatchGroup()
+            let gate = DispatchSemaphore(value: 0)
+            for w in 0..<20 {
+                group.enter()
+                Thread.detachNewThread {
+                    gate.wait()
+                    let id = try? connections[w].execute("SELECT pam_totp_api.login_begin_at('tina', 1007, $1, 1, 1, 100, 0, false)", [.text(answer)])
+                    let rows = try? connections[w].execute("SELECT outcome FROM pam_totp_api.login_finish($1)",
+                                                            [.text(id?.first?.first.flatMap { $0 } ?? "")])
+                    results.set(w, rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0))
+                    group.leave()
+                }
+            }
+            for _ in 0..<20 { gate.signal() }
+            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+            XCTAssertFalse(results.all.contains(-2), "a statement failed in round \(round)")
+            XCTAssertEqual(results.all.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
+        }
+        XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "27")
     }
 
     /// 20 concurrent logins with one code, 100 rounds: exactly one success each round, and the
