@@ -15,23 +15,7 @@ extension OTPAuthURI {
         }
         let rest = uri[prefix.count...]
         let q = rest.firstIndex(of: 0x3F) ?? rest.endIndex
-        // The label is "issuer:account" or "account". The separator is the first literal ':',
-        // or else the first "%3A" (Key URI allows an encoded one); it is found before decoding,
-        // so an encoded colon inside the issuer (as `bytes` writes it) stays part of it.
-        let rawLabel = rest[rest.startIndex..<q]
-        var rawIssuer = rawLabel[rawLabel.startIndex..<rawLabel.startIndex]
-        var rawAccount = rawLabel
-        if let colon = rawLabel.firstIndex(of: 0x3A) {
-            rawIssuer = rawLabel[..<colon]
-            rawAccount = rawLabel[(colon + 1)...]
-        } else if let percent = Self.encodedColon(in: rawLabel) {
-            rawIssuer = rawLabel[..<percent]
-            rawAccount = rawLabel[(percent + 3)...]
-        }
-        guard var issuer = Percent.decode(rawIssuer), var account = Percent.decode(rawAccount) else {
-            throw .invalidParameters("bad percent-encoding in label")
-        }
-        while account.first == ASCII.space { account.removeFirst() }
+        var (issuer, account) = try Self.label(rest[rest.startIndex..<q])
         var secret: [UInt8]? = nil
         var algorithm = HashAlgorithm.sha1
         var digits = 6
@@ -69,6 +53,27 @@ extension OTPAuthURI {
         self.init(issuer: issuer, account: account, secret: s,
                   parameters: try OTPParameters(algorithm: algorithm, digits: digits, period: hotp ? 30 : period),
                   counter: hotp ? counter : nil)
+    }
+
+    /// The label, "issuer:account" or "account", decoded. The separator is the first literal
+    /// ':', or else the first "%3A" (Key URI allows an encoded one); it is found before
+    /// decoding, so an encoded colon inside the issuer (as `bytes` writes it) stays part of it.
+    /// Leading spaces of the account are dropped.
+    static func label(_ rawLabel: ArraySlice<UInt8>) throws(MFAError) -> (issuer: [UInt8], account: [UInt8]) {
+        var rawIssuer = rawLabel[rawLabel.startIndex..<rawLabel.startIndex]
+        var rawAccount = rawLabel
+        if let colon = rawLabel.firstIndex(of: 0x3A) {
+            rawIssuer = rawLabel[..<colon]
+            rawAccount = rawLabel[(colon + 1)...]
+        } else if let percent = Self.encodedColon(in: rawLabel) {
+            rawIssuer = rawLabel[..<percent]
+            rawAccount = rawLabel[(percent + 3)...]
+        }
+        guard let issuer = Percent.decode(rawIssuer), var account = Percent.decode(rawAccount) else {
+            throw .invalidParameters("bad percent-encoding in label")
+        }
+        while account.first == ASCII.space { account.removeFirst() }
+        return (issuer, account)
     }
 
     /// The index of the first "%3A" (either case) in `label`, or nil.
