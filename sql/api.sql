@@ -125,7 +125,7 @@ CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_n
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-  code text; wanted bigint; now_step bigint;
+  code text; wanted bigint; now_step bigint; c bigint;
 BEGIN
   replayed := false;
   code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
@@ -139,11 +139,14 @@ BEGIN
       END IF;
     END LOOP;
   WHEN 'hotp' THEN
-    -- The last used counter (a replay) and the p_hotp_window counters after it.
-    FOR s IN greatest(f.last_step, 0) .. f.last_step + p_hotp_window LOOP
-      IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
-        IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
+    -- The last used counter (a replay) and the p_hotp_window counters after it (bigint:
+    -- counters go past an integer FOR loop's range; the table bounds them at 2^48).
+    c := greatest(f.last_step, 0);
+    WHILE c <= f.last_step + p_hotp_window LOOP
+      IF pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits) = wanted THEN
+        IF c > f.last_step THEN step := coalesce(step, c); ELSE replayed := true; END IF;
       END IF;
+      c := c + 1;
     END LOOP;
   END CASE;
 END $$;
@@ -540,7 +543,8 @@ BEGIN
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'P0001'; END IF;
   UPDATE pam_totp.users SET failures = 0, locked_until = 0 WHERE name = p_user;
-  UPDATE pam_totp.factors f SET last_step = now_ / f.period WHERE f.user_name = p_user AND f.last_step > now_ / f.period;
+  UPDATE pam_totp.factors f SET last_step = now_ / f.period
+   WHERE f.user_name = p_user AND f.kind = 'totp' AND f.last_step > now_ / f.period;
   PERFORM pam_totp_api.audit_append('unlock', p_user, u.uid, NULL, 0, 0,
                                     u.failures || ' failures cleared' || CASE WHEN u.locked_until > now_
                                     THEN ', a lockout until ' || pam_totp_api.utc_text(u.locked_until) || ' lifted' ELSE '' END);

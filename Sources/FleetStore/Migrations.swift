@@ -191,7 +191,10 @@ ALTER TABLE pam_totp.factors
 ALTER TABLE pam_totp.factors DROP CONSTRAINT factors_kind;
 ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_kind CHECK (kind IN ('totp', 'hotp'));
 ALTER TABLE pam_totp.factors DROP CONSTRAINT factors_last_step_check;
-ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_last_step_check CHECK (last_step >= 0 OR (kind = 'hotp' AND last_step = -1));
+ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_last_step_check
+  CHECK (last_step >= 0 OR (kind = 'hotp' AND last_step = -1));
+-- No token's counter gets near 2^48 (the Swift side's bound too): a scan stays far from bigint's end.
+ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_counter_bound CHECK (kind <> 'hotp' OR last_step <= 281474976710656);
 ALTER TABLE pam_totp.settings ADD COLUMN hotp_window integer NOT NULL DEFAULT 10 CHECK (hotp_window BETWEEN 1 AND 100);
 """####),
     ]
@@ -325,7 +328,7 @@ CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_n
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-  code text; wanted bigint; now_step bigint;
+  code text; wanted bigint; now_step bigint; c bigint;
 BEGIN
   replayed := false;
   code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
@@ -339,11 +342,14 @@ BEGIN
       END IF;
     END LOOP;
   WHEN 'hotp' THEN
-    -- The last used counter (a replay) and the p_hotp_window counters after it.
-    FOR s IN greatest(f.last_step, 0) .. f.last_step + p_hotp_window LOOP
-      IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
-        IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
+    -- The last used counter (a replay) and the p_hotp_window counters after it (bigint:
+    -- counters go past an integer FOR loop's range; the table bounds them at 2^48).
+    c := greatest(f.last_step, 0);
+    WHILE c <= f.last_step + p_hotp_window LOOP
+      IF pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits) = wanted THEN
+        IF c > f.last_step THEN step := coalesce(step, c); ELSE replayed := true; END IF;
       END IF;
+      c := c + 1;
     END LOOP;
   END CASE;
 END $$;
@@ -740,7 +746,8 @@ BEGIN
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'P0001'; END IF;
   UPDATE pam_totp.users SET failures = 0, locked_until = 0 WHERE name = p_user;
-  UPDATE pam_totp.factors f SET last_step = now_ / f.period WHERE f.user_name = p_user AND f.last_step > now_ / f.period;
+  UPDATE pam_totp.factors f SET last_step = now_ / f.period
+   WHERE f.user_name = p_user AND f.kind = 'totp' AND f.last_step > now_ / f.period;
   PERFORM pam_totp_api.audit_append('unlock', p_user, u.uid, NULL, 0, 0,
                                     u.failures || ' failures cleared' || CASE WHEN u.locked_until > now_
                                     THEN ', a lockout until ' || pam_totp_api.utc_text(u.locked_until) || ' lifted' ELSE '' END);

@@ -44,6 +44,7 @@ public struct DaemonService<S: TOTPStore> {
         o.nullok = request.options.nullok
         o.debug = site.debug || request.options.debug
         o.adjacentIntervals = min(site.adjacentIntervals, request.options.adjacentIntervals)
+        o.hotpWindow = min(site.hotpWindow, request.options.hotpWindow)
         o.maxFailures = min(site.maxFailures, request.options.maxFailures)
         o.siteMaxFailures = site.maxFailures
         o.lockoutSeconds = max(site.lockoutSeconds, request.options.lockoutSeconds)

@@ -246,6 +246,9 @@ public struct TOTPVerifier: Sendable {
 public struct HOTPWindow: Sendable {
     public static let defaultSize = 10
     public static let sizeRange: ClosedRange<Int> = 1...100
+    /// The largest counter a factor may start at (2^48: no token gets near it, and a scan from
+    /// it stays far from every integer's end, in Swift and in SQL).
+    public static let maxCounter: UInt64 = 1 << 48
 
     public let size: Int
 
@@ -262,7 +265,9 @@ public struct HOTPWindow: Sendable {
         // The last used counter is scanned too when it is the one before `next` (its code is a
         // replay); the scan never grows past the window and one counter.
         let from = lastUsed.map { $0 &+ 1 == next ? $0 : next } ?? next
+        // Nothing at or below the last used counter is ever eligible (at UInt64.max: nothing).
+        let used = next == 0 ? lastUsed : max(lastUsed ?? 0, next - 1)
         return TOTPVerifier.scan(answer: answer, key: key, digits: digits, from: from,
-                                 to: overflow ? UInt64.max : end, usedUpTo: next == 0 ? nil : next - 1)
+                                 to: overflow ? UInt64.max : end, usedUpTo: used)
     }
 }

@@ -187,9 +187,13 @@ extension FileStore {
                 rebuilt = true
                 state = UserState()
                 // Every time-based code up to now counts as used. A token's counter cannot be
-                // known: it starts again at the record's (codes from there on are in the window).
-                for f in record.factors where f.kind == .totp {
-                    state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, of: f)
+                // known, and starting it again at the record's would let used codes work again:
+                // every counter counts as used (the token must be enrolled again).
+                for f in record.factors {
+                    switch f.kind {
+                    case .totp: state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, of: f)
+                    case .hotp: state.setLastStep(UInt64.max, of: f)
+                    }
                 }
                 state.failures = UserState.hardFailureCap  // reported as "was locked"
             }

@@ -27,6 +27,7 @@ public struct Factor: Equatable, Sendable {
         guard secret.count >= 10 && secret.count <= 128 else {
             throw .invalidParameters("secret must be 10 to 128 bytes")
         }
+        guard counter <= HOTPWindow.maxCounter else { throw .invalidParameters("the counter must be at most 2^48") }
         self.kind = kind
         self.label = label
         self.parameters = parameters

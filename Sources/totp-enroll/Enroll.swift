@@ -56,7 +56,7 @@ struct AddHOTP: ParsableCommand {
 
     mutating func validate() throws {
         guard OTPParameters.digitsRange.contains(digits) else { throw ValidationError("--digits must be 6, 7 or 8") }
-        guard counter < UInt64.max else { throw ValidationError("--counter is too large") }
+        guard counter < HOTPWindow.maxCounter else { throw ValidationError("--counter must be below 2^48") }
     }
 
     func run() throws {

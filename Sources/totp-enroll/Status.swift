@@ -78,7 +78,7 @@ struct Status: ParsableCommand {
             out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
             var rows = [["  LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
             for f in r.factors {
-                let last = f.counter.map { "next \($0)" } ?? f.lastUsed.map { formatTime($0) } ?? (f.lastUsedStep == nil ? "never" : "yes")
+                let last = f.counter.map { "next \($0)" } ?? f.lastUsed.map { formatTime($0) } ?? (f.used ? "yes" : "never")
                 rows.append(["  " + shown(f.label), algorithmColumn(f.kind, f.algorithm), "\(f.digits)", f.kind == .hotp ? "-" : "\(f.period)s",
                              formatTime(f.created), last, f.kind == .hotp ? "-" : driftText(f.drift, period: f.period)])
             }
@@ -165,6 +165,8 @@ struct UserReport {
         var drift: Int64
         /// HOTP, for root: the next counter the token's code may have.
         var counter: UInt64? = nil
+        /// A code of it was accepted (its step or counter, for root, is `lastUsedStep`).
+        var used = false
     }
 
     var user: [UInt8]
@@ -193,10 +195,13 @@ struct UserReport {
                 let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
                 return overflow ? nil : t
             }
+            // A token's counter is shown to root only (a user sees whether it was used).
+            let root = getuid() == 0
             r.factors.append(FactorReport(kind: f.kind, label: f.label, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
-                                          period: f.parameters.period, created: f.created, lastUsedStep: step,
+                                          period: f.parameters.period, created: f.created,
+                                          lastUsedStep: f.kind == .hotp && !root ? nil : step,
                                           lastUsed: time, drift: state.drift(forLabel: f.label),
-                                          counter: f.kind == .hotp && getuid() == 0 ? state.nextCounter(of: f) : nil))
+                                          counter: f.kind == .hotp && root ? state.nextCounter(of: f) : nil, used: step != nil))
         }
         if let set = record.recovery {
             let used = state.usedRecovery(set: set.id)

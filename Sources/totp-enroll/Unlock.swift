@@ -21,7 +21,8 @@ struct Unlock: NamedUserCommand {
         let now = Int64(time(nil))
         let store = try context.openStore()
         let before = try storeCall { () throws(MFAError) in try store.unlock(user: context.user, at: now) }
-        if before.rebuilt { warn("the state of \(context.userName) was unreadable; it was rebuilt (codes up to now count as used)") }
+        if before.rebuilt { warn("the state of \(context.userName) was unreadable; it was rebuilt (codes up to now count as used; "
+                                    + "a hardware token's counter was lost with it: remove and add-hotp the token again)") }
         let was = before.failures >= UserState.hardFailureCap ? "locked until unlocked"
             : before.lockedUntil > now ? "locked out for \(before.lockedUntil - now) more seconds" : "not locked"
         Audit.log("unlocked (\(before.failures) failures cleared)", context: context)

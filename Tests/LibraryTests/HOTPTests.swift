@@ -134,14 +134,58 @@ final class HOTPTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(d.state).lastSteps.count, 1, "the old entries are pruned with the verdict")
     }
 
+    /// Review findings: a counter at its end is used up for good (it was accepted every time);
+    /// no factor starts past 2^48.
+    func testACounterAtItsEndNeverMatchesAgainAndFactorsStartBelowTwoToThe48() throws {
+        let key = HMACKey(algorithm: .sha1, key: rfcSecret)
+        let atEnd = try HOTPWindow(size: 10).match(answer: code(rfcSecret, UInt64.max), key: key, digits: 6, next: UInt64.max, lastUsed: UInt64.max)
+        XCTAssertNil(atEnd.step)
+        XCTAssertTrue(atEnd.replayed)
+        var state = UserState()
+        let token = try hotpFactor(counter: 0)
+        state.setLastStep(UInt64.max, of: token)
+        let d = try Authenticator.decide(record: UserRecord(uid: 0, id: 1, factors: [token]), state: state,
+                                         answer: code(rfcSecret, UInt64.max), at: 1_000_000, verifier: try TOTPVerifier(), options: ModuleOptions())
+        guard case .wrongCode(true, _, _) = d.outcome else { return XCTFail("\(d.outcome)") }
+        XCTAssertNoThrow(try hotpFactor(counter: HOTPWindow.maxCounter))
+        XCTAssertThrowsError(try hotpFactor(counter: HOTPWindow.maxCounter + 1))
+        let far = Array("pam_totp 2\naccount 0 0000000000000001\nhotp fob sha1 6 281474976710657 1 GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ\n".utf8)
+        XCTAssertThrowsError(try UserRecord.parse(far))
+    }
+
+    /// Review finding: unlock rebuilding an unreadable state must not start a token's counter
+    /// again at the record's (the codes used since would work again): the token is used up.
+    func testUnlockRebuildingTheStateNeverRevivesUsedTokenCodes() throws {
+        let root = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(root) }
+        let dir = root.appendingPathComponent("store")
+        XCTAssertEqual(mkdir(dir.path, 0o700), 0)
+        let store = try Store(path: Array(dir.path.utf8))
+        let user = Array("alice".utf8)
+        var rng = SystemRandomNumberGenerator()
+        try store.enroll(user: user, accountUID: 1000, factor: try hotpFactor(counter: 0), importedCodes: nil, using: &rng)
+        func login(_ c: UInt64) -> AuthOutcome {
+            store.login(user: user, account: { () throws(MFAError) -> Account? in Account(name: user, uid: 1000) },
+                        answer: code(rfcSecret, c), at: 1_000_000, options: ModuleOptions(), process: 1)
+        }
+        for c: UInt64 in 0...2 { guard case .success = login(c) else { return XCTFail("counter \(c)") } }
+        let state = dir.appendingPathComponent(".state.alice")
+        XCTAssertTrue(FileManager.default.createFile(atPath: state.path, contents: Data(repeating: 0xAB, count: UserState.fileSize)))
+        XCTAssertEqual(chmod(state.path, 0o600), 0)
+        XCTAssertTrue(try store.unlock(user: user, at: 1_000_000).rebuilt)
+        for c: UInt64 in [1, 2, 3] {
+            guard case .wrongCode = login(c) else { return XCTFail("counter \(c) accepted after the rebuild") }
+        }
+    }
+
     func testTheRecordLineKeepsKindCounterAndParameters() throws {
         let totp = try Factor(label: Array("phone".utf8), parameters: .default, created: 7, enrolledStep: 9, secret: rfcSecret)
         let hotp = try Factor(kind: .hotp, label: Array("fob key".utf8),
                               parameters: try OTPParameters(algorithm: .sha256, digits: 8, period: 30), created: 8,
-                              counter: 18_446_744_073_709_551_615, secret: Array(rfcSecret.reversed()))
+                              counter: HOTPWindow.maxCounter, secret: Array(rfcSecret.reversed()))
         let record = UserRecord(uid: 1000, id: 42, factors: [totp, hotp])
         let text = record.serialized()
-        XCTAssertTrue(String(decoding: text, as: UTF8.self).contains("\nhotp fob%20key sha256 8 18446744073709551615 8 "),
+        XCTAssertTrue(String(decoding: text, as: UTF8.self).contains("\nhotp fob%20key sha256 8 281474976710656 8 "),
                       String(decoding: text, as: UTF8.self))
         XCTAssertEqual(try UserRecord.parse(text), record)
         // A version-1 record has no hotp lines; a wrong field count is refused.

@@ -659,6 +659,18 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertEqual(results.all.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
         }
         XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "27")
+
+        // Review findings: a counter past an integer's range is scanned (the loop was int4 and
+        // raised for every answer), unlock never moves a token's counter (it rewound one past
+        // the current TOTP step), and no counter is stored past 2^48.
+        try owner.enroll(user: Array("uma".utf8), accountUID: 1008,
+                         factor: try Factor(kind: .hotp, label: Array("fob".utf8), parameters: .default, created: 0, counter: 2_147_483_640,
+                                            secret: secret), importedCodes: nil, using: &rng)
+        XCTAssertEqual(try cluster.login("outcome || ' ' || step", "'uma', 1008, '\(code(2_147_483_642))', 1, 1, 100, 0, false",
+                                         procedure: "login_at", database: db), "success 2147483642")
+        _ = try sql("SELECT failures FROM pam_totp_api.unlock('uma')")
+        XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'uma'"), "2147483642")
+        XCTAssertThrowsError(try sql("UPDATE pam_totp.factors SET last_step = 281474976710657 WHERE user_name = 'uma'"))
     }
 
     /// 20 concurrent logins with one code, 100 rounds: exactly one success each round, and the

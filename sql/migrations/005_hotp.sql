@@ -7,5 +7,8 @@
 ALTER TABLE pam_totp.factors DROP CONSTRAINT factors_kind;
 ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_kind CHECK (kind IN ('totp', 'hotp'));
 ALTER TABLE pam_totp.factors DROP CONSTRAINT factors_last_step_check;
-ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_last_step_check CHECK (last_step >= 0 OR (kind = 'hotp' AND last_step = -1));
+ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_last_step_check
+  CHECK (last_step >= 0 OR (kind = 'hotp' AND last_step = -1));
+-- No token's counter gets near 2^48 (the Swift side's bound too): a scan stays far from bigint's end.
+ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_counter_bound CHECK (kind <> 'hotp' OR last_step <= 281474976710656);
 ALTER TABLE pam_totp.settings ADD COLUMN hotp_window integer NOT NULL DEFAULT 10 CHECK (hotp_window BETWEEN 1 AND 100);
