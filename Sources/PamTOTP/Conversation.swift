@@ -94,6 +94,38 @@ func log(_ pamh: OpaquePointer, _ priority: Int32, _ message: Message) {
     _ = withCString(message) { cpam_syslog(pamh, priority, $0); return 0 }
 }
 
+/// A log line built in one buffer and handed to pam_syslog with its NUL, without a copy: the
+/// lines of a success and of a wrong code are written on every login (one allocation instead
+/// of one per piece).
+struct LogLine {
+    private var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(192) }
+
+    mutating func add(_ s: StaticString) {
+        bytes.append(contentsOf: UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+    }
+
+    /// A user name or label as `printable` shows it.
+    mutating func add(printable b: [UInt8]) {
+        for c in b.prefix(128) { bytes.append(c >= 0x20 && c < 0x7F ? c : 0x3F) }
+        if b.count > 128 { add("...") }
+    }
+
+    mutating func add(message m: Message) { for c in m.bytes { bytes.append(c == 0 ? 0x3F : c) } }
+
+    mutating func add(decimal v: UInt64) { bytes += decimalBytes(v) }
+
+    mutating func send(_ pamh: OpaquePointer, _ priority: Int32) {
+        bytes.append(0)
+        bytes.withUnsafeBufferPointer { buf in
+            buf.withMemoryRebound(to: CChar.self) { b in
+                if let base = b.baseAddress { cpam_syslog(pamh, priority, base) }
+            }
+        }
+    }
+}
+
 /// Calls `body` with `s` as a C string (NUL bytes inside become '?').
 func withCString(_ s: Message, _ body: (UnsafePointer<CChar>) -> Int32) -> Int32 {
     var z: [UInt8] = []

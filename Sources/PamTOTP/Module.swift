@@ -151,7 +151,13 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
     let who = "user " + printable(user)
     switch outcome {
     case .success(let factor, _, _, let jump):
-        log(pamh, LOG_INFO, "accepted code for " + who + " (factor " + printable(factor) + ")")
+        var line = LogLine()
+        line.add("accepted code for user ")
+        line.add(printable: user)
+        line.add(" (factor ")
+        line.add(printable: factor)
+        line.add(")")
+        line.send(pamh, LOG_INFO)
         if let jump {
             log(pamh, LOG_WARNING, "clock drift of " + who + ", factor " + printable(factor) + ", jumped from "
                 + signed(jump.from) + " to " + signed(jump.to) + " steps (check the device's clock)")
@@ -159,11 +165,18 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
     case .recoveryCode(let remaining):
         log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")
     case .wrongCode(let replayed, let failures, let lockedUntil):
-        var line = (replayed ? "replayed code for " : "wrong code for ") + who + " (" + decimal(failures)
-            + " consecutive failures)"
-        if let lockedUntil { line = line + "; locked out until " + Message(ModuleOptions.utcText(lockedUntil)) }
-        if failures >= UserState.hardFailureCap { line = line + "; locked until an admin runs totp-enroll unlock" }
-        log(pamh, LOG_NOTICE, line)
+        var line = LogLine()
+        line.add(replayed ? "replayed code for user " : "wrong code for user ")
+        line.add(printable: user)
+        line.add(" (")
+        line.add(decimal: UInt64(failures))
+        line.add(" consecutive failures)")
+        if let lockedUntil {
+            line.add("; locked out until ")
+            line.add(message: Message(ModuleOptions.utcText(lockedUntil)))
+        }
+        if failures >= UserState.hardFailureCap { line.add("; locked until an admin runs totp-enroll unlock") }
+        line.send(pamh, LOG_NOTICE)
     case .notRecorded(let error):
         // Denied like a wrong code, whatever the answer was: nothing about it is logged either.
         log(pamh, LOG_ERR, "denied " + who + ": the attempt could not be recorded: " + describe(error))
