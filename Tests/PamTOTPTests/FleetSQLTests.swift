@@ -639,24 +639,14 @@ final class FleetSQLTests: XCTestCase {
         let connections = try (0..<20).map { _ in try PQConnection(conninfo: cluster.conninfo(database: db)) }
         for round in 1...10 {
             let answer = code(7 + UInt64(round) * 2)
-            let results = Slots(20)
-            let group = DispatchGroup()
-            let gate = DispatchSemaphore(value: 0)
-            for w in 0..<20 {
-                group.enter()
-                Thread.detachNewThread {
-                    gate.wait()
-                    let id = try? connections[w].execute("SELECT pam_totp_api.login_begin_at('tina', 1007, $1, 1, 1, 100, 0, false)", [.text(answer)])
-                    let rows = try? connections[w].execute("SELECT outcome FROM pam_totp_api.login_finish($1)",
-                                                            [.text(id?.first?.first.flatMap { $0 } ?? "")])
-                    results.set(w, rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0))
-                    group.leave()
-                }
-            }
-            for _ in 0..<20 { gate.signal() }
-            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
-            XCTAssertFalse(results.all.contains(-2), "a statement failed in round \(round)")
-            XCTAssertEqual(results.all.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
+            let values = try XCTUnwrap(runAtOnce(20) { w in
+                let id = try? connections[w].execute("SELECT pam_totp_api.login_begin_at('tina', 1007, $1, 1, 1, 100, 0, false)", [.text(answer)])
+                let rows = try? connections[w].execute("SELECT outcome FROM pam_totp_api.login_finish($1)",
+                                                        [.text(id?.first?.first.flatMap { $0 } ?? "")])
+                return rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0)
+            }, "round \(round) did not finish")
+            XCTAssertFalse(values.contains(-2), "a statement failed in round \(round)")
+            XCTAssertEqual(values.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
         }
         XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "27")
 
@@ -690,27 +680,16 @@ final class FleetSQLTests: XCTestCase {
         for round in 0..<100 {
             let t = t0 + Int64(round) * 30
             let code = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t), as: UTF8.self)
-            let results = Slots(workers)
-            let group = DispatchGroup()
-            let gate = DispatchSemaphore(value: 0)
-            for w in 0..<workers {
-                group.enter()
-                Thread.detachNewThread {
-                    gate.wait()
-                    // Even workers: erin with the right code; odd: frank with a wrong one.
-                    let user = w % 2 == 0 ? "erin" : "frank"
-                    let answer = w % 2 == 0 ? code : "000000"
-                    let attempt = try? connections[w].execute("SELECT pam_totp_api.login_begin_at($1, $2, $3, $4, 1, 100, 0, false)",
-                                                               [.text(user), .text(w % 2 == 0 ? "1002" : "1003"), .text(answer), .text(String(t))])
-                    let rows = try? connections[w].execute("SELECT outcome FROM pam_totp_api.login_finish($1)",
-                                                            [.text(attempt?.first?.first.flatMap { $0 } ?? "")])
-                    results.set(w, rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0))
-                    group.leave()
-                }
-            }
-            for _ in 0..<workers { gate.signal() }
-            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
-            let values = results.all
+            let values = try XCTUnwrap(runAtOnce(workers) { w in
+                // Even workers: erin with the right code; odd: frank with a wrong one.
+                let user = w % 2 == 0 ? "erin" : "frank"
+                let answer = w % 2 == 0 ? code : "000000"
+                let attempt = try? connections[w].execute("SELECT pam_totp_api.login_begin_at($1, $2, $3, $4, 1, 100, 0, false)",
+                                                           [.text(user), .text(w % 2 == 0 ? "1002" : "1003"), .text(answer), .text(String(t))])
+                let rows = try? connections[w].execute("SELECT outcome FROM pam_totp_api.login_finish($1)",
+                                                        [.text(attempt?.first?.first.flatMap { $0 } ?? "")])
+                return rows?.first?.first.flatMap { $0 } == "success" ? 1 : (rows == nil ? -2 : 0)
+            }, "round \(round) did not finish")
             XCTAssertFalse(values.contains(-2), "a statement failed in round \(round)")
             successes.append(stride(from: 0, to: workers, by: 2).filter { values[$0] == 1 }.count)
             frankFailures += workers / 2
@@ -723,6 +702,24 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(successes, Array(repeating: 1, count: 100), "exactly one success per round")
         print("fleet race: 100 rounds x 10 logins with one code: successes per round all 1; 1000 wrong codes counted exactly")
     }
+}
+
+/// Runs `work(w)` for every w in 0..<count, each on a thread of its own, all released at once;
+/// their results in order, nil if they did not all finish within 30 s.
+func runAtOnce(_ count: Int, _ work: @escaping @Sendable (Int) -> Int) -> [Int]? {
+    let results = Slots(count)
+    let group = DispatchGroup()
+    let gate = DispatchSemaphore(value: 0)
+    for w in 0..<count {
+        group.enter()
+        Thread.detachNewThread {
+            gate.wait()
+            results.set(w, work(w))
+            group.leave()
+        }
+    }
+    for _ in 0..<count { gate.signal() }
+    return group.wait(timeout: .now() + 30) == .success ? results.all : nil
 }
 
 /// Results written by several threads.
