@@ -148,7 +148,8 @@ public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32
 
 /// Logs the outcome (never a code or secret) and returns its PAM code (ErrorMapping.swift).
 func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug: Bool) -> Int32 {
-    let who = "user " + printable(user)
+    // Built only for the lines that use it: a success or a wrong code builds its line in one buffer.
+    func who() -> Message { "user " + printable(user) }
     switch outcome {
     case .success(let factor, _, _, let jump):
         var line = LogLine()
@@ -159,11 +160,11 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
         line.add(")")
         line.send(pamh, LOG_INFO)
         if let jump {
-            log(pamh, LOG_WARNING, "clock drift of " + who + ", factor " + printable(factor) + ", jumped from "
+            log(pamh, LOG_WARNING, "clock drift of " + who() + ", factor " + printable(factor) + ", jumped from "
                 + signed(jump.from) + " to " + signed(jump.to) + " steps (check the device's clock)")
         }
     case .recoveryCode(let remaining):
-        log(pamh, LOG_NOTICE, "accepted a recovery code for " + who + " (" + decimal(remaining) + " left)")
+        log(pamh, LOG_NOTICE, "accepted a recovery code for " + who() + " (" + decimal(remaining) + " left)")
     case .wrongCode(let replayed, let failures, let lockedUntil):
         var line = LogLine()
         line.add(replayed ? "replayed code for user " : "wrong code for user ")
@@ -179,14 +180,14 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
         line.send(pamh, LOG_NOTICE)
     case .notRecorded(let error):
         // Denied like a wrong code, whatever the answer was: nothing about it is logged either.
-        log(pamh, LOG_ERR, "denied " + who + ": the attempt could not be recorded: " + describe(error))
+        log(pamh, LOG_ERR, "denied " + who() + ": the attempt could not be recorded: " + describe(error))
     case .lockedOut(_, let permanent):
-        log(pamh, LOG_WARNING, "denied " + who + (permanent ? ": locked after too many failures (totp-enroll unlock)"
+        log(pamh, LOG_WARNING, "denied " + who() + (permanent ? ": locked after too many failures (totp-enroll unlock)"
                                                    : ": temporarily locked out"))
     case .unenrolled:
-        log(pamh, LOG_NOTICE, "denied " + who + ": not enrolled (no record for this account)")
+        log(pamh, LOG_NOTICE, "denied " + who() + ": not enrolled (no record for this account)")
     case .failed(let error):
-        log(pamh, LOG_ERR, "denied " + (user.isEmpty ? "" : who + ": ") + describe(error))
+        log(pamh, LOG_ERR, "denied " + (user.isEmpty ? "" : who() + ": ") + describe(error))
     }
     return pamCode(outcome)
 }
