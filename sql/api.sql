@@ -118,16 +118,22 @@ BEGIN
 END $$;
 
 -- One factor's verdict on an answer: the first step it matched above the factor's last used
--- one (NULL: none), and whether it matched a used one. The dispatch on the factor's kind, once
--- (docs/ARCHITECTURE.md, section 2.3); a kind's whole window is computed, no early exit.
-CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_now bigint, p_window integer,
-                                          p_hotp_window integer, p_forward_pass boolean, OUT step bigint, OUT replayed boolean)
+-- one (NULL: none), whether it matched a used one, and (HOTP) whether it is a code past the
+-- window within p_resync counters of the next one (far: alone never accepted). p_previous:
+-- the login's answer before, a far one; this answer then matches too if the two are the codes
+-- of two consecutive counters of the resync reach (the second is the step). The dispatch on
+-- the factor's kind, once (docs/ARCHITECTURE.md, section 2.3); a kind's whole window is
+-- computed, no early exit.
+CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_previous text, p_now bigint, p_window integer,
+                                          p_hotp_window integer, p_resync integer, p_forward_pass boolean,
+                                          OUT step bigint, OUT replayed boolean, OUT far boolean)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
   code text; wanted bigint; now_step bigint; c bigint;
+  first_wanted bigint; v integer; pair bigint; first_equal boolean := false;
 BEGIN
-  replayed := false;
+  replayed := false; far := false;
   code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
   wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
   CASE f.kind
@@ -148,6 +154,20 @@ BEGIN
       END IF;
       c := c + 1;
     END LOOP;
+    -- The resync reach: counters last + 1 + p_hotp_window .. last + p_resync (and the one
+    -- after it, for a pair's second code). One question per login with forward_pass: none.
+    IF NOT p_forward_pass AND p_resync > p_hotp_window THEN
+      first_wanted := CASE WHEN octet_length(p_previous) = f.digits AND p_previous ~ '^[0-9]+$' THEN p_previous::bigint ELSE -1 END;
+      c := f.last_step + 1 + p_hotp_window;
+      WHILE c <= f.last_step + p_resync + 1 LOOP
+        v := pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits);
+        IF c <= f.last_step + p_resync AND v = wanted THEN far := true; END IF;
+        IF first_equal AND v = wanted THEN pair := coalesce(pair, c); END IF;
+        first_equal := c <= f.last_step + p_resync AND v = first_wanted;
+        c := c + 1;
+      END LOOP;
+      step := coalesce(step, pair);
+    END IF;
   END CASE;
 END $$;
 
@@ -155,10 +175,11 @@ END $$;
 -- change. Every factor is checked (check_factor); the first in record order that matched an
 -- unused step wins. A recovery-code-shaped answer costs one PBKDF2 whether or not a factor
 -- matched, so a right code costs what a wrong one does.
-CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_now bigint, p_window integer, p_hotp_window integer,
-                                   p_forward_pass boolean,
+CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_previous text, p_now bigint, p_window integer,
+                                   p_hotp_window integer, p_resync integer, p_forward_pass boolean,
                                    OUT factor_id bigint, OUT label text, OUT step bigint, OUT digits integer,
-                                   OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean)
+                                   OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean,
+                                   OUT far boolean)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -167,13 +188,14 @@ DECLARE
   r pam_totp.recovery%ROWTYPE;
   digits_only text; h bytea;
 BEGIN
-  replayed := false;
+  replayed := false; far := false;
   FOR f IN SELECT * FROM pam_totp.factors x WHERE x.user_name = p_user ORDER BY x.id LOOP
-    m := pam_totp_api.check_factor(f, p_answer, p_now, p_window, p_hotp_window, p_forward_pass);
+    m := pam_totp_api.check_factor(f, p_answer, p_previous, p_now, p_window, p_hotp_window, p_resync, p_forward_pass);
     IF m.step IS NOT NULL AND factor_id IS NULL THEN
       factor_id := f.id; label := f.label; step := m.step; digits := f.digits;
     END IF;
     replayed := replayed OR m.replayed;
+    far := far OR m.far;
   END LOOP;
 
   IF NOT p_forward_pass AND p_answer ~ '^[0-9 -]+$' THEN
@@ -201,7 +223,7 @@ DECLARE
   j pam_totp.attempts%ROWTYPE;
 BEGIN
   FOR j IN DELETE FROM pam_totp.attempts x WHERE x.begun < p_clock - 3600 RETURNING x.* LOOP
-    IF j.verdict IN ('match', 'recovery', 'wrong') THEN
+    IF j.verdict IN ('match', 'recovery', 'wrong', 'resync') THEN
       PERFORM pam_totp_api.audit_append('unfinished', j.user_name, j.uid, NULL, j.failures, j.locked_until,
                                         'begun at ' || pam_totp_api.utc_text(j.begun) || ', never finished: counted as a failure');
     END IF;
@@ -214,9 +236,11 @@ END $$;
 -- login_finish, which answers only once this transaction has committed: no savepoint,
 -- rollback, aborted statement or killed session turns a wrong guess into an uncounted one.
 -- `p_now` is the caller's clock: for the owner (tests, which then call login_finish in a
--- second statement); hosts call login_begin, or the procedure login.
+-- second statement); hosts call login_begin, or the procedure login. `p_previous`: the login's
+-- answer before this one, told 'resync' (check_factor).
 CREATE FUNCTION pam_totp_api.login_begin_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
-                                            p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
+                                            p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
+                                            p_previous text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -240,7 +264,7 @@ BEGIN
   PERFORM pam_totp_api.sweep_attempts(clock);
 
   SELECT NULL::bigint AS factor_id, NULL::text AS label, NULL::bigint AS step, NULL::integer AS digits,
-         NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed INTO j;
+         NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed, false AS far INTO j;
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF p_uid IS NULL OR NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
     -- Not enrolled, or enrolled for another account (a reused name): the same HMACs as one
@@ -249,7 +273,8 @@ BEGIN
       FROM generate_series(0, 2 * win) i;
     verdict_ := 'unenrolled';
   ELSE
-    SELECT * INTO j FROM pam_totp_api.judge(p_user, p_answer, p_now, win, cfg.hotp_window, p_forward_pass);
+    SELECT * INTO j FROM pam_totp_api.judge(p_user, p_answer, p_previous, p_now, win, cfg.hotp_window, cfg.hotp_resync_window,
+                                            p_forward_pass);
     IF u.failures >= cfg.hard_failure_cap THEN
       verdict_ := 'locked'; fails := u.failures; until_ := 9223372036854775807;
     ELSIF p_now < u.locked_until THEN
@@ -260,7 +285,9 @@ BEGIN
       IF lock_for > 0 AND (fails % maxf = 0 OR fails % cfg.max_failures = 0) THEN until_ := p_now + lock_for; END IF;
       UPDATE pam_totp.users SET failures = fails, locked_until = CASE WHEN until_ > 0 THEN until_ ELSE pam_totp.users.locked_until END
        WHERE name = p_user;
-      verdict_ := CASE WHEN j.factor_id IS NOT NULL THEN 'match' WHEN j.recovery_index IS NOT NULL THEN 'recovery' ELSE 'wrong' END;
+      -- A far code starts a resync once per login, unless this failure started a lockout.
+      verdict_ := CASE WHEN j.factor_id IS NOT NULL THEN 'match' WHEN j.recovery_index IS NOT NULL THEN 'recovery'
+                       WHEN j.far AND p_previous IS NULL AND until_ = 0 THEN 'resync' ELSE 'wrong' END;
     END IF;
   END IF;
   INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
@@ -273,10 +300,12 @@ END $$;
 
 -- What a host calls: on the database's clock, so no host can pick the time.
 CREATE FUNCTION pam_totp_api.login_begin(p_user text, p_uid bigint, p_answer text, p_window integer,
-                                         p_max_failures integer, p_lockout bigint, p_forward_pass boolean) RETURNS bigint
+                                         p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
+                                         p_previous text DEFAULT NULL) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER
 AS $$
-  SELECT pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout, p_forward_pass)
+  SELECT pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout,
+                                     p_forward_pass, p_previous)
 $$;
 
 -- login_finish's accepting step, under the user's row lock: a match marks its step used
@@ -358,10 +387,12 @@ BEGIN
   END IF;
   PERFORM pam_totp_api.audit_append('failure', a.user_name, a.uid, NULL, a.failures, a.locked_until,
                                     CASE WHEN a.replayed THEN 'a used code'
+                                         WHEN a.verdict = 'resync' THEN 'a code past a token''s window: the next one asked for (resync)'
                                          WHEN a.verdict = 'wrong' THEN 'wrong code'
                                          WHEN clock - a.begun > cfg.attempt_seconds THEN 'a right code, finished too late'
                                          ELSE 'a code used by another login meanwhile' END);
-  RETURN QUERY SELECT 'wrong'::text, NULL::text, NULL::bigint, NULL::integer, a.failures, a.locked_until, a.replayed, NULL::integer;
+  RETURN QUERY SELECT CASE WHEN a.verdict = 'resync' THEN 'resync' ELSE 'wrong' END, NULL::text, NULL::bigint, NULL::integer,
+                      a.failures, a.locked_until, a.replayed, NULL::integer;
 END $$;
 
 -- One login in one call, for pam-totpd: login_begin, COMMIT, login_finish. A procedure that
@@ -371,6 +402,7 @@ END $$;
 -- told.
 CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_window integer,
                                     p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
+                                    p_previous text DEFAULT NULL,
                                     INOUT outcome text DEFAULT NULL, INOUT label text DEFAULT NULL, INOUT step bigint DEFAULT NULL,
                                     INOUT digits integer DEFAULT NULL, INOUT failures integer DEFAULT NULL,
                                     INOUT locked_until bigint DEFAULT NULL, INOUT replayed boolean DEFAULT NULL,
@@ -379,7 +411,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
 BEGIN
-  attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass);
+  attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass, p_previous);
   COMMIT;
   SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
     INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
@@ -640,7 +672,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_api FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA pam_totp_api FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_crypto FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-  pam_totp_api.login_begin(text, bigint, text, integer, integer, bigint, boolean),
+  pam_totp_api.login_begin(text, bigint, text, integer, integer, bigint, boolean, text),
   pam_totp_api.login_finish(bigint),
   pam_totp_api.enrolled_uid(text),
   pam_totp_api.user_status(text),
@@ -651,7 +683,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.remove_factor(text, bigint, text, boolean)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer)
+  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, text, bigint, integer, integer, bigint, boolean, integer)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.unlock(text),

@@ -289,12 +289,13 @@ public final class PostgresStore: TOTPStore {
 
     /// One login in one statement (the procedure pam_totp_api.login): enrolled for this
     /// account's uid, the attempt committed, then the verdict (sql/api.sql).
-    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
-                      options: ModuleOptions, process: UInt32) -> AuthOutcome {
+    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], previous: [UInt8]?,
+                      at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome {
         guard let name = try? Self.text(user) else { return .unenrolled }
         let uid: UInt32?
         do throws(MFAError) { uid = try account()?.uid } catch { return .failed(error) }
-        let outcome = verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, at: unixTime, options: options)
+        let outcome = verdict(name: name, uid: uid.map { .text(String($0)) } ?? .null, answer: answer, previous: previous,
+                              at: unixTime, options: options)
         recent.record(outcome, user: user, process: process)
         return outcome
     }
@@ -302,23 +303,27 @@ public final class PostgresStore: TOTPStore {
     /// After `lookup`: `login` with the uid the lookup saw, so the verdict is bound to that
     /// account in the same statement (a record purged and enrolled again for another uid in
     /// between is unenrolled, never verified).
-    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
+    public func authenticate(answer: [UInt8], previous: [UInt8]?, at unixTime: Int64, options: ModuleOptions, process: UInt32,
                              enrolled: FleetEnrolled) -> AuthOutcome {
-        let outcome = verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, at: unixTime, options: options)
+        let outcome = verdict(name: enrolled.name, uid: .text(String(enrolled.uid)), answer: answer, previous: previous,
+                              at: unixTime, options: options)
         recent.record(outcome, user: Array(enrolled.name.utf8), process: process)
         return outcome
     }
 
     /// `CALL login` on the database's clock; for tests, on the caller's: login_begin_at (the
     /// owner's), committed, then login_finish, two statements on one connection.
-    func verdict(name: String, uid: PQValue, answer: [UInt8], at unixTime: Int64, options: ModuleOptions) -> AuthOutcome {
+    func verdict(name: String, uid: PQValue, answer: [UInt8], previous: [UInt8]?, at unixTime: Int64,
+                 options: ModuleOptions) -> AuthOutcome {
         // An answer is digits (and '-' or ' ' in a recovery code); anything else matches nothing.
-        let clean = answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
-        var params: [PQValue] = [.text(name), uid]
-        params.append(.text(clean ? String(decoding: answer, as: UTF8.self) : "x"))
+        func text(_ answer: [UInt8]) -> PQValue {
+            .text(answer.allSatisfy { $0 >= 0x20 && $0 < 0x7F } ? String(decoding: answer, as: UTF8.self) : "x")
+        }
+        var params: [PQValue] = [.text(name), uid, text(answer)]
         if callerClock { params.append(.text(String(unixTime))) }
         params += [.text(String(options.adjacentIntervals)), .text(String(options.maxFailures)),
-                   .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false")]
+                   .text(String(options.lockoutSeconds)), .text(options.forwardPass ? "true" : "false"),
+                   previous.map(text) ?? .null]
         let placeholders = (1...params.count).map { "$\($0)" }.joined(separator: ", ")
         let rows: [[String?]]
         do throws(PQError) {
@@ -348,6 +353,8 @@ public final class PostgresStore: TOTPStore {
             return .success(factor: Array(label.utf8), step: UInt64(step), digits: Int(digits))
         case "recovery":
             return .recoveryCode(remaining: Int(int(7) ?? 0))
+        case "resync":
+            return .resyncNeeded(failures: UInt32(clamping: int(4) ?? 0))
         case "wrong":
             let until = int(5) ?? 0
             return .wrongCode(replayed: row[6] == "t", failures: UInt32(clamping: int(4) ?? 0), lockedUntil: until > 0 ? until : nil)

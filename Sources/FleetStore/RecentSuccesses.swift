@@ -34,7 +34,7 @@ final class RecentSuccesses: @unchecked Sendable {
         let pid: UInt32
         switch outcome {
         case .success, .recoveryCode: pid = process
-        case .wrongCode: pid = 0
+        case .wrongCode, .resyncNeeded: pid = 0
         case .notRecorded, .lockedOut, .unenrolled, .failed: return
         }
         locked {

@@ -45,6 +45,7 @@ public struct DaemonService<S: TOTPStore> {
         o.debug = site.debug || request.options.debug
         o.adjacentIntervals = min(site.adjacentIntervals, request.options.adjacentIntervals)
         o.hotpWindow = min(site.hotpWindow, request.options.hotpWindow)
+        o.hotpResyncWindow = min(site.hotpResyncWindow, request.options.hotpResyncWindow)
         o.maxFailures = min(site.maxFailures, request.options.maxFailures)
         o.siteMaxFailures = site.maxFailures
         o.lockoutSeconds = max(site.lockoutSeconds, request.options.lockoutSeconds)
@@ -84,16 +85,17 @@ public struct DaemonService<S: TOTPStore> {
         let user = resolved?.name ?? request.user
         let options = effectiveOptions(request, peer: peer)
         if request.operation == .authenticate {
+            let previous: [UInt8]? = request.previous.isEmpty ? nil : request.previous
             // One step (for a database: one statement), with the same outcomes as lookup + authenticate.
             let outcome: AuthOutcome
             do throws(MFAError) {
                 try FileStore<LiveSystemCalls>.validate(user: user)
                 let store = try openStore(options.store)
-                outcome = store.login(user: user, account: lookupAccount, answer: request.answer, at: now,
-                                      options: options, process: peer.pid)
+                outcome = store.login(user: user, account: lookupAccount, answer: request.answer, previous: previous,
+                                      at: now, options: options, process: peer.pid)
             } catch {
                 outcome = Login<S>(store: nil, enrollment: error == .invalidUserName ? .unenrolled : .failed(error))
-                    .authenticate(answer: request.answer, at: now, options: options, process: peer.pid)
+                    .authenticate(answer: request.answer, previous: previous, at: now, options: options, process: peer.pid)
             }
             return (.outcome(outcome), who + Self.logText(outcome))
         }
@@ -125,6 +127,9 @@ public struct DaemonService<S: TOTPStore> {
         case .wrongCode(let replayed, let failures, let lockedUntil):
             return (replayed ? "replayed code (" : "wrong code (") + Message(decimalBytes(UInt64(failures)))
                 + " consecutive failures)" + (lockedUntil.map { "; locked out until " + utcTimeText($0) } ?? "")
+        case .resyncNeeded(let failures):
+            return "a token's code past its window: asked for the next one to resync (" + Message(decimalBytes(UInt64(failures)))
+                + " consecutive failures)"
         case .notRecorded: return "denied: the attempt could not be recorded"
         case .lockedOut(let until, let permanent):
             return permanent ? "denied: locked until an admin unlocks" : "denied: locked out until " + utcTimeText(until)

@@ -89,12 +89,12 @@ public final class DaemonStore: TOTPStore {
         return .enrolled(DaemonEnrolled(user: user))
     }
 
-    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
-                             enrolled: DaemonEnrolled) -> AuthOutcome {
+    public func authenticate(answer: [UInt8], previous: [UInt8]?, at unixTime: Int64, options: ModuleOptions,
+                             process: UInt32, enrolled: DaemonEnrolled) -> AuthOutcome {
         var o = options
         o.store = storePath
         guard var frame = DaemonRequest(operation: .authenticate, service: service, user: enrolled.user, options: o,
-                                        answer: answer).encoded() else { return .failed(.invalidParameters("the answer is too long")) }
+                                        answer: answer, previous: previous ?? []).encoded() else { return .failed(.invalidParameters("the answer is too long")) }
         defer { wipe(&frame) }
         do throws(MFAError) {
             var sent = false

@@ -250,11 +250,70 @@ public struct HOTPWindow: Sendable {
     /// it stays far from every integer's end, in Swift and in SQL).
     public static let maxCounter: UInt64 = 1 << 48
 
-    public let size: Int
+    /// How far past the next unused counter a code may be and still start a resync (RFC 4226,
+    /// section 7.4: two consecutive codes; `resynced`). 0 turns resync off; at most 1000.
+    public static let defaultResync = 100
+    public static let resyncRange: ClosedRange<Int> = 0...1000
 
-    public init(size: Int = HOTPWindow.defaultSize) throws(MFAError) {
+    public let size: Int
+    /// A resync starts at a code of [next + size, next + resync): nothing if resync <= size.
+    public let resync: Int
+
+    public init(size: Int = HOTPWindow.defaultSize, resync: Int = HOTPWindow.defaultResync) throws(MFAError) {
         guard Self.sizeRange.contains(size) else { throw .invalidOption("hotp_window must be 1 to 100") }
+        guard Self.resyncRange.contains(resync) else { throw .invalidOption("hotp_resync_window must be 0 to 1000") }
         self.size = size
+        self.resync = resync
+    }
+
+    /// The counters past the window a resync may start at: [next + size, next + resync), nil if
+    /// none (resync off, or a counter near UInt64.max: a used-up token).
+    func reach(next: UInt64) -> (first: UInt64, last: UInt64)? {
+        guard resync > size else { return nil }
+        let (first, o1) = next.addingReportingOverflow(UInt64(size))
+        let (last, o2) = next.addingReportingOverflow(UInt64(resync - 1))
+        guard !o1, !o2, last < UInt64.max - 1 else { return nil }
+        return (first, last)
+    }
+
+    /// Whether `answer` is the code of a counter beyond the window but within the resync reach:
+    /// alone it is never accepted, but it may start a resync (`resynced`). Every counter of the
+    /// reach is computed (no early exit).
+    public func isFar(answer: [UInt8], key: HMACKey, digits: Int, next: UInt64) -> Bool {
+        guard let (first, last) = reach(next: next) else { return false }
+        return TOTPVerifier.scan(answer: answer, key: key, digits: digits, from: first, to: last, usedUpTo: nil).step != nil
+    }
+
+    /// A resync (privacyIDEA's autoresync, bounded): `previous` is the code of a counter c in the
+    /// resync reach and `answer` the code of c + 1, typed one after the other in one login.
+    /// Returns c + 1 (to be recorded as the last used counter, so neither code works again),
+    /// the lowest such pair's; nil if there is none. Every counter of the reach and the one
+    /// after it is computed once and compared with both codes, without an early exit. Cold
+    /// (once per resync), so built small: the login's hot path is `scan`.
+    @_optimize(size)
+    public func resynced(previous: [UInt8], answer: [UInt8], key: HMACKey, digits: Int, next: UInt64) -> UInt64? {
+        guard let (first, last) = reach(next: next) else { return nil }
+        let wantedFirst = TOTPVerifier.parseCode(previous, digits: digits) ?? UInt32.max
+        let wantedSecond = TOTPVerifier.parseCode(answer, digits: digits) ?? UInt32.max
+        var found: UInt64 = 0
+        var foundMask: UInt64 = 0
+        var previousEqual: UInt64 = 0  // all ones when counter - 1 (in the reach) is `previous`'s
+        var counter = first
+        while counter <= last + 1 {
+            let value = HOTP.value(key: key, counter: counter, digits: digits)
+            let take = previousEqual & Self.equalMask(value, wantedSecond) & ~foundMask
+            found = (found & ~take) | (counter & take)
+            foundMask |= take
+            previousEqual = Self.equalMask(value, wantedFirst)
+            counter += 1
+        }
+        return foundMask != 0 ? found : nil
+    }
+
+    /// All ones iff `a == b`, without a branch on either.
+    static func equalMask(_ a: UInt32, _ b: UInt32) -> UInt64 {
+        let x = UInt64(a ^ b)
+        return ((x | (0 &- x)) >> 63) &- 1
     }
 
     /// The lowest counter in [`next`, `next` + size) whose code is `answer`, and whether

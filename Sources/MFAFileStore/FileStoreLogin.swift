@@ -96,7 +96,7 @@ extension FileStore: TOTPStore {
     /// Verifies `answer` and records the outcome as one step under the user's lock: the record
     /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.
     /// If that write fails, the outcome is `notRecorded`, whatever the answer was.
-    public func authenticate(answer: [UInt8], at unixTime: Int64,
+    public func authenticate(answer: [UInt8], previous: [UInt8]?, at unixTime: Int64,
                              options: ModuleOptions, process: UInt32, enrolled: EnrolledUser<Sys>) -> AuthOutcome {
         let user = enrolled.name
         do throws(MFAError) {
@@ -123,7 +123,8 @@ extension FileStore: TOTPStore {
                     base.sequence = state.sequence &+ 1  // the verdict goes to the other slot
                 }
                 let decision = try Authenticator.decide(record: record, state: state, answer: answer, at: unixTime,
-                                                        verifier: verifier, options: options, process: process)
+                                                        previous: previous, verifier: verifier, options: options,
+                                                        process: process)
                 if var next = decision.state {
                     next.sequence = base.sequence
                     do throws(MFAError) { try writeStateLocked(user: user, state: next, file: file) } catch { return .notRecorded(error) }

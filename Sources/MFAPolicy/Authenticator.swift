@@ -30,6 +30,11 @@ public enum AuthOutcome: Equatable, Sendable {
     /// was already used. `failures`: consecutive failures now (recorded); `lockedUntil`: set
     /// when this failure started a lockout.
     case wrongCode(replayed: Bool, failures: UInt32, lockedUntil: Int64?)
+    /// The answer matched nothing usable but is a counter-based factor's code past its window,
+    /// within the resync reach: counted as a failure (`failures`, recorded) until the next
+    /// answer of the same login, the token's following code, completes the resync
+    /// (`authenticate(previous:)`). Never when this failure started a lockout.
+    case resyncNeeded(failures: UInt32)
     /// The outcome of the attempt could not be recorded (`error` says why). Whatever the answer
     /// was, it is denied exactly like a wrong code (docs/ARCHITECTURE.md, section 4.1): a right code that cannot be
     /// recorded as used is not accepted, and the caller cannot tell the two apart.
@@ -61,20 +66,22 @@ public enum Authenticator {
     /// `process` is recorded with an accepted code (UserState.successProcess).
     @inline(never)  // called by the login and by the decoy: one copy
     public static func decide(record: UserRecord, state: UserState, answer: [UInt8], at unixTime: Int64,
-                              verifier: TOTPVerifier, options: ModuleOptions,
+                              previous: [UInt8]? = nil, verifier: TOTPVerifier, options: ModuleOptions,
                               process: UInt32 = 0) throws(MFAError) -> Decision {
         // Every factor is checked (no early exit); the first factor in record order that
         // matched at an unused step wins.
         var matched: (factor: Factor, step: UInt64, drift: Int64, before: Int64)? = nil
         var replayed = false
-        let hotp = try HOTPWindow(size: options.hotpWindow)
+        var far = false
+        let hotp = try HOTPWindow(size: options.hotpWindow, resync: options.hotpResyncWindow)
         for factor in record.factors {
-            let m = try factor.check(answer: answer, at: unixTime, verifier: verifier, hotp: hotp, state: state,
-                                     forwardPass: options.forwardPass)
+            let m = try factor.check(answer: answer, previous: previous, at: unixTime, verifier: verifier, hotp: hotp,
+                                     state: state, forwardPass: options.forwardPass)
             if let step = m.step, matched == nil {
                 matched = (factor, step, m.driftAfter, m.driftBefore)
             }
             if m.replayed { replayed = true }
+            if m.far { far = true }
         }
         // A recovery-code-shaped answer costs one PBKDF2 whether or not a factor matched and
         // whether or not the user has recovery codes (an absent set is checked against a
@@ -115,6 +122,10 @@ public enum Authenticator {
         }
 
         let (failed, lockedUntil) = failure(next, at: unixTime, options: options)
+        // A far code starts a resync once per login (the answer after it must complete it).
+        if far && previous == nil && lockedUntil == nil {
+            return Decision(outcome: .resyncNeeded(failures: failed.failures), state: failed)
+        }
         return Decision(outcome: .wrongCode(replayed: replayed, failures: failed.failures, lockedUntil: lockedUntil), state: failed)
     }
 
@@ -166,9 +177,11 @@ public struct Login<S: TOTPStore> {
     }
 
     /// `authenticate` for an enrolled user; the decoy work for everyone else.
-    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome {
+    public func authenticate(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, options: ModuleOptions,
+                             process: UInt32) -> AuthOutcome {
         if let store {
-            return store.authenticate(answer: answer, at: unixTime, options: options, process: process, enrollment: enrollment)
+            return store.authenticate(answer: answer, previous: previous, at: unixTime, options: options, process: process,
+                                      enrollment: enrollment)
         }
         S.decoy(answer, at: unixTime, options: options)
         if case .failed(let e) = enrollment { return .failed(e) }

@@ -38,15 +38,19 @@ public struct FactorMatch: Equatable, Sendable {
     /// The factor's learned clock drift before this answer, and after it if it matched.
     public var driftBefore: Int64
     public var driftAfter: Int64
+    /// HOTP: the answer alone is the code of a counter past the window but within the resync
+    /// reach (`HOTPWindow.isFar`): never accepted alone, it may start a resync.
+    public var far: Bool = false
 }
 
 extension Factor {
     /// Checks `answer` against this factor at `unixTime`, given what `state` says is used. The
     /// whole window is computed whatever the answer (no early exit). `forwardPass`: the answer
     /// is password + code, and the code is its last `digits` bytes (docs/ARCHITECTURE.md,
-    /// section 5.3). `hotp`: the look-ahead of counter-based factors.
-    public func check(answer: [UInt8], at unixTime: Int64, verifier: TOTPVerifier, hotp: HOTPWindow, state: UserState,
-                      forwardPass: Bool) throws(MFAError) -> FactorMatch {
+    /// section 5.3). `hotp`: the look-ahead of counter-based factors. `previous`: the answer
+    /// before this one in the same login, which was `far` (a resync: `HOTPWindow.resynced`).
+    public func check(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, verifier: TOTPVerifier, hotp: HOTPWindow,
+                      state: UserState, forwardPass: Bool) throws(MFAError) -> FactorMatch {
         let key = HMACKey(algorithm: parameters.algorithm, key: secret)
         let code = forwardPass ? Array(answer.suffix(parameters.digits)) : answer
         switch kind {
@@ -60,9 +64,14 @@ extension Factor {
         case .hotp:
             // The counter moves past the match with the verdict (the state's last step), so
             // no code works twice; it never moves back below the record's counter.
-            let m = hotp.match(answer: code, key: key, digits: parameters.digits, next: state.nextCounter(of: self),
-                               lastUsed: state.lastStep(of: self))
-            return FactorMatch(step: m.step, replayed: m.replayed, driftBefore: 0, driftAfter: 0)
+            let next = state.nextCounter(of: self)
+            let m = hotp.match(answer: code, key: key, digits: parameters.digits, next: next, lastUsed: state.lastStep(of: self))
+            // Resync (forward_pass has one question per login, so none): the reach is computed
+            // for every answer; a pair only when the login has a far code before this one.
+            guard !forwardPass else { return FactorMatch(step: m.step, replayed: m.replayed, driftBefore: 0, driftAfter: 0) }
+            let far = hotp.isFar(answer: code, key: key, digits: parameters.digits, next: next)
+            let pair = previous.flatMap { hotp.resynced(previous: $0, answer: code, key: key, digits: parameters.digits, next: next) }
+            return FactorMatch(step: m.step ?? pair, replayed: m.replayed, driftBefore: 0, driftAfter: 0, far: far)
         }
     }
 }

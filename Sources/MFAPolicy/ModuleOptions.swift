@@ -26,6 +26,8 @@ public struct ModuleOptions: Equatable, Sendable {
     public var adjacentIntervals: Int = TOTPVerifier.defaultAdjacentIntervals
     /// How many counters past the last used one a counter-based (HOTP) factor's code may be.
     public var hotpWindow: Int = HOTPWindow.defaultSize
+    /// How many counters past the next unused one a code may start a resync (0: never).
+    public var hotpResyncWindow: Int = HOTPWindow.defaultResync
     public var nullok = false
     public var store: [UInt8] = ModuleOptions.defaultStore
     public var maxFailures: UInt32 = 10
@@ -129,6 +131,7 @@ public struct ModuleOptions: Equatable, Sendable {
         case .exempt: lineStricter = !exempt && file.exempt
         case .adjacentIntervals: lineStricter = adjacentIntervals < file.adjacentIntervals
         case .hotpWindow: lineStricter = hotpWindow < file.hotpWindow
+        case .hotpResyncWindow: lineStricter = hotpResyncWindow < file.hotpResyncWindow
         case .maxFailures: lineStricter = maxFailures < file.maxFailures
         case .lockout: lineStricter = lockoutSeconds > file.lockoutSeconds
         }
@@ -141,6 +144,7 @@ public struct ModuleOptions: Equatable, Sendable {
         case .exempt: exempt = file.exempt; exemptBy = file.exemptBy
         case .adjacentIntervals: adjacentIntervals = file.adjacentIntervals
         case .hotpWindow: hotpWindow = file.hotpWindow
+        case .hotpResyncWindow: hotpResyncWindow = file.hotpResyncWindow
         case .maxFailures: maxFailures = file.maxFailures
         case .lockout: lockoutSeconds = file.lockoutSeconds
         }
@@ -273,6 +277,11 @@ public struct ModuleOptions: Equatable, Sendable {
             guard let v = value, let n = parseDecimal(v, limit: UInt64(HOTPWindow.sizeRange.upperBound)),
                   n >= UInt64(HOTPWindow.sizeRange.lowerBound) else { throw bad("hotp_window must be 1 to 100") }
             hotpWindow = Int(n)
+        } else if equals(name, "hotp_resync_window") {
+            guard let v = value, let n = parseDecimal(v, limit: UInt64(HOTPWindow.resyncRange.upperBound)) else {
+                throw bad("hotp_resync_window must be 0 to 1000")
+            }
+            hotpResyncWindow = Int(n)
         } else if equals(name, "max_failures") {
             guard let v = value, let n = parseDecimal(v, limit: Self.maxFailuresRange.upperBound),
                   Self.maxFailuresRange.contains(n) else { throw bad("max_failures must be 1 to 100") }
@@ -443,13 +452,16 @@ public struct ModuleOptions: Equatable, Sendable {
 /// site policy cannot be silently defeated): no nullok over nullok, not exempt over exempt, the
 /// narrower windows, the fewer failures before a lockout, the longer lockout.
 public enum PolicySetting: Equatable, Sendable {
-    case nullok, exempt, adjacentIntervals, hotpWindow, maxFailures, lockout
+    case nullok, exempt, adjacentIntervals, hotpWindow, hotpResyncWindow, maxFailures, lockout
 
-    public static var all: [PolicySetting] { [.nullok, .exempt, .adjacentIntervals, .hotpWindow, .maxFailures, .lockout] }
+    public static var all: [PolicySetting] {
+        [.nullok, .exempt, .adjacentIntervals, .hotpWindow, .hotpResyncWindow, .maxFailures, .lockout]
+    }
 
     public init?(name: [UInt8]) {
         if equals(name, "nullok") { self = .nullok } else if equals(name, "exempt") { self = .exempt }
         else if equals(name, "adjacent_intervals") { self = .adjacentIntervals } else if equals(name, "hotp_window") { self = .hotpWindow }
+        else if equals(name, "hotp_resync_window") { self = .hotpResyncWindow }
         else if equals(name, "max_failures") { self = .maxFailures }
         else if equals(name, "lockout") { self = .lockout } else { return nil }
     }
@@ -460,6 +472,7 @@ public enum PolicySetting: Equatable, Sendable {
         case .exempt: return "exempt"
         case .adjacentIntervals: return "adjacent_intervals"
         case .hotpWindow: return "hotp_window"
+        case .hotpResyncWindow: return "hotp_resync_window"
         case .maxFailures: return "max_failures"
         case .lockout: return "lockout"
         }

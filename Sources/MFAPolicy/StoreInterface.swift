@@ -19,8 +19,9 @@ public protocol TOTPStore: AnyObject {
     func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<Self>
 
     /// Verifies `answer` and records the outcome as one step (docs/ARCHITECTURE.md, section 4.1):
-    /// success, failure count, lockout and used step together, or `notRecorded`.
-    func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
+    /// success, failure count, lockout and used step together, or `notRecorded`. `previous`:
+    /// the answer before this one in the same login, told `resyncNeeded` (a token's resync).
+    func authenticate(answer: [UInt8], previous: [UInt8]?, at unixTime: Int64, options: ModuleOptions, process: UInt32,
                       enrolled: Enrolled) -> AuthOutcome
 
     /// A user's record and state (never shown with its secrets by callers), nil if none.
@@ -55,8 +56,8 @@ public protocol TOTPStore: AnyObject {
     static func decoy(_ answer: [UInt8], at unixTime: Int64, options: ModuleOptions)
 
     /// `lookup` then `authenticate` as one step (see the extension's default).
-    func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
-               options: ModuleOptions, process: UInt32) -> AuthOutcome
+    func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], previous: [UInt8]?,
+               at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome
 }
 
 extension TOTPStore {
@@ -64,12 +65,25 @@ extension TOTPStore {
     /// `authenticate` (the decoy work for anyone not enrolled); a name enrolled for another
     /// account is not enrolled. A store that can do both in one step (one database statement)
     /// provides its own.
-    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
-                      options: ModuleOptions, process: UInt32) -> AuthOutcome {
+    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], previous: [UInt8]?,
+                      at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome {
         var enrollment: Enrollment<Self>
         do throws(MFAError) { enrollment = try lookup(user: user, account: account) } catch { enrollment = .failed(error) }
         if case .otherAccount = enrollment { enrollment = .unenrolled }
-        return authenticate(answer: answer, at: unixTime, options: options, process: process, enrollment: enrollment)
+        return authenticate(answer: answer, previous: previous, at: unixTime, options: options, process: process,
+                            enrollment: enrollment)
+    }
+
+    /// A login's first (or only) answer.
+    public func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], at unixTime: Int64,
+                      options: ModuleOptions, process: UInt32) -> AuthOutcome {
+        login(user: user, account: account, answer: answer, previous: nil, at: unixTime, options: options, process: process)
+    }
+
+    /// A login's first (or only) answer.
+    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
+                             enrolled: Enrolled) -> AuthOutcome {
+        authenticate(answer: answer, previous: nil, at: unixTime, options: options, process: process, enrolled: enrolled)
     }
 
     /// `lookup` with the account already known (totp-enroll, pam-totpd, tests).
@@ -79,8 +93,8 @@ extension TOTPStore {
 
     /// The module's step after the prompt: `authenticate` for an enrolled user; for everyone
     /// else the same work on a throwaway record (docs/ARCHITECTURE.md, section 4.2).
-    public func authenticate(answer: [UInt8], at unixTime: Int64, options: ModuleOptions, process: UInt32,
-                             enrollment: Enrollment<Self>) -> AuthOutcome {
+    public func authenticate(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, options: ModuleOptions,
+                             process: UInt32, enrollment: Enrollment<Self>) -> AuthOutcome {
         switch enrollment {
         case .unenrolled, .otherAccount:
             Self.decoy(answer, at: unixTime, options: options)
@@ -89,7 +103,8 @@ extension TOTPStore {
             Self.decoy(answer, at: unixTime, options: options)
             return .failed(e)
         case .enrolled(let enrolled):
-            return authenticate(answer: answer, at: unixTime, options: options, process: process, enrolled: enrolled)
+            return authenticate(answer: answer, previous: previous, at: unixTime, options: options, process: process,
+                                enrolled: enrolled)
         }
     }
 }

@@ -9,9 +9,10 @@ import MFASystem
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
 //   request  "PTQ1": op u8 (1 lookup, 2 authenticate) · flags u8 (1 nullok, 2 forward_pass,
-//            4 debug) · adjacent_intervals u8 · hotp_window u8 · max_failures u8 · lockout u32 ·
-//            service (u8 length + bytes) · user (u8 + bytes) · store (u16 + bytes) ·
-//            answer (u16 + bytes)
+//            4 debug) · adjacent_intervals u8 · hotp_window u8 · hotp_resync_window u16 ·
+//            max_failures u8 · lockout u32 · service (u8 length + bytes) · user (u8 + bytes) ·
+//            store (u16 + bytes) · answer (u16 + bytes) · previous answer (u16 + bytes; empty:
+//            none; the login's answer before, told "resync")
 //   reply    "PTR1": kind u8, then by kind —
 //            0 success: step u64 · digits u8 · label (u8 + bytes)
 //            1 recovery code: remaining u16
@@ -19,6 +20,7 @@ import MFASystem
 //            3 not recorded: error      4 locked out: until i64 · permanent u8
 //            5 unenrolled               6 failed: error
 //            7 enrolled (lookup)        8 refused: message (u16 + bytes)
+//            9 resync needed: failures u32
 //            error = kind u8 · errno i32 · message (u16 + bytes)
 // Nothing else is accepted: unknown magic, op, kind or flag bits, a length beyond the frame,
 // or bytes left over are all `malformed`.
@@ -76,34 +78,41 @@ public struct DaemonRequest: Equatable, Sendable {
     /// that is not root: DaemonService).
     public var options: ModuleOptions
     public var answer: [UInt8]
+    /// The login's answer before `answer`, told `resyncNeeded` (a token's resync); empty: none.
+    public var previous: [UInt8]
 
-    public init(operation: DaemonOperation, service: [UInt8], user: [UInt8], options: ModuleOptions, answer: [UInt8]) {
+    public init(operation: DaemonOperation, service: [UInt8], user: [UInt8], options: ModuleOptions, answer: [UInt8],
+                previous: [UInt8] = []) {
         self.operation = operation
         self.service = service
         self.user = user
         self.options = options
         self.answer = answer
+        self.previous = previous
     }
 
     /// The frame, or nil if a field is too long to send (a name over 255 bytes, a store
     /// path over 1024, an answer over `maxAnswerLength`).
     public func encoded() -> [UInt8]? {
         guard service.count <= 255, user.count <= 255, options.store.count <= 1024,
-              answer.count <= DaemonProtocol.maxAnswerLength,
+              answer.count <= DaemonProtocol.maxAnswerLength, previous.count <= DaemonProtocol.maxAnswerLength,
+              options.hotpResyncWindow >= 0, options.hotpResyncWindow <= 65535,
               options.adjacentIntervals >= 0, options.adjacentIntervals <= 255,
               options.hotpWindow >= 0, options.hotpWindow <= 255, options.maxFailures <= 255, options.lockoutSeconds >= 0, options.lockoutSeconds <= Int64(UInt32.max) else { return nil }
         var b: [UInt8] = []
-        b.reserveCapacity(16 + service.count + user.count + options.store.count + answer.count)
+        b.reserveCapacity(20 + service.count + user.count + options.store.count + answer.count + previous.count)
         b.append(operation.rawValue)
         b.append((options.nullok ? 1 : 0) | (options.forwardPass ? 2 : 0) | (options.debug ? 4 : 0))
         b.append(UInt8(truncatingIfNeeded: options.adjacentIntervals))
         b.append(UInt8(truncatingIfNeeded: options.hotpWindow))
+        Writer.u16(UInt16(truncatingIfNeeded: options.hotpResyncWindow), &b)
         b.append(UInt8(truncatingIfNeeded: options.maxFailures))
         Writer.u32(UInt32(truncatingIfNeeded: options.lockoutSeconds), &b)
         Writer.short(service, &b)
         Writer.short(user, &b)
         Writer.long(options.store, &b)
         Writer.long(answer, &b)
+        Writer.long(previous, &b)
         let out = DaemonProtocol.frame(DaemonProtocol.requestMagic, b)
         wipe(&b)
         return out
@@ -114,11 +123,12 @@ public struct DaemonRequest: Equatable, Sendable {
         guard var r = DaemonProtocol.body(frame, reply: false),
               let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
               let flags = r.u8(), flags & ~7 == 0,
-              let adjacent = r.u8(), let hotpWindow = r.u8(), let maxFailures = r.u8(), let lockout = r.u32(),
-              let service = r.short(), let user = r.short(), let store = r.long(), let answer = r.long(),
-              r.atEnd else { throw .malformed("request") }
+              let adjacent = r.u8(), let hotpWindow = r.u8(), let resync = r.u16(), let maxFailures = r.u8(),
+              let lockout = r.u32(), let service = r.short(), let user = r.short(), let store = r.long(),
+              let answer = r.long(), let previous = r.long(), r.atEnd else { throw .malformed("request") }
         var o = ModuleOptions()
         guard Int(adjacent) <= TOTPVerifier.maxAdjacentIntervals, HOTPWindow.sizeRange.contains(Int(hotpWindow)),
+              HOTPWindow.resyncRange.contains(Int(resync)), previous.count <= DaemonProtocol.maxAnswerLength,
               ModuleOptions.maxFailuresRange.contains(UInt64(maxFailures)),
               ModuleOptions.lockoutRange.contains(UInt64(lockout)),
               store.first == 0x2F, !store.contains(0), answer.count <= DaemonProtocol.maxAnswerLength else {
@@ -129,10 +139,11 @@ public struct DaemonRequest: Equatable, Sendable {
         o.debug = flags & 4 != 0
         o.adjacentIntervals = Int(adjacent)
         o.hotpWindow = Int(hotpWindow)
+        o.hotpResyncWindow = Int(resync)
         o.maxFailures = UInt32(maxFailures)
         o.lockoutSeconds = Int64(lockout)
         o.store = store
-        return DaemonRequest(operation: operation, service: service, user: user, options: o, answer: answer)
+        return DaemonRequest(operation: operation, service: service, user: user, options: o, answer: answer, previous: previous)
     }
 }
 
@@ -167,6 +178,8 @@ public enum DaemonReply: Equatable, Sendable {
                 b.append(5)
             case .failed(let error):
                 b.append(6); Writer.error(error, &b)
+            case .resyncNeeded(let failures):
+                b.append(9); Writer.u32(failures, &b)
             }
         case .enrolled:
             b.append(7)
@@ -207,6 +220,9 @@ public enum DaemonReply: Equatable, Sendable {
         case 8:
             guard let why = r.long() else { throw .malformed("reply") }
             reply = .refused(Message(why))
+        case 9:
+            guard let failures = r.u32() else { throw .malformed("reply") }
+            reply = .outcome(.resyncNeeded(failures: failures))
         default:
             throw .malformed("reply")
         }

@@ -12,6 +12,7 @@ func pamCode(_ outcome: AuthOutcome) -> Int32 {
     switch outcome {
     case .success, .recoveryCode: return PAM_SUCCESS
     case .wrongCode: return PAM_AUTH_ERR
+    case .resyncNeeded: return PAM_AUTH_ERR  // a resync left unfinished (the conversation failed)
     case .notRecorded: return PAM_AUTH_ERR  // exactly a wrong code: an unrecordable attempt is no oracle
     case .lockedOut: return PAM_AUTH_ERR   // same as a wrong code: the caller learns nothing more
     case .unenrolled: return PAM_AUTH_ERR  // same as a wrong code: no account enumeration

@@ -75,16 +75,18 @@ enum LoginStore {
     }
 
     /// Checks the answer and records the outcome. With forward_pass only the answer's last
-    /// eight bytes leave this process for pam-totpd (the password never does).
-    func authenticate(user: [UInt8], answer: [UInt8], options: ModuleOptions) -> Verdict {
+    /// eight bytes leave this process for pam-totpd (the password never does). `previous`: the
+    /// login's answer before, told `resyncNeeded`.
+    func authenticate(user: [UInt8], answer: [UInt8], previous: [UInt8]?, options: ModuleOptions) -> Verdict {
         switch self {
         case .files(let login):
-            return .outcome(login.authenticate(answer: answer, at: Int64(time(nil)), options: options,
+            return .outcome(login.authenticate(answer: answer, previous: previous, at: Int64(time(nil)), options: options,
                                                process: UInt32(truncatingIfNeeded: clibc_getpid())))
         case .daemon(let service):
             var sent = options.forwardPass ? Array(answer.suffix(maxCodeDigits)) : answer
             defer { wipe(&sent) }
-            switch askDaemon(DaemonRequest(operation: .authenticate, service: service, user: user, options: options, answer: sent),
+            switch askDaemon(DaemonRequest(operation: .authenticate, service: service, user: user, options: options, answer: sent,
+                                           previous: previous ?? []),
                              socket: options.socket) {
             case .outcome(let outcome): return .outcome(outcome)
             case .refused(let why): return .refused(why)

@@ -48,6 +48,7 @@ struct Policy: ParsableCommand {
             case .exempt: value = options.exempt ? "yes" : "no"
             case .adjacentIntervals: value = String(options.adjacentIntervals)
             case .hotpWindow: value = String(options.hotpWindow)
+            case .hotpResyncWindow: value = String(options.hotpResyncWindow)
             case .maxFailures: value = String(options.maxFailures)
             case .lockout: value = "\(options.lockoutSeconds) s"
             }

@@ -41,8 +41,9 @@ enum Proof {
             return
         case .failed(let e):
             throw CLIError("cannot check the code: \(CLIError.text(e)); nothing was changed")
-        case .wrongCode, .notRecorded, .lockedOut, .unenrolled:
-            // One answer for all of them, like the module (no oracle, no enumeration).
+        case .wrongCode, .resyncNeeded, .notRecorded, .lockedOut, .unenrolled:
+            // One answer for all of them, like the module (no oracle, no enumeration). A token
+            // out of sync is resynced at a login (pam_totp asks for its next code), not here.
             throw CLIError("authentication failed: nothing was changed")
         }
     }

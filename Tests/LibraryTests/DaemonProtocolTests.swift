@@ -29,6 +29,14 @@ final class DaemonProtocolTests: XCTestCase {
             let back = try DaemonRequest.decode(frame)
             XCTAssertEqual(back, r)
         }
+        // A resync's second answer carries the first; the resync reach rides with the options.
+        var resync = request()
+        resync.previous = Array("654321".utf8)
+        resync.options.hotpResyncWindow = 1000
+        XCTAssertEqual(try DaemonRequest.decode(try XCTUnwrap(resync.encoded())), resync)
+        resync.options.hotpResyncWindow = 1001
+        let frame = try XCTUnwrap(resync.encoded())
+        XCTAssertThrowsError(try DaemonRequest.decode(frame), "a resync reach past 1000 is refused")
     }
 
     func testEveryReplyKindRoundTrips() throws {
@@ -37,6 +45,7 @@ final class DaemonProtocolTests: XCTestCase {
             .outcome(.recoveryCode(remaining: 9)),
             .outcome(.wrongCode(replayed: true, failures: 3, lockedUntil: nil)),
             .outcome(.wrongCode(replayed: false, failures: 10, lockedUntil: 1_700_000_300)),
+            .outcome(.resyncNeeded(failures: 4)),
             .outcome(.notRecorded(.system(operation: "pwrite state", errno: Errno(28)))),
             .outcome(.lockedOut(until: Int64.max, permanent: true)),
             .outcome(.lockedOut(until: 1_700_000_300, permanent: false)),
@@ -225,6 +234,7 @@ final class DaemonProtocolTests: XCTestCase {
         lax.adjacentIntervals = 10
         lax.maxFailures = 100
         lax.lockoutSeconds = 0
+        lax.hotpResyncWindow = 1000
         lax.store = Array("/elsewhere".utf8)
         let request = DaemonRequest(operation: .authenticate, service: [], user: Array("alice".utf8), options: lax, answer: [])
         let user = f.service.effectiveOptions(request, peer: PeerCredentials(uid: 1001, pid: 1))
@@ -239,6 +249,11 @@ final class DaemonProtocolTests: XCTestCase {
         let stricter = f.service.effectiveOptions(DaemonRequest(operation: .authenticate, service: [], user: [], options: strict, answer: []),
                                                   peer: PeerCredentials(uid: 1001, pid: 1))
         XCTAssertEqual([stricter.adjacentIntervals, Int(stricter.maxFailures), Int(stricter.lockoutSeconds)], [0, 2, 900])
+        // The resync reach: the narrower of the site's (100, the default) and the request's.
+        XCTAssertEqual(user.hotpResyncWindow, 100)
+        strict.hotpResyncWindow = 20
+        XCTAssertEqual(f.service.effectiveOptions(DaemonRequest(operation: .authenticate, service: [], user: [], options: strict, answer: []),
+                                                  peer: PeerCredentials(uid: 1001, pid: 1)).hotpResyncWindow, 20)
         XCTAssertEqual(f.service.effectiveOptions(request, peer: PeerCredentials(uid: 0, pid: 1)), lax, "root's settings as sent")
         // A code two steps old is outside the site's window of 1 for the user.
         let t: Int64 = 1_700_000_010

@@ -108,7 +108,7 @@ final class HOTPTests: XCTestCase {
         guard case .wrongCode(true, 1, nil) = try decide(3).outcome else { return XCTFail("a used code must be a replay") }
         guard case .wrongCode(false, _, _) = try decide(2).outcome else { return XCTFail("a code below the counter must fail") }
         // The window is now 4, 5, 6: 7 is past it.
-        guard case .wrongCode(false, _, _) = try decide(7).outcome else { return XCTFail("past the window") }
+        guard case .resyncNeeded = try decide(7).outcome else { return XCTFail("past the window: not accepted, a resync's first code") }
         let later = try decide(6)
         guard case .success(_, 6, _, _) = later.outcome else { return XCTFail("\(later.outcome)") }
         state = try XCTUnwrap(later.state)
@@ -210,5 +210,89 @@ final class HOTPTests: XCTestCase {
             XCTAssertThrowsError(try ModuleOptions.parse([Array(bad.utf8)]), bad)
         }
         XCTAssertEqual(PolicySetting(name: Array("hotp_window".utf8)), .hotpWindow)
+        XCTAssertEqual(try ModuleOptions.parse([Array("hotp_resync_window=0".utf8)]).hotpResyncWindow, 0)
+        XCTAssertEqual(try ModuleOptions.parse([Array("hotp_resync_window=1000".utf8)]).hotpResyncWindow, 1000)
+        XCTAssertEqual(ModuleOptions().hotpResyncWindow, 100)
+        for bad in ["hotp_resync_window=1001", "hotp_resync_window", "hotp_resync_window=-1"] {
+            XCTAssertThrowsError(try ModuleOptions.parse([Array(bad.utf8)]), bad)
+        }
+        XCTAssertEqual(PolicySetting(name: Array("hotp_resync_window".utf8)), .hotpResyncWindow)
+    }
+
+    // MARK: - Resync (RFC 4226, section 7.4)
+
+    /// The pair search: the lowest c of [next + size, next + resync) whose code is the first
+    /// answer, with c + 1's the second; c + 1 is returned. The edges of the reach, and a pair
+    /// that is not consecutive, or in the wrong order, is none.
+    func testResyncFindsTwoConsecutiveCodesInTheReachOnly() throws {
+        let key = HMACKey(algorithm: .sha1, key: rfcSecret)
+        let w = try HOTPWindow(size: 10, resync: 100)
+        func pair(_ a: UInt64, _ b: UInt64, next: UInt64 = 50) -> UInt64? {
+            w.resynced(previous: code(rfcSecret, a), answer: code(rfcSecret, b), key: key, digits: 6, next: next)
+        }
+        XCTAssertEqual(pair(60, 61), 61, "the first counter past the window")
+        XCTAssertEqual(pair(149, 150), 150, "the reach's last counter, and the one after it")
+        XCTAssertEqual(pair(100, 101), 101)
+        XCTAssertNil(pair(59, 60), "inside the window: a code there logs in alone")
+        XCTAssertNil(pair(150, 151), "past the reach")
+        XCTAssertNil(pair(100, 102), "not consecutive")
+        XCTAssertNil(pair(101, 100), "the wrong order")
+        XCTAssertNil(pair(100, 100))
+        XCTAssertTrue(w.isFar(answer: code(rfcSecret, 60), key: key, digits: 6, next: 50))
+        XCTAssertTrue(w.isFar(answer: code(rfcSecret, 149), key: key, digits: 6, next: 50))
+        XCTAssertFalse(w.isFar(answer: code(rfcSecret, 59), key: key, digits: 6, next: 50))
+        XCTAssertFalse(w.isFar(answer: code(rfcSecret, 150), key: key, digits: 6, next: 50))
+        // Off (0, or not past the window), and at the counter's end: nothing, no trap.
+        XCTAssertNil(try HOTPWindow(size: 10, resync: 0).resynced(previous: code(rfcSecret, 60), answer: code(rfcSecret, 61),
+                                                                   key: key, digits: 6, next: 50))
+        XCTAssertFalse(try HOTPWindow(size: 10, resync: 10).isFar(answer: code(rfcSecret, 60), key: key, digits: 6, next: 50))
+        XCTAssertNil(w.resynced(previous: code(rfcSecret, 0), answer: code(rfcSecret, 1), key: key, digits: 6, next: UInt64.max - 50))
+        XCTAssertFalse(w.isFar(answer: code(rfcSecret, 0), key: key, digits: 6, next: UInt64.max))
+        XCTAssertThrowsError(try HOTPWindow(size: 10, resync: 1001))
+    }
+
+    /// The policy: one far code is never accepted (it counts as a failure and asks for the next
+    /// one); the next code of the same login completes the resync, both are used up; anything
+    /// else is a wrong code, and a failure that starts a lockout asks for nothing.
+    func testAFarCodeAloneIsRefusedAndTheFollowingCodeResyncs() throws {
+        let record = UserRecord(uid: 0, id: 1, factors: [try hotpFactor(counter: 0)])
+        var options = ModuleOptions()
+        options.maxFailures = 100
+        let verifier = try TOTPVerifier()
+        var state = UserState()
+        func decide(_ counter: UInt64, after previous: UInt64? = nil, options o: ModuleOptions? = nil) throws -> Decision {
+            try Authenticator.decide(record: record, state: state, answer: code(rfcSecret, counter), at: 1_000_000,
+                                     previous: previous.map { code(rfcSecret, $0) }, verifier: verifier, options: o ?? options)
+        }
+        // Counters 0...9 are the window; 50 is past it, within the reach of 100.
+        let far = try decide(50)
+        guard case .resyncNeeded(1) = far.outcome else { return XCTFail("\(far.outcome)") }
+        XCTAssertEqual(far.state?.failures, 1, "counted as a failure until the resync is done")
+        XCTAssertNil(far.state?.lastStep(of: record.factors[0]), "the counter does not move")
+        guard case .resyncNeeded = try decide(99).outcome else { return XCTFail("the reach's last counter") }
+        guard case .wrongCode = try decide(100).outcome else { return XCTFail("past the reach: a wrong code") }
+        guard case .wrongCode = try decide(52, after: 50).outcome else { return XCTFail("not the following code") }
+        guard case .wrongCode = try decide(50, after: 50).outcome else { return XCTFail("the same code twice") }
+        guard case .wrongCode = try decide(60, options: { var o = options; o.hotpResyncWindow = 0; return o }()).outcome else {
+            return XCTFail("hotp_resync_window=0: no resync")
+        }
+        guard case .wrongCode = try decide(60, options: { var o = options; o.forwardPass = true; return o }()).outcome else {
+            return XCTFail("forward_pass: one question, no resync")
+        }
+        var locking = options
+        locking.maxFailures = 1
+        guard case .wrongCode(_, _, .some) = try decide(50, options: locking).outcome else {
+            return XCTFail("a far code whose failure starts a lockout asks for nothing")
+        }
+
+        state = try XCTUnwrap(far.state)
+        let done = try decide(51, after: 50)
+        guard case .success(_, 51, 6, nil) = done.outcome else { return XCTFail("\(done.outcome)") }
+        state = try XCTUnwrap(done.state)
+        XCTAssertEqual(state.failures, 0, "the resync clears the failure its first code counted")
+        XCTAssertEqual(state.lastStep(of: record.factors[0]), 51)
+        guard case .wrongCode(true, _, _) = try decide(51).outcome else { return XCTFail("both codes are used up") }
+        guard case .wrongCode = try decide(51, after: 50).outcome else { return XCTFail("the pair never works twice") }
+        guard case .success(_, 52, _, _) = try decide(52).outcome else { return XCTFail("the window starts past the pair") }
     }
 }

@@ -625,7 +625,7 @@ final class FleetSQLTests: XCTestCase {
                               procedure: "login_at", database: db)
         }
         XCTAssertEqual(try attempt(code(4)), "wrong - true", "the enrolment's code is used")
-        XCTAssertEqual(try attempt(code(9)), "wrong - false", "5, 6 and 7 are the window: 9 is past it")
+        XCTAssertEqual(try attempt(code(9)), "resync - false", "5, 6 and 7 are the window: 9 is past it, a resync's first code")
         XCTAssertEqual(try attempt(code(7)), "success 7 false")
         XCTAssertEqual(try attempt(code(7)), "wrong - true", "a code never works twice")
         XCTAssertEqual(try attempt(code(6)), "wrong - false", "a skipped counter never comes back")
@@ -635,10 +635,29 @@ final class FleetSQLTests: XCTestCase {
                        "hotp hidden")
         XCTAssertEqual(try sql("SELECT kind || ' ' || last_step FROM pam_totp_api.list_factors('tina')"), "hotp 7")
 
+        // Resync in the SQL verifier: the window is 8, 9, 10; hotp_resync_window 40 reaches 11..47.
+        try sql("UPDATE pam_totp.settings SET hotp_resync_window = 40")
+        func pair(_ first: UInt64, _ second: UInt64) throws -> String {
+            try cluster.login("outcome || ' ' || coalesce(step::text, '-') || ' ' || failures",
+                              "'tina', 1007, '\(code(second))', 1, 1, 100, 0, false, '\(code(first))'", procedure: "login_at", database: db)
+        }
+        XCTAssertEqual(try attempt(code(30)), "resync - false", "a far code alone is never accepted")
+        XCTAssertEqual(try attempt(code(48)), "wrong - false", "past the reach")
+        XCTAssertEqual(try pair(30, 32), "wrong - 5", "not the following code: a failure (2 before, the far code, the one past the reach, this)")
+        XCTAssertEqual(try pair(47, 48), "success 48 0", "the reach's last counter and the one after it")
+        XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "48")
+        XCTAssertEqual(try pair(47, 48), "wrong - 1", "the pair never works twice")
+        try sql("UPDATE pam_totp.settings SET hotp_resync_window = 0")
+        XCTAssertEqual(try attempt(code(60)), "wrong - false", "hotp_resync_window = 0: no resync")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.audit WHERE detail LIKE '%resync%'"), "2")
+        try sql("UPDATE pam_totp.settings SET hotp_resync_window = 100")
+        // Back in step: the window follows the resynced counter.
+        XCTAssertEqual(try attempt(code(49)), "success 49 false")
+
         // 20 concurrent logins with one code, 10 rounds: exactly one success each.
         let connections = try (0..<20).map { _ in try PQConnection(conninfo: cluster.conninfo(database: db)) }
         for round in 1...10 {
-            let answer = code(7 + UInt64(round) * 2)
+            let answer = code(49 + UInt64(round) * 2)
             let values = try XCTUnwrap(runAtOnce(20) { w in
                 let id = try? connections[w].execute("SELECT pam_totp_api.login_begin_at('tina', 1007, $1, 1, 1, 100, 0, false)", [.text(answer)])
                 let rows = try? connections[w].execute("SELECT outcome FROM pam_totp_api.login_finish($1)",
@@ -648,7 +667,7 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertFalse(values.contains(-2), "a statement failed in round \(round)")
             XCTAssertEqual(values.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
         }
-        XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "27")
+        XCTAssertEqual(try sql("SELECT last_step FROM pam_totp.factors WHERE user_name = 'tina'"), "69")
 
         // Review findings: a counter past an integer's range is scanned (the loop was int4 and
         // raised for every answer), unlock never moves a token's counter (it rewound one past

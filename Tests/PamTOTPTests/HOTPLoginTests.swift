@@ -108,6 +108,43 @@ final class HOTPLoginTests: XCTestCase {
         XCTAssertEqual(first.status, 0, first.stdout + first.stderr + daemon.output)
         XCTAssertNotEqual(try asCaller(code(1)).status, 0, "a code never works twice")
         XCTAssertEqual(try lastCounter(caller.name), 1)
+        // A resync through pam-totpd: the far code alone is refused, then it and the next one log in.
+        XCTAssertNotEqual(try asCaller(code(40)).status, 0, "one far code never logs in")
+        XCTAssertEqual(try lastCounter(caller.name), 1)
+        let resynced = try asCaller(code(40) + "\n" + code(41))
+        XCTAssertEqual(resynced.status, 0, resynced.stdout + resynced.stderr + daemon.output)
+        XCTAssertEqual(try lastCounter(caller.name), 41)
+    }
+
+    /// A token pressed past the window (RFC 4226, section 7.4): its code alone never logs in,
+    /// and pam_totp asks for the next one in the same login; the two consecutive codes log in
+    /// and move the counter past both. Through libpam (pamtester answering both prompts).
+    func testATokenPressedPastTheWindowResyncsWithItsNextCodeInTheSameLogin() throws {
+        XCTAssertEqual(try addHOTP(["--counter", "0", "--code", code(0), "--name", "fob"]).status, 0)
+        try "auth required \(moduleURL.path) store=\(store.path) hotp_window=3 hotp_resync_window=50 max_failures=100 lockout=0\n"
+            .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        func login(_ answers: [UInt64]) throws -> CommandResult {
+            try runCommand(["pamtester", "-v", service, "nobody", "authenticate"],
+                           input: answers.map { code($0) + "\n" }.joined())
+        }
+        // Counters 1, 2, 3 are the window; 30 is past it.
+        let alone = try login([30])
+        XCTAssertNotEqual(alone.status, 0, "one far code never logs in")
+        XCTAssertTrue(alone.stdout.contains("Token out of sync") || alone.stderr.contains("Token out of sync"),
+                      "asked for the next code: " + alone.stdout + alone.stderr)
+        XCTAssertNil(try lastCounter(), "the counter did not move")
+        XCTAssertNotEqual(try login([30, 32]).status, 0, "not the following code")
+        XCTAssertNotEqual(try login([60, 61]).status, 0, "past hotp_resync_window")
+        XCTAssertNil(try lastCounter())
+        let state = try Store(path: Array(store.path.utf8)).readState(user: Array("nobody".utf8))
+        XCTAssertEqual(state.failures, 4, "the far code alone 1, the broken pair 2, the pair past the reach 1")
+        let resynced = try login([30, 31])
+        XCTAssertEqual(resynced.status, 0, resynced.stdout + resynced.stderr)
+        XCTAssertEqual(try lastCounter(), 31)
+        XCTAssertEqual(try Store(path: Array(store.path.utf8)).readState(user: Array("nobody".utf8)).failures, 0)
+        XCTAssertNotEqual(try login([31]).status, 0, "both codes are used up")
+        XCTAssertNotEqual(try login([30, 31]).status, 0, "the pair never works twice")
+        XCTAssertEqual(try login([32]).status, 0, "the window starts past the pair")
     }
 
     func testListShowsTheKindAndRootSeesTheCounter() throws {
