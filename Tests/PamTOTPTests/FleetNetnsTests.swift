@@ -125,14 +125,14 @@ final class FleetNetnsTests: XCTestCase {
         if let pki { removeTemporaryDirectory(pki) }
     }
 
-    func ask(_ i: Int, answer: String) throws -> DaemonReply {
+    func ask(_ i: Int, answer: String, user: String = "root", previous: String = "") throws -> DaemonReply {
         var o = ModuleOptions()
         o.backend = .postgresql
         o.adjacentIntervals = 10
         o.maxFailures = 100
         o.lockoutSeconds = 0
-        let frame = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("fleet-netns".utf8), user: Array("root".utf8),
-                                                options: o, answer: Array(answer.utf8)).encoded())
+        let frame = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("fleet-netns".utf8), user: Array(user.utf8),
+                                                options: o, answer: Array(answer.utf8), previous: Array(previous.utf8)).encoded())
         let fd = DaemonTests.connectTo(hosts[i].socketPath)
         guard fd >= 0 else { throw ClusterError("connect to host \(i)") }
         defer { close(fd) }
@@ -243,6 +243,48 @@ final class FleetNetnsTests: XCTestCase {
             XCTAssertEqual(f, UInt32(i + 1))
         }
         XCTAssertEqual(try failures(), "10")
+    }
+
+    /// A hardware token's code (HOTP) sent by 20 logins at once over both hosts: exactly one
+    /// success in each of 20 rounds, the counter where the last round left it; a resync begun
+    /// on one host is finished on the other (the pair is checked in one statement).
+    func testOneHOTPCodeOverTwoHostsLogsInOnceAndResyncsAcrossHosts() throws {
+        let user = "nobody"
+        guard let pw = getpwnam(user) else { throw XCTSkip("no account nobody") }
+        let token = Array("fleetnetnshotptoken1".utf8)
+        var rng = SystemRandomNumberGenerator()
+        let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster!.conninfo(database: db)))
+        try owner.enroll(user: Array(user.utf8), accountUID: pw.pointee.pw_uid,
+                         factor: try Factor(kind: .hotp, label: Array("fob".utf8), parameters: .default, created: 0, counter: 0, secret: token),
+                         importedCodes: nil, using: &rng)
+        func code(_ c: UInt64) -> String { String(decoding: HOTP.code(key: HMACKey(algorithm: .sha1, key: token), counter: c, digits: 6), as: UTF8.self) }
+        for round in 1...20 {
+            let c = code(UInt64(round) * 3)  // two presses lost between rounds: still in the window of 10
+            let results = Slots(20)
+            let group = DispatchGroup()
+            let gate = DispatchSemaphore(value: 0)
+            for w in 0..<20 {
+                group.enter()
+                Thread.detachNewThread {
+                    gate.wait()
+                    let r = try? self.ask(w % 2, answer: c, user: user)
+                    results.set(w, r == nil ? -1 : (self.isSuccess(r) ? 1 : 0))
+                    group.leave()
+                }
+            }
+            for _ in 0..<20 { gate.signal() }
+            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+            XCTAssertFalse(results.all.contains(-1), "round \(round): a request failed")
+            XCTAssertEqual(results.all.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
+        }
+        XCTAssertEqual(try cluster!.psql("SELECT last_step FROM pam_totp_api.list_factors('\(user)')", database: db), "60")
+        // Resync: a far code on A is refused and asks for the next one; that pair on B logs in.
+        guard case .outcome(.resyncNeeded) = try ask(0, answer: code(100), user: user) else { return XCTFail("a far code on A") }
+        XCTAssertTrue(isSuccess(try ask(1, answer: code(101), user: user, previous: code(100))), "the pair on B")
+        guard case .outcome(.wrongCode(replayed: true, _, _)) = try ask(0, answer: code(101), user: user) else {
+            return XCTFail("A accepted a code B used")
+        }
+        XCTAssertEqual(try cluster!.psql("SELECT last_step FROM pam_totp_api.list_factors('\(user)')", database: db), "101")
     }
 }
 
