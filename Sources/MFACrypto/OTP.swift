@@ -251,12 +251,13 @@ public struct HOTPWindow: Sendable {
     public static let maxCounter: UInt64 = 1 << 48
 
     /// How far past the next unused counter a code may be and still start a resync (RFC 4226,
-    /// section 7.4: two consecutive codes; `resynced`). 0 turns resync off; at most 1000.
+    /// section 7.4: two consecutive codes; `resync(answer:…)`). 0 turns resync off; at most 1000.
     public static let defaultResync = 100
     public static let resyncRange: ClosedRange<Int> = 0...1000
 
     public let size: Int
-    /// A resync starts at a code of [next + size, next + resync): nothing if resync <= size.
+    /// A resync starts at a code of [next + size, next + resync) (`resync(answer:…)`): nothing if
+    /// resync <= size.
     public let resync: Int
 
     public init(size: Int = HOTPWindow.defaultSize, resync: Int = HOTPWindow.defaultResync) throws(MFAError) {
@@ -276,38 +277,36 @@ public struct HOTPWindow: Sendable {
         return (first, last)
     }
 
-    /// Whether `answer` is the code of a counter beyond the window but within the resync reach:
-    /// alone it is never accepted, but it may start a resync (`resynced`). Every counter of the
-    /// reach is computed (no early exit).
-    public func isFar(answer: [UInt8], key: HMACKey, digits: Int, next: UInt64) -> Bool {
-        guard let (first, last) = reach(next: next) else { return false }
-        return TOTPVerifier.scan(answer: answer, key: key, digits: digits, from: first, to: last, usedUpTo: nil).step != nil
-    }
-
-    /// A resync (privacyIDEA's autoresync, bounded): `previous` is the code of a counter c in the
-    /// resync reach and `answer` the code of c + 1, typed one after the other in one login.
-    /// Returns c + 1 (to be recorded as the last used counter, so neither code works again),
-    /// the lowest such pair's; nil if there is none. Every counter of the reach and the one
-    /// after it is computed once and compared with both codes, without an early exit. Cold
-    /// (once per resync), so built small: the login's hot path is `scan`.
+    /// The resync reach's verdict on `answer` (RFC 4226, section 7.4). `far`: it is the code of
+    /// a counter past the window within the reach, never accepted alone (a resync's first code).
+    /// `pair`: with `previous`, the login's answer before (a far one), c + 1 when `previous` is
+    /// the code of a counter c of the reach and `answer` that of c + 1 (the lowest such c): the
+    /// counter to record as the last used one, so that neither code works again. Every counter
+    /// of the reach and the one after it is computed once and compared with both answers, with
+    /// no early exit. Cold (the extra work of an answer no window took), so built small.
     @_optimize(size)
-    public func resynced(previous: [UInt8], answer: [UInt8], key: HMACKey, digits: Int, next: UInt64) -> UInt64? {
-        guard let (first, last) = reach(next: next) else { return nil }
-        let wantedFirst = TOTPVerifier.parseCode(previous, digits: digits) ?? UInt32.max
-        let wantedSecond = TOTPVerifier.parseCode(answer, digits: digits) ?? UInt32.max
+    public func resync(answer: [UInt8], previous: [UInt8]?, key: HMACKey, digits: Int,
+                       next: UInt64) -> (far: Bool, pair: UInt64?) {
+        guard let (first, last) = reach(next: next) else { return (false, nil) }
+        let wanted = TOTPVerifier.parseCode(answer, digits: digits) ?? UInt32.max  // never a code's value
+        let wantedFirst = previous.flatMap { TOTPVerifier.parseCode($0, digits: digits) } ?? UInt32.max
+        var far: UInt64 = 0
         var found: UInt64 = 0
         var foundMask: UInt64 = 0
-        var previousEqual: UInt64 = 0  // all ones when counter - 1 (in the reach) is `previous`'s
+        var previousEqual: UInt64 = 0  // all ones when counter - 1, in the reach, is `previous`'s
         var counter = first
-        while counter <= last + 1 {
+        while counter <= last + 1 {  // reach: last < UInt64.max - 1
             let value = HOTP.value(key: key, counter: counter, digits: digits)
-            let take = previousEqual & Self.equalMask(value, wantedSecond) & ~foundMask
+            let equal = Self.equalMask(value, wanted)
+            let inReach: UInt64 = counter <= last ? ~0 : 0
+            far |= equal & inReach
+            let take = previousEqual & equal & ~foundMask
             found = (found & ~take) | (counter & take)
             foundMask |= take
-            previousEqual = Self.equalMask(value, wantedFirst)
+            previousEqual = Self.equalMask(value, wantedFirst) & inReach
             counter += 1
         }
-        return foundMask != 0 ? found : nil
+        return (far != 0, foundMask != 0 ? found : nil)
     }
 
     /// All ones iff `a == b`, without a branch on either.

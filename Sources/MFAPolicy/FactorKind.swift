@@ -49,6 +49,7 @@ extension Factor {
     /// is password + code, and the code is its last `digits` bytes (docs/ARCHITECTURE.md,
     /// section 5.3). `hotp`: the look-ahead of counter-based factors. `previous`: the answer
     /// before this one in the same login, which was `far` (a resync: `HOTPWindow.resynced`).
+    @inline(never)  // one copy, called once per factor by decide
     public func check(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, verifier: TOTPVerifier, hotp: HOTPWindow,
                       state: UserState, forwardPass: Bool) throws(MFAError) -> FactorMatch {
         let key = HMACKey(algorithm: parameters.algorithm, key: secret)
@@ -67,11 +68,10 @@ extension Factor {
             let next = state.nextCounter(of: self)
             let m = hotp.match(answer: code, key: key, digits: parameters.digits, next: next, lastUsed: state.lastStep(of: self))
             // Resync (forward_pass has one question per login, so none): the reach is computed
-            // for every answer; a pair only when the login has a far code before this one.
+            // for every answer; a pair is possible only when the login had a far code before.
             guard !forwardPass else { return FactorMatch(step: m.step, replayed: m.replayed, driftBefore: 0, driftAfter: 0) }
-            let far = hotp.isFar(answer: code, key: key, digits: parameters.digits, next: next)
-            let pair = previous.flatMap { hotp.resynced(previous: $0, answer: code, key: key, digits: parameters.digits, next: next) }
-            return FactorMatch(step: m.step ?? pair, replayed: m.replayed, driftBefore: 0, driftAfter: 0, far: far)
+            let r = hotp.resync(answer: code, previous: previous, key: key, digits: parameters.digits, next: next)
+            return FactorMatch(step: m.step ?? r.pair, replayed: m.replayed, driftBefore: 0, driftAfter: 0, far: r.far)
         }
     }
 }

@@ -86,10 +86,9 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
     }
     var verdict = store.authenticate(user: user, answer: answer, previous: nil, options: options)
     // A token's code past its window: the next press's code, in this login, resyncs it.
-    if case .outcome(.resyncNeeded(let failures)) = verdict {
-        log(pamh, LOG_NOTICE, "code of user " + printable(user) + " is past its token's window: asking for the next one to resync ("
-            + decimal(UInt64(failures)) + " consecutive failures until it is given)")
-        guard var next = prompt(pamh, resyncPrompt) else {
+    if case .outcome(.resyncNeeded) = verdict {
+        log(pamh, LOG_NOTICE, "code of user " + printable(user) + " is past its token's window (a failure): asking for the next one to resync")
+        guard var next = prompt(pamh, "Token out of sync: press its button again and enter the new code: ") else {
             log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
             return PAM_CONV_ERR
         }
@@ -107,9 +106,6 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
         return finish(pamh, outcome, user: user, debug: options.debug)
     }
 }
-
-/// Asked after a token's code past its window (`AuthOutcome.resyncNeeded`).
-let resyncPrompt: Message = "Token out of sync: press its button again and enter the new code: "
 
 /// The most digits a code has (OTPParameters): with forward_pass, what is sent to pam-totpd.
 let maxCodeDigits = 8
@@ -193,8 +189,8 @@ func finish(_ pamh: OpaquePointer, _ outcome: AuthOutcome, user: [UInt8], debug:
         }
         if failures >= UserState.hardFailureCap { line.add("; locked until an admin runs totp-enroll unlock") }
         line.send(pamh, LOG_NOTICE)
-    case .resyncNeeded(let failures):
-        log(pamh, LOG_NOTICE, "denied " + who() + ": a resync was not finished (" + decimal(UInt64(failures)) + " consecutive failures)")
+    case .resyncNeeded:  // only if a store asked twice in one login: decide never does
+        log(pamh, LOG_NOTICE, "denied " + who() + ": a resync was not finished")
     case .notRecorded(let error):
         // Denied like a wrong code, whatever the answer was: nothing about it is logged either.
         log(pamh, LOG_ERR, "denied " + who() + ": the attempt could not be recorded: " + describe(error))

@@ -227,8 +227,11 @@ final class HOTPTests: XCTestCase {
     func testResyncFindsTwoConsecutiveCodesInTheReachOnly() throws {
         let key = HMACKey(algorithm: .sha1, key: rfcSecret)
         let w = try HOTPWindow(size: 10, resync: 100)
-        func pair(_ a: UInt64, _ b: UInt64, next: UInt64 = 50) -> UInt64? {
-            w.resynced(previous: code(rfcSecret, a), answer: code(rfcSecret, b), key: key, digits: 6, next: next)
+        func pair(_ a: UInt64, _ b: UInt64, next: UInt64 = 50, in window: HOTPWindow? = nil) -> UInt64? {
+            (window ?? w).resync(answer: code(rfcSecret, b), previous: code(rfcSecret, a), key: key, digits: 6, next: next).pair
+        }
+        func far(_ c: UInt64, next: UInt64 = 50, in window: HOTPWindow? = nil) -> Bool {
+            (window ?? w).resync(answer: code(rfcSecret, c), previous: nil, key: key, digits: 6, next: next).far
         }
         XCTAssertEqual(pair(60, 61), 61, "the first counter past the window")
         XCTAssertEqual(pair(149, 150), 150, "the reach's last counter, and the one after it")
@@ -238,16 +241,16 @@ final class HOTPTests: XCTestCase {
         XCTAssertNil(pair(100, 102), "not consecutive")
         XCTAssertNil(pair(101, 100), "the wrong order")
         XCTAssertNil(pair(100, 100))
-        XCTAssertTrue(w.isFar(answer: code(rfcSecret, 60), key: key, digits: 6, next: 50))
-        XCTAssertTrue(w.isFar(answer: code(rfcSecret, 149), key: key, digits: 6, next: 50))
-        XCTAssertFalse(w.isFar(answer: code(rfcSecret, 59), key: key, digits: 6, next: 50))
-        XCTAssertFalse(w.isFar(answer: code(rfcSecret, 150), key: key, digits: 6, next: 50))
+        XCTAssertNil(w.resync(answer: code(rfcSecret, 61), previous: nil, key: key, digits: 6, next: 50).pair, "no previous answer, no pair")
+        XCTAssertTrue(far(60))
+        XCTAssertTrue(far(149))
+        XCTAssertFalse(far(59))
+        XCTAssertFalse(far(150))
         // Off (0, or not past the window), and at the counter's end: nothing, no trap.
-        XCTAssertNil(try HOTPWindow(size: 10, resync: 0).resynced(previous: code(rfcSecret, 60), answer: code(rfcSecret, 61),
-                                                                   key: key, digits: 6, next: 50))
-        XCTAssertFalse(try HOTPWindow(size: 10, resync: 10).isFar(answer: code(rfcSecret, 60), key: key, digits: 6, next: 50))
-        XCTAssertNil(w.resynced(previous: code(rfcSecret, 0), answer: code(rfcSecret, 1), key: key, digits: 6, next: UInt64.max - 50))
-        XCTAssertFalse(w.isFar(answer: code(rfcSecret, 0), key: key, digits: 6, next: UInt64.max))
+        XCTAssertNil(pair(60, 61, in: try HOTPWindow(size: 10, resync: 0)))
+        XCTAssertFalse(far(60, in: try HOTPWindow(size: 10, resync: 10)))
+        XCTAssertNil(pair(0, 1, next: UInt64.max - 50))
+        XCTAssertFalse(far(0, next: UInt64.max))
         XCTAssertThrowsError(try HOTPWindow(size: 10, resync: 1001))
     }
 
