@@ -106,7 +106,8 @@ if !embedded {
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: library, path: "Tests/StoreWriter"),
-        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "TestSupport", "FleetStore"]),
+        // CLibCrypto: the PSKC tests decrypt the RFC 6030 figures with the AES-CBC totp-enroll uses.
+        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "TestSupport", "FleetStore", "CLibCrypto"]),
         .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
