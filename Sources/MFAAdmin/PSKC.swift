@@ -221,7 +221,11 @@ public struct PSKCContainer: Sendable {
             return .passphrase(PSKCPBKDF2(salt: salt, iterations: Int(iterations), keyLength: keyLength, prf: prf))
         }
         if let name = enc.child("KeyName") { return .preSharedKey(name: name.trimmedText) }
-        throw .invalidParameters("the EncryptionKey is neither a KeyName (pre-shared key) nor a DerivedKey (passphrase); not supported")
+        // An empty EncryptionKey (python-pskc writes one for a pre-shared key without a name).
+        guard enc.children.isEmpty else {
+            throw .invalidParameters("the EncryptionKey is neither a KeyName (pre-shared key) nor a DerivedKey (passphrase); not supported")
+        }
+        return .preSharedKey(name: [])
     }
 
     static func data(_ e: XMLElementNode, base64: Bool) throws(MFAError) -> PSKCData {

@@ -239,7 +239,7 @@ struct ImportPSKC: ParsableCommand {
             throw CLIError("\(shownFile) has encrypted values but no EncryptionKey; nothing was imported")
         case .preSharedKey(let keyName):
             guard let keyFile else {
-                throw CLIError("\(shownFile) is encrypted with a pre-shared key (\"\(shown(keyName))\"): give it with --key-file; nothing was imported")
+                throw CLIError("\(shownFile) is encrypted with a pre-shared key\(keyName.isEmpty ? "" : " (\"" + shown(keyName) + "\")"): give it with --key-file; nothing was imported")
             }
             var text = try readBounded(keyFile, limit: Self.maxSideFileSize, what: "the key file")
             defer { wipe(&text) }
