@@ -1,4 +1,6 @@
 import CLibCrypto
+import Foundation
+import TestSupport
 import XCTest
 @testable import MFAAdmin
 @testable import MFACrypto
@@ -463,6 +465,22 @@ final class PSKCTests: XCTestCase {
         XCTAssertTrue(refusal { () throws(MFAError) in try PSKCContainer(parsing: Array(file(ok, counter: "-1").utf8)).tokens([0], encryptionKey: nil, decryptor: Counting()) }.contains("not a number"))
         XCTAssertTrue(refusal { () throws(MFAError) in try PSKCContainer(parsing: Array(file("!!!", counter: "0").utf8)) }.contains("not valid base64"))
         XCTAssertEqual(try PSKCContainer(parsing: Array(file(ok, counter: "5").utf8)).tokens([0], encryptionKey: nil, decryptor: Counting()).first?.counter, 5)
+    }
+
+    /// The fuzz seed whose MACs hold under the harness's key and stand-in decryptor (so that
+    /// mutations reach decryption) does: the same stand-in as Fuzz/Targets.swift.
+    func testFuzzSeedPassesTheHarnessMACs() throws {
+        struct StandIn: PSKCDecryptor {
+            func decrypt(_ cipher: PSKCCipher, key: [UInt8], iv: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
+                guard let last = ciphertext.last, last >= 1, last <= 16, Int(last) <= ciphertext.count else { return nil }
+                return Array(ciphertext.dropLast(Int(last)))
+            }
+        }
+        let url = packageRoot.appendingPathComponent("Fuzz/corpus/pskc/hand-macs-valid-for-harness")
+        let c = try PSKCContainer(parsing: Array(try Data(contentsOf: url)))
+        let t = try c.tokens([0], encryptionKey: [UInt8](repeating: 0x11, count: 16), decryptor: StandIn())
+        XCTAssertEqual(t.first?.secret, rfcSecret)
+        XCTAssertEqual(t.first?.counter, 7)
     }
 
     // MARK: - The XML reader
