@@ -116,8 +116,21 @@ struct ImportPSKC: ParsableCommand {
         let enrolStore = try first.openStore()
         let now = Int64(time(nil))
         var factors: [Factor] = []
+        var existing: [String: Int] = [:]  // each user's factors before the import
         for (n, token) in tokens.enumerated() {
             let context = contexts[n]
+            // Two keys of this import for one user: not the same secret, and room for all.
+            if let other = tokens.indices.first(where: { $0 < n && contexts[$0].userName == context.userName
+                                                          && constantTimeEqual(tokens[$0].secret, token.secret) }) {
+                throw CLIError("serials \(shown(assignments[other].serial)) and \(shown(assignments[n].serial)) have the same secret and are both assigned to \(context.userName); nothing was imported")
+            }
+            if existing[context.userName] == nil {
+                existing[context.userName] = try storeCall { () throws(MFAError) in try enrolStore.status(user: context.user) }?.record.factors.count ?? 0
+            }
+            let adding = contexts.filter { $0.userName == context.userName }.count
+            if (existing[context.userName] ?? 0) + adding > UserRecord.maxFactors {
+                throw CLIError("\(context.userName) would have more than \(UserRecord.maxFactors) factors; nothing was imported")
+            }
             do { try checkEnrollable(enrolStore, context, label: labels[n], secret: token.secret) } catch let e as CLIError {
                 throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(e.description); nothing was imported")
             }

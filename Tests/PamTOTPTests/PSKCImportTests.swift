@@ -260,6 +260,7 @@ final class PSKCImportTests: XCTestCase {
             (["--assign", "H-1=nobody", "--assign", "NC=daemon"], "serial NC: an HOTP key without a Counter"),
             (["--assign", "H-1=nobody", "--assign", "T-1=nobody", "--name", "token"], "would both be factor \"token\""),
             (["--assign", "H-1"], "not SERIAL=USER"),
+            (["--assign", "H-1=nobody", "--assign", "X-9=nobody"], "have the same secret"),
         ]
         for (args, expected) in cases {
             let r = try importPSKC(file, args)
