@@ -91,6 +91,14 @@ public struct PSKCKeyEntry: Sendable, Equatable {
     }
 
     var values: [PSKCData] { [secret, counter, time, timeInterval].compactMap { $0 } }
+
+    /// Overwrites a plain secret.
+    public mutating func erase() {
+        if case .plain(var bytes) = secret {
+            secret = nil
+            wipe(&bytes)
+        }
+    }
 }
 
 /// A key ready to become a factor: everything checked, the secret in the clear.
@@ -186,6 +194,11 @@ public struct PSKCContainer: Sendable {
                 keys.append(entry)
             }
         }
+    }
+
+    /// Overwrites the plain secrets of every key (encrypted ones are useless without the key).
+    public mutating func erase() {
+        for i in keys.indices { keys[i].erase() }
     }
 
     // MARK: - Reading

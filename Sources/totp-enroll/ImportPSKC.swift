@@ -74,8 +74,9 @@ struct ImportPSKC: ParsableCommand {
 
         var bytes = try readBounded(file, limit: PSKCContainer.maxSize, what: "the PSKC file")
         defer { wipe(&bytes) }
-        let container: PSKCContainer
+        var container: PSKCContainer
         do { container = try PSKCContainer(parsing: bytes) } catch { throw CLIError(shownFile + ": " + CLIError.text(error) + "; nothing was imported") }
+        defer { container.erase() }
 
         // Which key each assignment names; which user it goes to; what the factor is called.
         var indices: [Int] = []

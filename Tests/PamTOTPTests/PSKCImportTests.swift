@@ -205,6 +205,20 @@ final class PSKCImportTests: XCTestCase {
         XCTAssertEqual(try record("nobody")?.factor(labelled: Array("fob".utf8)).map { hex($0.secret) }, hotpHex)
     }
 
+    func testRefusedForAnyoneButRoot() throws {
+        XCTAssertEqual(chmod(root.path, 0o711), 0)
+        let copy = root.appendingPathComponent("totp-enroll")
+        try FileManager.default.copyItem(at: enrollURL, to: copy)  // not set-uid
+        XCTAssertEqual(chmod(copy.path, 0o755), 0)
+        let file = try pskcFile("plain.xml", standardKeys)
+        XCTAssertEqual(chmod(file.path, 0o644), 0)
+        let r = try runCommand(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                copy.path, "import-pskc", file.path, "--assign", "H-1=nobody"])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("import-pskc is for root only"), r.stderr)
+        XCTAssertEqual(try storeEntries(), [])
+    }
+
     func testAssignFile() throws {
         let file = try pskcFile("plain.xml", standardKeys)
         let csv = try write("map.csv", "# serial,user\n\nH-1,nobody\r\n  T-1 , daemon  \n")
