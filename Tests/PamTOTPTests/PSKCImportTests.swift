@@ -219,6 +219,33 @@ final class PSKCImportTests: XCTestCase {
         XCTAssertEqual(try storeEntries(), [])
     }
 
+    /// ARCHITECTURE rule 9 for import-pskc: no block freed holds the decoded secret, whether the
+    /// file's secret is plain (base64), encrypted with a pre-shared key or with a passphrase
+    /// (SecretMemoryTests' scanner, preloaded).
+    func testFreesNoSecret() throws {
+        let source = root.appendingPathComponent("scan.c").path, scanner = root.appendingPathComponent("scan.so").path
+        try SecretMemoryTests.scannerSource.write(toFile: source, atomically: true, encoding: .utf8)
+        let cc = try runCommand(["gcc", "-shared", "-fPIC", "-O1", "-o", scanner, source])
+        XCTAssertEqual(cc.status, 0, cc.stderr)
+        let keyHex = "000102030405060708090a0b0c0d0e0f"
+        let keyFile = try write("key.hex", keyHex + "\n"), pass = try write("pass", "qwerty\n")
+        let keys = [Key(serial: "H-1", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 5)]
+        let runs: [(URL, [String])] = [
+            (try pskcFile("plain.xml", keys), []),
+            (try pskcFile("psk.xml", keys, .preSharedKey(hex: keyHex, algorithm: "aes128-cbc", fields: ["secret"])), ["--key-file", keyFile.path]),
+            (try pskcFile("pbkdf2.xml", keys, .passphrase("qwerty")), ["--passphrase-file", pass.path]),
+        ]
+        for (n, (file, args)) in runs.enumerated() {
+            let user = ["nobody", "daemon", "bin"][n]
+            let report = root.appendingPathComponent("report-\(n)").path
+            let r = try runCommand(["env", "LD_PRELOAD=" + scanner, "SCAN_SECRET_HEX=" + hotpHex, "SCAN_REPORT=" + report,
+                                    enrollURL.path, "import-pskc", file.path, "--store", store.path, "--assign", "H-1=" + user] + args)
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertNotNil(try record(user)?.factor(labelled: Array("H-1".utf8)), file.lastPathComponent)
+            XCTAssertEqual((try? String(contentsOfFile: report, encoding: .utf8)) ?? "", "", file.lastPathComponent)
+        }
+    }
+
     func testAssignFile() throws {
         let file = try pskcFile("plain.xml", standardKeys)
         let csv = try write("map.csv", "# serial,user\n\nH-1,nobody\r\n  T-1 , daemon  \n")
