@@ -71,6 +71,9 @@ if !embedded {
     dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
+        // OpenSSL's libcrypto (Debian: libssl-dev): AES-CBC and PBKDF2 for import-pskc. Linked by
+        // totp-enroll only; the module, pam-totpd and the library targets never link it.
+        .systemLibrary(name: "CLibCrypto", path: "Sources/CLibCrypto"),
         // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
         // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
         .target(name: "CLibPQ", path: "Sources/CLibPQ", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
@@ -82,7 +85,7 @@ if !embedded {
         .executableTarget(
             name: "totp-enroll",
             dependencies: library + [
-                "MFAWire", "MFAAdmin", "CLibc", "CPAM", "CQREncode",
+                "MFAWire", "MFAAdmin", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
@@ -103,7 +106,8 @@ if !embedded {
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: library, path: "Tests/StoreWriter"),
-        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "TestSupport", "FleetStore"]),
+        // CLibCrypto: the PSKC tests decrypt the RFC 6030 figures with the AES-CBC totp-enroll uses.
+        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "TestSupport", "FleetStore", "CLibCrypto"]),
         .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))

@@ -24,6 +24,7 @@ let fuzzTargets: [FuzzTarget] = [
     FuzzTarget(name: "gafile", summary: "GoogleAuthenticatorFile(parsing:)", run: fuzzGoogleAuthenticatorFile),
     FuzzTarget(name: "answer", summary: "TOTPVerifier.parseCode/match and RecoverySet.normalize on an answer", run: fuzzAnswer),
     FuzzTarget(name: "protocol", summary: "DaemonRequest.decode and DaemonReply.decode (pam-totpd's socket), round trips", run: fuzzProtocol),
+    FuzzTarget(name: "pskc", summary: "XMLReader.parse and PSKCContainer(parsing:), its keys decrypted with a stand-in for AES", run: fuzzPSKC),
     FuzzTarget(name: "admin", summary: "AdminRequest.decode and AdminReply.decode (totp-enroll to pam-totpd), round trips, no secret in a status", run: fuzzAdmin),
 ]
 

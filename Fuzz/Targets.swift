@@ -285,3 +285,62 @@ func fuzzAdmin(_ data: [UInt8]) {
         }
     }
 }
+
+// MARK: - Hardware tokens
+
+/// A stand-in for AES-CBC (the fuzz binary links no libcrypto): the "plaintext" is the
+/// ciphertext without its PKCS#7-like padding (the last byte, 1–16, says how much); any other
+/// last byte is bad padding. Enough to reach every path after decryption.
+struct FuzzDecryptor: PSKCDecryptor {
+    func decrypt(_ cipher: PSKCCipher, key: [UInt8], iv: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
+        guard key.count == cipher.keyLength, iv.count == 16, let last = ciphertext.last, last >= 1, last <= 16,
+              Int(last) <= ciphertext.count else { return nil }
+        return Array(ciphertext.dropLast(Int(last)))
+    }
+}
+
+/// An error of the XML reader or the PSKC model: invalidParameters with a short printable
+/// message (it never quotes the document, which may hold a secret).
+func checkPSKCError(_ error: MFAError) {
+    guard case .invalidParameters(let message) = error else { violated("pskc", "an error other than invalidParameters") }
+    guard !message.bytes.isEmpty, message.bytes.count <= 400, message.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
+        violated("pskc", "an error message that is empty, long or not printable")
+    }
+}
+
+/// PSKC files (totp-enroll import-pskc): the XML reader, then the container, then its keys
+/// with a fixed key and the stand-in decryptor. Accepted trees stay within the reader's
+/// bounds; tokens that come out are within what pam_totp enrols.
+func fuzzPSKC(_ data: [UInt8]) {
+    do throws(MFAError) {
+        let root = try XMLReader.parse(data)
+        func depth(_ e: XMLElementNode) -> Int { 1 + (e.children.map(depth).max() ?? 0) }
+        guard depth(root) <= XMLReader.maxDepth else { violated("pskc", "a tree deeper than maxDepth") }
+        guard !root.name.isEmpty, !root.name.contains(0x3A) else { violated("pskc", "an element name empty or with its prefix") }
+    } catch {
+        checkPSKCError(error)
+    }
+    let container: PSKCContainer
+    do throws(MFAError) { container = try PSKCContainer(parsing: data) } catch { checkPSKCError(error); return }
+    let key: [UInt8]? = container.isEncrypted ? [UInt8](repeating: 0x11, count: 16) : nil
+    let chosen = Array(container.keys.indices.prefix(8))
+    do throws(MFAError) {
+        let tokens = try container.tokens(chosen, encryptionKey: key, decryptor: FuzzDecryptor())
+        guard tokens.count == chosen.count else { violated("pskc", "not one token per key") }
+        for t in tokens {
+            guard t.secret.count >= 10, t.secret.count <= 128,
+                  OTPParameters.digitsRange.contains(t.parameters.digits), OTPParameters.periodRange.contains(t.parameters.period),
+                  (t.kind == .hotp) == (t.counter != nil), (t.counter ?? 0) < HOTPWindow.maxCounter else {
+                violated("pskc", "a token out of range")
+            }
+        }
+    } catch {
+        checkPSKCError(error)
+    }
+    do throws(MFAError) {
+        let values = try container.decryptedValues(encryptionKey: key, decryptor: FuzzDecryptor())
+        guard values.count == container.keys.count else { violated("pskc", "not one set of values per key") }
+    } catch {
+        checkPSKCError(error)
+    }
+}

@@ -16,7 +16,7 @@ struct TOTPEnroll: ParsableCommand {
             Without a subcommand, runs `enroll`: generates a secret, shows it as a QR code, \
             and saves the factor only after you type a valid code from your authenticator app.
             """,
-        subcommands: [Enroll.self, AddHOTP.self, Code.self, List.self, Status.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self],
+        subcommands: [Enroll.self, AddHOTP.self, Code.self, List.self, Status.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self, ImportPSKC.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self],
         defaultSubcommand: Enroll.self)
 
     static func main() {

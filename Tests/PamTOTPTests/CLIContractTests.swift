@@ -19,6 +19,7 @@ final class CLIContractTests: XCTestCase {
         ("remove", ["<label>", "--user", "--code"]),
         ("recovery-codes", ["--user"]),
         ("import-google-authenticator", ["<FILE>", "--user"]),
+        ("import-pskc", ["<FILE>", "--assign", "--assign-file", "--key-file", "--passphrase-file", "--name", "--store", "--config"]),
         ("unlock", ["--user"]),
         ("policy", ["--user", "--service", "--arguments", "--config"]),
     ]

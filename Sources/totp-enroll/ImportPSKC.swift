@@ -1,0 +1,387 @@
+import ArgumentParser
+import CLibCrypto
+import Glibc
+import MFAAdmin
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
+import MFAWire
+
+/// `totp-enroll import-pskc`: hardware tokens from a vendor's RFC 6030 (PSKC) file, each
+/// assigned to a user by its serial number. Everything is checked before anything is saved:
+/// the file's MACs, every assignment, every user, every key; then one commit per user and key.
+struct ImportPSKC: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import-pskc",
+        abstract: "Import hardware tokens (HOTP/TOTP) from a PSKC file (RFC 6030), by serial number (root only).",
+        discussion: """
+            Each --assign SERIAL=USER (or each SERIAL,USER line of --assign-file) makes the key \
+            with that serial number (or Key Id) a factor of USER, named after the serial unless \
+            --name is given. Encrypted files (AES-CBC) need --key-file (the pre-shared key in \
+            hex) or --passphrase-file (PBKDF2), and must carry a MAC, which is checked before \
+            anything is decrypted. If anything is wrong (a MAC, a serial not in the file or \
+            named twice, an unknown user, an unsupported key, a name already in use) nothing \
+            is imported. Keys of the file that are not assigned are ignored. Secrets are never \
+            printed or logged.
+            """)
+
+    static let maxSideFileSize = 64 * 1024
+
+    @Argument(help: ArgumentHelp("The PSKC file (XML).", valueName: "FILE"))
+    var file: String
+
+    @Option(name: .customLong("assign"), help: ArgumentHelp("Give the key with this serial number to this user (repeatable).", valueName: "SERIAL=USER"))
+    var assign: [String] = []
+
+    @Option(name: .customLong("assign-file"), help: ArgumentHelp("Read the assignments from this file: SERIAL,USER lines; blank lines and # comments allowed.", valueName: "CSV"))
+    var assignFile: String?
+
+    @Option(name: .customLong("passphrase-file"), help: ArgumentHelp("The passphrase of a PBKDF2-encrypted file (one trailing newline is ignored).", valueName: "FILE"))
+    var passphraseFile: String?
+
+    @Option(name: .customLong("key-file"), help: ArgumentHelp("The pre-shared key of an encrypted file, in hex (white space ignored).", valueName: "FILE"))
+    var keyFile: String?
+
+    @Option(help: ArgumentHelp("Name the new factors this instead of by their serial numbers.", valueName: "LABEL"))
+    var name: String?
+
+    @Option(help: ArgumentHelp("Use this store directory instead of the configured one.", valueName: "DIR"))
+    var store: String?
+
+    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
+    var config: String?
+
+    mutating func validate() throws {
+        guard assign.isEmpty != (assignFile == nil) else {
+            throw ValidationError("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)")
+        }
+        guard passphraseFile == nil || keyFile == nil else { throw ValidationError("give --passphrase-file or --key-file, not both") }
+        if let name { do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+    }
+
+    struct Assignment {
+        var serial: String
+        var user: String
+        /// Where it was given: `--assign` or `CSV line N`.
+        var origin: String
+    }
+
+    func run() throws {
+        try Self.requireRoot()
+        let assignments = try readAssignments()
+        let shownFile = shown(file)
+
+        var bytes = try readBounded(file, limit: PSKCContainer.maxSize, what: "the PSKC file")
+        defer { wipe(&bytes) }
+        var container: PSKCContainer
+        do { container = try PSKCContainer(parsing: bytes) } catch { throw CLIError(shownFile + ": " + CLIError.text(error) + "; nothing was imported") }
+        defer { container.erase() }
+
+        // Which key each assignment names; which user it goes to; what the factor is called.
+        var indices: [Int] = []
+        var contexts: [CallerContext] = []
+        var labels: [String] = []
+        for a in assignments {
+            let index = try Self.resolve(a.serial, in: container, file: shownFile)
+            let context: CallerContext
+            do { context = try CallerContext(user: a.user, store: store, config: config) } catch let e as CLIError {
+                throw CLIError("\(e.description) (\(a.origin), serial \(shown(a.serial))); nothing was imported")
+            }
+            let label = name ?? a.serial
+            do { try Factor.validateNew(label: Array(label.utf8)) } catch {
+                throw CLIError("serial \(shown(a.serial)) cannot name a factor (\(CLIError.text(error))); give --name; nothing was imported")
+            }
+            if let other = contexts.indices.first(where: { contexts[$0].userName == context.userName && labels[$0] == label }) {
+                throw CLIError("serials \(shown(assignments[other].serial)) and \(shown(a.serial)) would both be factor \"\(shown(label))\" of \(context.userName)"
+                               + (name != nil ? " (--name names every imported factor: assign one key per user, or leave --name out)" : "")
+                               + "; nothing was imported")
+            }
+            indices.append(index)
+            contexts.append(context)
+            labels.append(label)
+        }
+
+        // The file's key, then every MAC, then the chosen keys decrypted and checked.
+        var key = try encryptionKey(container, file: shownFile)
+        defer { if key != nil { wipe(&key!) } }
+        var tokens: [PSKCToken]
+        do { tokens = try container.tokens(indices, encryptionKey: key, decryptor: LibCryptoAES()) } catch {
+            let text = CLIError.text(error)
+            throw CLIError(shownFile + ": " + text + (text.hasSuffix("nothing was imported") ? "" : "; nothing was imported"))
+        }
+        defer { for i in tokens.indices { tokens[i].erase() } }
+
+        // Every user's store: the name free, room for a factor, the secret not already theirs.
+        guard let first = contexts.first else { throw CLIError("no assignments; nothing was imported") }
+        let enrolStore = try first.openStore()
+        let now = Int64(time(nil))
+        var factors: [Factor] = []
+        var existing: [String: Int] = [:]  // each user's factors before the import
+        for (n, token) in tokens.enumerated() {
+            let context = contexts[n]
+            // Two keys of this import for one user: not the same secret, and room for all.
+            if let other = tokens.indices.first(where: { $0 < n && contexts[$0].userName == context.userName
+                                                          && constantTimeEqual(tokens[$0].secret, token.secret) }) {
+                throw CLIError("serials \(shown(assignments[other].serial)) and \(shown(assignments[n].serial)) have the same secret and are both assigned to \(context.userName); nothing was imported")
+            }
+            if existing[context.userName] == nil {
+                existing[context.userName] = try storeCall { () throws(MFAError) in try enrolStore.status(user: context.user) }?.record.factors.count ?? 0
+            }
+            let adding = contexts.filter { $0.userName == context.userName }.count
+            if (existing[context.userName] ?? 0) + adding > UserRecord.maxFactors {
+                throw CLIError("\(context.userName) would have more than \(UserRecord.maxFactors) factors; nothing was imported")
+            }
+            do { try checkEnrollable(enrolStore, context, label: labels[n], secret: token.secret) } catch let e as CLIError {
+                throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(e.description); nothing was imported")
+            }
+            do throws(MFAError) {
+                let factor: Factor
+                switch token.kind {
+                case .hotp:
+                    factor = try Factor(kind: .hotp, label: Array(labels[n].utf8), parameters: token.parameters, created: now,
+                                        counter: token.counter ?? 0, secret: token.secret)
+                case .totp:
+                    // As for an imported google-authenticator file: every step up to now counts as used.
+                    let step = try TOTP.step(at: now, period: token.parameters.period)
+                    factor = try Factor(label: Array(labels[n].utf8), parameters: token.parameters, created: now,
+                                        enrolledStep: step, secret: token.secret)
+                }
+                factors.append(factor)
+            } catch {
+                throw CLIError("serial \(shown(assignments[n].serial)): \(CLIError.text(error)); nothing was imported")
+            }
+        }
+        defer { for i in factors.indices { wipe(&factors[i].secret) } }
+
+        // One commit per user and key, each whole or not at all.
+        var done: [String] = []
+        for (n, factor) in factors.enumerated() {
+            let context = contexts[n]
+            do {
+                _ = try storeCall { () throws(MFAError) in try enrolStore.enroll(user: context.user, accountUID: context.uid, factor: factor) }
+            } catch let e as CLIError {
+                throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(e.description); "
+                               + (done.isEmpty ? "nothing was imported" : "imported before it: " + done.joined(separator: ", ")))
+            }
+            let kind = factor.kind == .hotp ? "HOTP" : "TOTP"
+            Audit.log("imported PSKC key \(Audit.safe(assignments[n].serial)) from \(Audit.safe(file)) as \(kind) factor \"\(Audit.safe(labels[n]))\"",
+                      context: context)
+            done.append("serial \(shown(assignments[n].serial)) for \(context.userName)")
+            print("Imported serial \(shown(assignments[n].serial)) for \(context.userName) as factor \"\(shown(labels[n]))\": "
+                  + describe(tokens[n]) + ".")
+        }
+        let ignored = container.keys.count - Set(indices).count
+        if ignored > 0 { print("\(ignored) other key\(ignored == 1 ? "" : "s") in \(shownFile) had no assignment and \(ignored == 1 ? "was" : "were") ignored.") }
+        if tokens.contains(where: { $0.kind == .totp }) {
+            print("TOTP keys: time steps up to now count as used, so the code a token shows right now is refused; log in with its next one.")
+        }
+    }
+
+    func describe(_ t: PSKCToken) -> String {
+        let hash: String
+        switch t.parameters.algorithm { case .sha1: hash = "SHA-1"; case .sha256: hash = "SHA-256"; case .sha512: hash = "SHA-512" }
+        switch t.kind {
+        case .hotp: return "HOTP, \(hash), \(t.parameters.digits) digits, next counter \(t.counter ?? 0)"
+        case .totp: return "TOTP, \(hash), \(t.parameters.digits) digits, \(t.parameters.period)-second steps"
+        }
+    }
+
+    /// The index of the one HOTP/TOTP key whose serial number is `serial` (or, if no key has
+    /// that serial number, whose Key Id is).
+    static func resolve(_ serial: String, in container: PSKCContainer, file: String) throws -> Int {
+        let wanted = Array(serial.utf8)
+        var matches = container.keys.indices.filter { container.keys[$0].serial == wanted }
+        if matches.isEmpty { matches = container.keys.indices.filter { container.keys[$0].id == wanted } }
+        guard !matches.isEmpty else { throw CLIError("serial \(shown(serial)) is not in \(file); nothing was imported") }
+        let otp = matches.filter { container.keys[$0].kind != nil }
+        guard let index = otp.first else {
+            let algorithm = printable(Array(container.keys[matches[0]].algorithm.prefix(80))).string
+            throw CLIError("serial \(shown(serial)) in \(file) is not an HOTP or TOTP key (its algorithm is \(algorithm)); nothing was imported")
+        }
+        guard otp.count == 1 else {
+            throw CLIError("serial \(shown(serial)) names \(otp.count) HOTP/TOTP keys in \(file); which one is meant is not clear; nothing was imported")
+        }
+        return index
+    }
+
+    /// The assignments from --assign or --assign-file, each serial at most once.
+    func readAssignments() throws -> [Assignment] {
+        var out: [Assignment] = []
+        if let assignFile {
+            var text = try readBounded(assignFile, limit: 1024 * 1024, what: "the assignment file")
+            defer { wipe(&text) }
+            var number = 0
+            for raw in text.split(separator: 0x0A, omittingEmptySubsequences: false) {
+                number += 1
+                let line = String(decoding: raw, as: UTF8.self).trimmingWhitespace()
+                if line.isEmpty || line.hasPrefix("#") { continue }
+                guard let comma = line.lastIndex(of: ",") else {
+                    throw CLIError("\(shown(assignFile)) line \(number): not SERIAL,USER; nothing was imported")
+                }
+                let serial = String(line[..<comma]).trimmingWhitespace()
+                let user = String(line[line.index(after: comma)...]).trimmingWhitespace()
+                guard !serial.isEmpty, !user.isEmpty else {
+                    throw CLIError("\(shown(assignFile)) line \(number): not SERIAL,USER; nothing was imported")
+                }
+                out.append(Assignment(serial: serial, user: user, origin: "\(shown(assignFile)) line \(number)"))
+            }
+        } else {
+            for a in assign {
+                guard let eq = a.lastIndex(of: "="), eq != a.startIndex, a.index(after: eq) != a.endIndex else {
+                    throw CLIError("--assign \(shown(a)): not SERIAL=USER")
+                }
+                out.append(Assignment(serial: String(a[..<eq]), user: String(a[a.index(after: eq)...]), origin: "--assign"))
+            }
+        }
+        guard !out.isEmpty else { throw CLIError("no assignments; nothing was imported") }
+        for (n, a) in out.enumerated() where out[..<n].contains(where: { $0.serial == a.serial }) {
+            throw CLIError("serial \(shown(a.serial)) is assigned twice (\(a.origin)); nothing was imported")
+        }
+        return out
+    }
+
+    /// The key the file's values are encrypted with: none for a file without encryption, the
+    /// pre-shared key from --key-file, or the one PBKDF2 derives from --passphrase-file.
+    func encryptionKey(_ container: PSKCContainer, file shownFile: String) throws -> [UInt8]? {
+        guard container.isEncrypted else {
+            if keyFile != nil || passphraseFile != nil { warn("note: \(shownFile) is not encrypted; the key or passphrase is not used") }
+            return nil
+        }
+        switch container.protection {
+        case .none:
+            throw CLIError("\(shownFile) has encrypted values but no EncryptionKey; nothing was imported")
+        case .preSharedKey(let keyName):
+            guard let keyFile else {
+                throw CLIError("\(shownFile) is encrypted with a pre-shared key\(keyName.isEmpty ? "" : " (\"" + shown(keyName) + "\")"): give it with --key-file; nothing was imported")
+            }
+            var text = try readBounded(keyFile, limit: Self.maxSideFileSize, what: "the key file")
+            defer { wipe(&text) }
+            var key: [UInt8] = []
+            var high: UInt8? = nil
+            for c in text where !(c == 0x20 || c == 0x09 || c == 0x0A || c == 0x0D) {
+                guard let v = Self.hexValue(c) else { wipe(&key); throw CLIError("\(shown(keyFile)) does not hold a key in hex; nothing was imported") }
+                if let h = high { key.append(h << 4 | v); high = nil } else { high = v }
+            }
+            guard high == nil, [16, 24, 32].contains(key.count) else {
+                wipe(&key)
+                throw CLIError("\(shown(keyFile)) must hold an AES key of 16, 24 or 32 bytes in hex; nothing was imported")
+            }
+            return key
+        case .passphrase(let p):
+            guard let passphraseFile else {
+                throw CLIError("\(shownFile) is encrypted with a passphrase (PBKDF2): give it with --passphrase-file; nothing was imported")
+            }
+            var passphrase = try readBounded(passphraseFile, limit: Self.maxSideFileSize, what: "the passphrase file")
+            defer { wipe(&passphrase) }
+            if passphrase.last == 0x0A {
+                passphrase.removeLast()
+                if passphrase.last == 0x0D { passphrase.removeLast() }
+            }
+            guard !passphrase.isEmpty else { throw CLIError("\(shown(passphraseFile)) is empty; nothing was imported") }
+            return try Self.pbkdf2(passphrase, p)
+        }
+    }
+
+    static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 0x30...0x39: return c - 0x30
+        case 0x61...0x66: return c - 0x61 + 10
+        case 0x41...0x46: return c - 0x41 + 10
+        default: return nil
+        }
+    }
+
+    static func pbkdf2(_ passphrase: [UInt8], _ p: PSKCPBKDF2) throws -> [UInt8] {
+        let md: OpaquePointer?
+        switch p.prf {
+        case .sha1: md = EVP_sha1()
+        case .sha256: md = EVP_sha256()
+        case .sha512: md = EVP_sha512()
+        }
+        var out = [UInt8](repeating: 0, count: p.keyLength)
+        let ok = passphrase.withUnsafeBytes { pass in
+            p.salt.withUnsafeBufferPointer { salt in
+                out.withUnsafeMutableBufferPointer { o in
+                    PKCS5_PBKDF2_HMAC(pass.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(pass.count),
+                                      salt.baseAddress, Int32(salt.count), Int32(p.iterations), md, Int32(o.count), o.baseAddress)
+                }
+            }
+        }
+        guard ok == 1 else { wipe(&out); throw CLIError("PBKDF2 failed; nothing was imported") }
+        return out
+    }
+}
+
+/// AES-CBC from libcrypto, for PSKCContainer (the library itself links no libcrypto).
+struct LibCryptoAES: PSKCDecryptor {
+    func decrypt(_ cipher: PSKCCipher, key: [UInt8], iv: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
+        guard key.count == cipher.keyLength, iv.count == 16, !ciphertext.isEmpty, ciphertext.count % 16 == 0,
+              ciphertext.count <= Int(Int32.max) - 32 else { return nil }
+        guard let ctx = EVP_CIPHER_CTX_new() else { return nil }
+        defer { EVP_CIPHER_CTX_free(ctx) }  // cleanses the key schedule
+        let evp: OpaquePointer?
+        switch cipher {
+        case .aes128cbc: evp = EVP_aes_128_cbc()
+        case .aes192cbc: evp = EVP_aes_192_cbc()
+        case .aes256cbc: evp = EVP_aes_256_cbc()
+        }
+        guard EVP_DecryptInit_ex(ctx, evp, nil, key, iv) == 1 else { return nil }
+        var out = [UInt8](repeating: 0, count: ciphertext.count + 16)
+        var n: Int32 = 0
+        var m: Int32 = 0
+        let ok = out.withUnsafeMutableBufferPointer { o -> Bool in
+            guard let base = o.baseAddress,
+                  EVP_DecryptUpdate(ctx, base, &n, ciphertext, Int32(ciphertext.count)) == 1,
+                  n >= 0, Int(n) <= o.count - 16 else { return false }
+            return EVP_DecryptFinal_ex(ctx, base + Int(n), &m) == 1 && m >= 0 && Int(n) + Int(m) <= o.count
+        }
+        guard ok else { wipe(&out); return nil }
+        // Shortened in place: the padding and the spare block are zeroed first.
+        let length = Int(n) + Int(m)
+        for i in length..<out.count { out[i] = 0 }
+        out.removeLast(out.count - length)
+        return out
+    }
+}
+
+/// Reads a file root named (a regular file, at most `limit` bytes; a FIFO cannot hang us).
+/// The bytes may hold secrets: the caller wipes them.
+func readBounded(_ path: String, limit: Int, what: String) throws -> [UInt8] {
+    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+    guard fd >= 0 else { throw CLIError("cannot open \(what) \(shown(path)): \(Errno.current.text.string)") }
+    defer { close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown(path)): \(Errno.current.text.string)") }
+    guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError("\(shown(path)) is not a regular file") }
+    guard st.st_size <= limit else { throw CLIError("\(shown(path)) is larger than \(limit / 1024) KiB") }
+    var buffer = [UInt8](repeating: 0, count: limit + 1)
+    var total = 0
+    while total < buffer.count {
+        let n = buffer.withUnsafeMutableBytes { b -> Int in
+            guard let base = b.baseAddress else { return 0 }
+            return read(fd, base + total, b.count - total)
+        }
+        if n < 0 {
+            if errno == EINTR { continue }
+            let e = errno
+            wipe(&buffer)
+            throw CLIError("cannot read \(shown(path)): \(Errno(e).text.string)")
+        }
+        if n == 0 { break }
+        total += n
+    }
+    if total > limit { wipe(&buffer); throw CLIError("\(shown(path)) is larger than \(limit / 1024) KiB") }
+    for i in total..<buffer.count { buffer[i] = 0 }
+    buffer.removeLast(buffer.count - total)
+    return buffer
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        var s = Substring(self)
+        while let c = s.first, c == " " || c == "\t" || c == "\r" { s = s.dropFirst() }
+        while let c = s.last, c == " " || c == "\t" || c == "\r" { s = s.dropLast() }
+        return String(s)
+    }
+}

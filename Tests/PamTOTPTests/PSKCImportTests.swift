@@ -1,0 +1,325 @@
+import Foundation
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
+import TestSupport
+import XCTest
+
+/// `totp-enroll import-pskc` end to end: PSKC files written by python-pskc (plain, pre-shared
+/// key, PBKDF2 passphrase) are imported by the real binary into a temporary store; the saved
+/// factors log in with the codes oathtool computes from the file's secret. A changed
+/// ciphertext or MAC, a wrong passphrase, an unknown user and a bad assignment import nothing
+/// for anyone. Root only (--store); writes nothing outside its temporary directory.
+final class PSKCImportTests: XCTestCase {
+    var root: URL!
+    var store: URL!
+    /// Two secrets, as hex (what oathtool takes).
+    let hotpHex = "3132333435363738393031323334353637383930"
+    let totpHex = "00112233445566778899aabbccddeeff0a0b0c0d0e0f1011"
+
+    static let hotpURI = "urn:ietf:params:xml:ns:keyprov:pskc:hotp"
+    static let totpURI = "urn:ietf:params:xml:ns:keyprov:pskc#totp"  // python-pskc's tests' spelling
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(isRoot, "--store is for root only (as make check runs)")
+        try XCTSkipUnless(FileManager.default.fileExists(atPath: "/usr/lib/python3/dist-packages/pskc"), "python3-pskc is not installed")
+        root = try makeTemporaryDirectory("pam_totp_pskc")
+        store = root.appendingPathComponent("store")
+        XCTAssertEqual(mkdir(store.path, 0o700), 0)
+    }
+
+    override func tearDown() {
+        if let root { removeTemporaryDirectory(root) }
+    }
+
+    // MARK: - Helpers
+
+    struct Key {
+        var serial: String
+        var algorithm: String
+        var secretHex: String
+        var counter: Int? = nil
+        var period: Int? = nil
+        var digits = 6
+        var suite: String? = nil
+    }
+
+    enum Protection {
+        case none
+        case preSharedKey(hex: String, algorithm: String, fields: [String])
+        case passphrase(String)
+    }
+
+    /// A PSKC file written by python-pskc.
+    func pskcFile(_ name: String, _ keys: [Key], _ protection: Protection = .none) throws -> URL {
+        let url = root.appendingPathComponent(name)
+        func py(_ v: Int?) -> String { v.map(String.init) ?? "None" }
+        func py(_ v: String?) -> String { v.map { "'\($0)'" } ?? "None" }
+        var script = "import pskc\np = pskc.PSKC()\n"
+        for k in keys {
+            script += "k = p.add_key(id='id-\(k.serial)', serial='\(k.serial)', algorithm='\(k.algorithm)', secret=bytes.fromhex('\(k.secretHex)'), response_length=\(k.digits), response_encoding='DECIMAL')\n"
+            if let c = k.counter { script += "k.counter = \(c)\n" }
+            if let t = k.period { script += "k.time_interval = \(t)\n" }
+            if let s = k.suite { script += "k.algorithm_suite = \(py(s))\n" }
+        }
+        switch protection {
+        case .none: break
+        case .preSharedKey(let hex, let algorithm, let fields):
+            script += "p.encryption.setup_preshared_key(key=bytes.fromhex('\(hex)'), key_name='Pre-shared-key', algorithm='\(algorithm)', fields=\(fields))\n"
+        case .passphrase(let pw):
+            script += "p.encryption.setup_pbkdf2('\(pw)', iterations=2000)\n"
+        }
+        script += "p.write('\(url.path)')\n"
+        let r = try runCommand(["/usr/bin/python3", "-c", script])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        return url
+    }
+
+    func write(_ name: String, _ text: String) throws -> URL {
+        let url = root.appendingPathComponent(name)
+        try Data(text.utf8).write(to: url)
+        return url
+    }
+
+    func importPSKC(_ file: URL, _ args: [String]) throws -> CommandResult {
+        try runCommand([enrollURL.path, "import-pskc", file.path, "--store", store.path] + args)
+    }
+
+    func record(_ user: String) throws -> UserRecord? { try Store(path: Array(store.path.utf8)).read(user: Array(user.utf8)) }
+
+    func storeEntries() throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: store.path).sorted() }
+
+    func oathtool(_ args: [String]) throws -> String {
+        let r = try runCommand(["oathtool"] + args)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// A login as `user` with `code` at `t`, through the store (as the module does).
+    func login(_ user: String, _ code: String, at t: Int64) throws -> AuthOutcome {
+        let pw = try XCTUnwrap(getpwnam(user))
+        let s = try Store(path: Array(store.path.utf8))
+        let enrollment = try s.lookup(user: Array(user.utf8), accountUID: pw.pointee.pw_uid)
+        return s.authenticate(answer: Array(code.utf8), at: t, options: ModuleOptions(), process: 1, enrollment: enrollment)
+    }
+
+    func isSuccess(_ o: AuthOutcome) -> Bool { if case .success = o { return true }; return false }
+
+    /// Neither secret appears in what the tool printed.
+    func assertNoSecret(_ r: CommandResult, file: StaticString = #filePath, line: UInt = #line) {
+        for hex in [hotpHex, totpHex] {
+            let bytes = stride(from: 0, to: hex.count, by: 2).map { i -> UInt8 in
+                UInt8(hex.dropFirst(i).prefix(2), radix: 16) ?? 0
+            }
+            for needle in [hex, hex.uppercased(), Base32.encodeString(bytes), Data(bytes).base64EncodedString()] {
+                XCTAssertFalse(r.stdout.contains(needle) || r.stderr.contains(needle), "a secret was printed", file: file, line: line)
+            }
+        }
+    }
+
+    var standardKeys: [Key] {
+        [Key(serial: "H-1", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 5),
+         Key(serial: "T-1", algorithm: Self.totpURI, secretHex: totpHex, period: 30, digits: 8, suite: "hmac-sha256"),
+         Key(serial: "X-9", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 0)]
+    }
+
+    // MARK: - Imports that work
+
+    func testPlainHOTPAndTOTPKeysImportAndLogInWithTheFilesSecrets() throws {
+        let file = try pskcFile("plain.xml", standardKeys)
+        let r = try importPSKC(file, ["--assign", "H-1=nobody", "--assign", "T-1=daemon"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stdout.contains("Imported serial H-1 for nobody as factor \"H-1\": HOTP, SHA-1, 6 digits, next counter 5"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("Imported serial T-1 for daemon as factor \"T-1\": TOTP, SHA-256, 8 digits, 30-second steps"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("1 other key"), r.stdout)
+        assertNoSecret(r)
+
+        // HOTP: saved with the file's counter; the token's next code (counter 5) logs in once.
+        let h = try XCTUnwrap(try record("nobody")?.factor(labelled: Array("H-1".utf8)))
+        XCTAssertEqual(h.kind, .hotp)
+        XCTAssertEqual(h.counter, 5)
+        XCTAssertEqual(h.parameters, try OTPParameters(algorithm: .sha1, digits: 6, period: 30))
+        XCTAssertEqual(hex(h.secret), hotpHex)
+        let now = Int64(time(nil))
+        let code5 = try oathtool(["--hotp", "-c", "5", hotpHex])
+        XCTAssertFalse(isSuccess(try login("nobody", try oathtool(["--hotp", "-c", "4", hotpHex]), at: now)), "a code before the file's counter")
+        XCTAssertTrue(isSuccess(try login("nobody", code5, at: now)))
+        XCTAssertFalse(isSuccess(try login("nobody", code5, at: now)), "the same code twice")
+
+        // TOTP: SHA-256, 8 digits; the current step counts as used, the next one logs in.
+        let t = try XCTUnwrap(try record("daemon")?.factor(labelled: Array("T-1".utf8)))
+        XCTAssertEqual(t.kind, .totp)
+        XCTAssertEqual(t.parameters, try OTPParameters(algorithm: .sha256, digits: 8, period: 30))
+        XCTAssertEqual(hex(t.secret), totpHex)
+        let next = (now / 30 + 1) * 30
+        let totpCode = try oathtool(["--totp=sha256", "--digits=8", "-N", "@\(next)", totpHex])
+        XCTAssertTrue(isSuccess(try login("daemon", totpCode, at: next)))
+
+        // `list` shows the serial as the factor's name and the kind.
+        let list = try runCommand([enrollURL.path, "list", "--store", store.path, "--user", "nobody"])
+        XCTAssertEqual(list.status, 0, list.stderr)
+        XCTAssertTrue(list.stdout.contains("H-1") && list.stdout.contains("HOTP-SHA1"), list.stdout)
+
+        // The same serial again: the name is taken (and the secret enrolled); nothing changes.
+        let before = try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8)
+        let again = try importPSKC(file, ["--assign", "H-1=nobody"])
+        XCTAssertNotEqual(again.status, 0)
+        XCTAssertTrue(again.stderr.contains("nothing was imported"), again.stderr)
+        XCTAssertEqual(try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8), before)
+    }
+
+    func testPreSharedKeyAES256WithEncryptedCounter() throws {
+        let keyHex = String(repeating: "0123456789abcdef", count: 4)
+        let file = try pskcFile("psk.xml", standardKeys, .preSharedKey(hex: keyHex, algorithm: "aes256-cbc", fields: ["secret", "counter", "time_interval"]))
+        let text = try String(contentsOf: file, encoding: .utf8)
+        XCTAssertTrue(text.contains("aes256-cbc") && text.contains("ValueMAC") && !text.contains("<pskc:PlainValue>5<"), "the file is not encrypted as meant")
+        let keyFile = try write("key.hex", String(keyHex.prefix(32)) + "\n  " + String(keyHex.dropFirst(32)) + "\n")
+
+        let missing = try importPSKC(file, ["--assign", "H-1=nobody"])
+        XCTAssertNotEqual(missing.status, 0)
+        XCTAssertTrue(missing.stderr.contains("--key-file"), missing.stderr)
+
+        let r = try importPSKC(file, ["--assign", "H-1=nobody", "--assign", "T-1=nobody", "--key-file", keyFile.path])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertNoSecret(r)
+        let rec = try XCTUnwrap(try record("nobody"))
+        XCTAssertEqual(rec.factor(labelled: Array("H-1".utf8)).map { hex($0.secret) }, hotpHex)
+        XCTAssertEqual(rec.factor(labelled: Array("H-1".utf8))?.counter, 5)
+        XCTAssertEqual(rec.factor(labelled: Array("T-1".utf8)).map { hex($0.secret) }, totpHex)
+        XCTAssertTrue(isSuccess(try login("nobody", try oathtool(["--hotp", "-c", "5", hotpHex]), at: Int64(time(nil)))))
+    }
+
+    func testPassphraseRightAndWrong() throws {
+        let file = try pskcFile("pbkdf2.xml", standardKeys, .passphrase("correct horse"))
+        let wrong = try write("wrong", "correct horsf\n")
+        let w = try importPSKC(file, ["--assign", "H-1=nobody", "--passphrase-file", wrong.path])
+        XCTAssertNotEqual(w.status, 0)
+        XCTAssertTrue(w.stderr.contains("wrong passphrase or key") && w.stderr.contains("nothing was imported"), w.stderr)
+        XCTAssertEqual(try storeEntries(), [])
+
+        let right = try write("right", "correct horse\n")
+        let r = try importPSKC(file, ["--assign", "H-1=nobody", "--passphrase-file", right.path, "--name", "fob"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertNoSecret(r)
+        XCTAssertEqual(try record("nobody")?.factor(labelled: Array("fob".utf8)).map { hex($0.secret) }, hotpHex)
+    }
+
+    func testRefusedForAnyoneButRoot() throws {
+        XCTAssertEqual(chmod(root.path, 0o711), 0)
+        let copy = root.appendingPathComponent("totp-enroll")
+        try FileManager.default.copyItem(at: enrollURL, to: copy)  // not set-uid
+        XCTAssertEqual(chmod(copy.path, 0o755), 0)
+        let file = try pskcFile("plain.xml", standardKeys)
+        XCTAssertEqual(chmod(file.path, 0o644), 0)
+        let r = try runCommand(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                copy.path, "import-pskc", file.path, "--assign", "H-1=nobody"])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("import-pskc is for root only"), r.stderr)
+        XCTAssertEqual(try storeEntries(), [])
+    }
+
+    /// ARCHITECTURE rule 9 for import-pskc: no block freed holds the decoded secret, whether the
+    /// file's secret is plain (base64), encrypted with a pre-shared key or with a passphrase
+    /// (SecretMemoryTests' scanner, preloaded).
+    func testFreesNoSecret() throws {
+        let source = root.appendingPathComponent("scan.c").path, scanner = root.appendingPathComponent("scan.so").path
+        try SecretMemoryTests.scannerSource.write(toFile: source, atomically: true, encoding: .utf8)
+        let cc = try runCommand(["gcc", "-shared", "-fPIC", "-O1", "-o", scanner, source])
+        XCTAssertEqual(cc.status, 0, cc.stderr)
+        let keyHex = "000102030405060708090a0b0c0d0e0f"
+        let keyFile = try write("key.hex", keyHex + "\n"), pass = try write("pass", "qwerty\n")
+        let keys = [Key(serial: "H-1", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 5)]
+        let runs: [(URL, [String])] = [
+            (try pskcFile("plain.xml", keys), []),
+            (try pskcFile("psk.xml", keys, .preSharedKey(hex: keyHex, algorithm: "aes128-cbc", fields: ["secret"])), ["--key-file", keyFile.path]),
+            (try pskcFile("pbkdf2.xml", keys, .passphrase("qwerty")), ["--passphrase-file", pass.path]),
+        ]
+        for (n, (file, args)) in runs.enumerated() {
+            let user = ["nobody", "daemon", "bin"][n]
+            let report = root.appendingPathComponent("report-\(n)").path
+            let r = try runCommand(["env", "LD_PRELOAD=" + scanner, "SCAN_SECRET_HEX=" + hotpHex, "SCAN_REPORT=" + report,
+                                    enrollURL.path, "import-pskc", file.path, "--store", store.path, "--assign", "H-1=" + user] + args)
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertNotNil(try record(user)?.factor(labelled: Array("H-1".utf8)), file.lastPathComponent)
+            XCTAssertEqual((try? String(contentsOfFile: report, encoding: .utf8)) ?? "", "", file.lastPathComponent)
+        }
+    }
+
+    func testAssignFile() throws {
+        let file = try pskcFile("plain.xml", standardKeys)
+        let csv = try write("map.csv", "# serial,user\n\nH-1,nobody\r\n  T-1 , daemon  \n")
+        let r = try importPSKC(file, ["--assign-file", csv.path])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertNotNil(try record("nobody")?.factor(labelled: Array("H-1".utf8)))
+        XCTAssertNotNil(try record("daemon")?.factor(labelled: Array("T-1".utf8)))
+    }
+
+    // MARK: - Imports that change nothing
+
+    /// The file's Secret CipherValue with one byte flipped (after the IV), or its ValueMAC's.
+    func tampered(_ file: URL, element: String) throws -> URL {
+        var text = try String(contentsOf: file, encoding: .utf8)
+        let open = "<pskc:\(element)>", close = "</pskc:\(element)>"
+        let inner = element == "ValueMAC" ? (open, close) : ("<xenc:CipherValue>", "</xenc:CipherValue>")
+        // The first Secret's value: after "<pskc:Secret>".
+        let secretStart = try XCTUnwrap(text.range(of: "<pskc:Secret>"))
+        let start = try XCTUnwrap(text.range(of: inner.0, range: secretStart.upperBound..<text.endIndex))
+        let end = try XCTUnwrap(text.range(of: inner.1, range: start.upperBound..<text.endIndex))
+        var bytes = try XCTUnwrap(Data(base64Encoded: String(text[start.upperBound..<end.lowerBound])))
+        let at = element == "ValueMAC" ? 3 : 20
+        bytes[at] ^= 0x01
+        text.replaceSubrange(start.upperBound..<end.lowerBound, with: bytes.base64EncodedString())
+        let url = root.appendingPathComponent("tampered-\(element).xml")
+        try Data(text.utf8).write(to: url)
+        return url
+    }
+
+    func testTamperedCiphertextOrMACImportsNothing() throws {
+        let file = try pskcFile("pbkdf2.xml", standardKeys, .passphrase("qwerty"))
+        let pass = try write("pass", "qwerty\n")
+        for element in ["CipherValue", "ValueMAC"] {
+            let bad = try tampered(file, element: element)
+            let r = try importPSKC(bad, ["--assign", "H-1=nobody", "--assign", "T-1=daemon", "--passphrase-file", pass.path])
+            XCTAssertNotEqual(r.status, 0, element)
+            XCTAssertTrue(r.stderr.contains("serial H-1") && r.stderr.contains("MAC does not match") && r.stderr.contains("nothing was imported"),
+                          "\(element): \(r.stderr)")
+            assertNoSecret(r)
+            XCTAssertEqual(try storeEntries(), [], element)
+        }
+        // The untouched file imports.
+        let ok = try importPSKC(file, ["--assign", "H-1=nobody", "--passphrase-file", pass.path])
+        XCTAssertEqual(ok.status, 0, ok.stderr)
+    }
+
+    func testAnyBadAssignmentImportsNothingForAnyone() throws {
+        let file = try pskcFile("plain.xml", standardKeys + [Key(serial: "NC", algorithm: Self.hotpURI, secretHex: totpHex)])
+        let cases: [([String], String)] = [
+            (["--assign", "H-1=nobody", "--assign", "T-1=no_such_user_pskc"], "no such user"),
+            (["--assign", "H-1=nobody", "--assign", "NOPE=daemon"], "serial NOPE is not in"),
+            (["--assign", "H-1=nobody", "--assign", "H-1=daemon"], "assigned twice"),
+            (["--assign", "H-1=nobody", "--assign", "NC=daemon"], "serial NC: an HOTP key without a Counter"),
+            (["--assign", "H-1=nobody", "--assign", "T-1=nobody", "--name", "token"], "would both be factor \"token\""),
+            (["--assign", "H-1"], "not SERIAL=USER"),
+            (["--assign", "H-1=nobody", "--assign", "X-9=nobody"], "have the same secret"),
+        ]
+        for (args, expected) in cases {
+            let r = try importPSKC(file, args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.contains(expected), "\(args): \(r.stderr)")
+            XCTAssertEqual(try storeEntries(), [], "\(args)")
+        }
+        let csv = try write("bad.csv", "H-1,nobody\nT-1 daemon\n")
+        let r = try importPSKC(file, ["--assign-file", csv.path])
+        XCTAssertTrue(r.stderr.contains("line 2"), r.stderr)
+        XCTAssertEqual(try storeEntries(), [])
+        // --assign and --assign-file together, or neither.
+        XCTAssertNotEqual(try importPSKC(file, ["--assign", "H-1=nobody", "--assign-file", csv.path]).status, 0)
+        XCTAssertNotEqual(try importPSKC(file, []).status, 0)
+        // Not XML at all.
+        let junk = try write("junk.xml", "<KeyContainer><KeyPackage></KeyContainer>")
+        let j = try importPSKC(junk, ["--assign", "H-1=nobody"])
+        XCTAssertTrue(j.stderr.contains("XML line 1") && j.stderr.contains("nothing was imported"), j.stderr)
+        XCTAssertEqual(try storeEntries(), [])
+    }
+}
