@@ -344,3 +344,23 @@ func fuzzPSKC(_ data: [UInt8]) {
         checkPSKCError(error)
     }
 }
+
+/// /etc/passwd and nsswitch.conf as pam-totpd's account cache reads them: no trap, and every
+/// name it keeps is one a line of the input starts with.
+func fuzzPasswd(_ data: [UInt8]) {
+    _ = PasswdFile.filesFirst(nsswitch: data)
+    guard let file = PasswdFile(parsing: data) else { return }
+    for name in file.uids.keys {
+        guard !name.isEmpty, !name.contains(0x3A), !name.contains(0x0A) else { violated("passwd", "a name with a separator") }
+        var atLineStart = false
+        var i = 0
+        while i + name.count < data.count {
+            if (i == 0 || data[i - 1] == 0x0A) && Array(data[i..<(i + name.count)]) == name && data[i + name.count] == 0x3A {
+                atLineStart = true
+                break
+            }
+            i += 1
+        }
+        guard atLineStart else { violated("passwd", "a name no line starts with") }
+    }
+}

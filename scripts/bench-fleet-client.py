@@ -16,8 +16,11 @@ def code(step):
     return "%06d" % ((struct.unpack(">I", mac[o:o + 4])[0] & 0x7fffffff) % 1000000)
 
 def frame(user, answer):
-    body = bytes([2, 0, 1, 100]) + struct.pack(">I", 0)
-    for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True)):
+    # authenticate, no flags, adjacent_intervals 1, hotp_window 10, hotp_resync_window 100,
+    # max_failures 100, lockout 0; then service, user, store, answer and no previous answer.
+    body = bytes([2, 0, 1, 10]) + struct.pack(">H", 100) + bytes([100]) + struct.pack(">I", 0)
+    for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True),
+                        (b"", True)):
         body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
     return b"PTQ1" + struct.pack(">H", len(body)) + body
 

@@ -26,3 +26,84 @@ func lookupAccount(_ name: [UInt8]) throws(MFAError) -> Account? {
     }
     throw .system(operation: "getpwnam_r", errno: .outOfRange)
 }
+
+/// pam-totpd's account look-up: /etc/passwd read once per version of the file, so that a
+/// request's cost does not grow with the number of local accounts (glibc's `files` source
+/// scans the file for every getpwnam). Used only while nsswitch.conf makes `files` the passwd
+/// database's first source and the file reads the same to us as to glibc (`PasswdFile`); a
+/// name not in the file, and everything while the cache is off, goes to NSS as before. Each
+/// request checks both files' identity (device, inode, size, modification and change times):
+/// an edit, a rename over them (useradd, vipw) or a bind mount is seen at the next request.
+final class AccountCache: @unchecked Sendable {
+    static let shared = AccountCache()
+
+    let passwdPath: String
+    let nsswitchPath: String
+    private var mutex = pthread_mutex_t()
+    private var key: [Int64]? = nil
+    private var file: PasswdFile? = nil
+
+    init(passwd: String = "/etc/passwd", nsswitch: String = "/etc/nsswitch.conf") {
+        passwdPath = passwd
+        nsswitchPath = nsswitch
+        pthread_mutex_init(&mutex, nil)
+    }
+
+    /// The account named `name` (see `lookupAccount`).
+    func lookup(_ name: [UInt8]) throws(MFAError) -> Account? {
+        if let uid = cachedUID(name) { return Account(name: name, uid: uid) }
+        return try lookupAccount(name)
+    }
+
+    /// `name`'s uid from the current /etc/passwd, nil if the cache is off or it has no such line.
+    func cachedUID(_ name: [UInt8]) -> UInt32? {
+        guard let now = identity() else { return nil }
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        if key != now {
+            // Read, then check nothing moved while reading: a file caught mid-change is used
+            // from the next request on.
+            let read = Self.load(passwd: passwdPath, nsswitch: nsswitchPath)
+            key = identity() == now ? now : nil
+            file = key == nil ? nil : read
+        }
+        return file?.uids[name]
+    }
+
+    /// Both files' identity, nil if either cannot be examined.
+    func identity() -> [Int64]? {
+        var out: [Int64] = []
+        for path in [passwdPath, nsswitchPath] {
+            var st = stat()
+            guard stat(path, &st) == 0 else { return nil }
+            out += [Int64(bitPattern: UInt64(st.st_dev)), Int64(bitPattern: UInt64(st.st_ino)), Int64(st.st_size),
+                    Int64(st.st_mtim.tv_sec), Int64(st.st_mtim.tv_nsec), Int64(st.st_ctim.tv_sec), Int64(st.st_ctim.tv_nsec)]
+        }
+        return out
+    }
+
+    static func load(passwd: String, nsswitch: String) -> PasswdFile? {
+        guard let conf = readSmallFile(nsswitch, limit: 1 << 20), PasswdFile.filesFirst(nsswitch: conf),
+              let bytes = readSmallFile(passwd, limit: PasswdFile.maxSize) else { return nil }
+        return PasswdFile(parsing: bytes)
+    }
+
+    /// A regular file's bytes, nil if it cannot be read or is over `limit`.
+    static func readSmallFile(_ path: String, limit: Int) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= limit else { return nil }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; return nil }
+            if n == 0 { break }
+            out += chunk[0..<n]
+            if out.count > limit { return nil }
+        }
+        return out
+    }
+}

@@ -78,7 +78,7 @@ struct PamTOTPD: ParsableCommand {
         let name: String
 
         init<S: TOTPStore>(_ service: DaemonService<S>, name: String) {
-            handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: lookupAccount) }
+            handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: AccountCache.shared.lookup) }
             handleAdmin = { request, peer, now in
                 var rng = SystemRandomNumberGenerator()
                 return service.handleAdmin(request, peer: peer, at: now, using: &rng)
