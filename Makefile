@@ -48,7 +48,7 @@ FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAAdmin
 FUZZ_INPUTS  := $(sort $(foreach t,$(FUZZ_TARGETS),$(wildcard Sources/$(t)/*.swift)))
 FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
 
-BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev libssl-dev
+BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
 TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 python3-pskc groff-base util-linux libmagickcore-6.q16-6-extra uidmap
 DEB_DEPS    := debhelper dpkg-dev fakeroot lintian
 DEB_TEST_DEPS := debootstrap

@@ -71,9 +71,10 @@ if !embedded {
     dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
-        // OpenSSL's libcrypto (Debian: libssl-dev): AES-CBC and PBKDF2 for import-pskc. Linked by
-        // totp-enroll only; the module, pam-totpd and the library targets never link it.
-        .systemLibrary(name: "CLibCrypto", path: "Sources/CLibCrypto"),
+        // OpenSSL's libcrypto (Debian: libssl3), loaded at run time by import-pskc for an encrypted
+        // file (AES-CBC, PBKDF2): no package dependency on a TLS library. totp-enroll only; the
+        // module, pam-totpd and the library targets never load it.
+        .target(name: "CLibCrypto", path: "Sources/CLibCrypto", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
         // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
         // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
         .target(name: "CLibPQ", path: "Sources/CLibPQ", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),

@@ -105,6 +105,7 @@ struct ImportPSKC: ParsableCommand {
         // The file's key, then every MAC, then the chosen keys decrypted and checked.
         var key = try encryptionKey(container, file: shownFile)
         defer { if key != nil { wipe(&key!) } }
+        if key != nil { try LibCryptoAES.requireLibrary() }
         var tokens: [PSKCToken]
         do { tokens = try container.tokens(indices, encryptionKey: key, decryptor: LibCryptoAES()) } catch {
             let text = CLIError.text(error)
@@ -293,52 +294,42 @@ struct ImportPSKC: ParsableCommand {
     }
 
     static func pbkdf2(_ passphrase: [UInt8], _ p: PSKCPBKDF2) throws -> [UInt8] {
-        let md: OpaquePointer?
+        try LibCryptoAES.requireLibrary()
+        let prf: Int32
         switch p.prf {
-        case .sha1: md = EVP_sha1()
-        case .sha256: md = EVP_sha256()
-        case .sha512: md = EVP_sha512()
+        case .sha1: prf = 1
+        case .sha256: prf = 256
+        case .sha512: prf = 512
         }
         var out = [UInt8](repeating: 0, count: p.keyLength)
-        let ok = passphrase.withUnsafeBytes { pass in
-            p.salt.withUnsafeBufferPointer { salt in
-                out.withUnsafeMutableBufferPointer { o in
-                    PKCS5_PBKDF2_HMAC(pass.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(pass.count),
-                                      salt.baseAddress, Int32(salt.count), Int32(p.iterations), md, Int32(o.count), o.baseAddress)
-                }
-            }
+        let rc = out.withUnsafeMutableBufferPointer { o in
+            ccrypto_pbkdf2(passphrase, passphrase.count, p.salt, p.salt.count, UInt32(clamping: p.iterations), prf, o.baseAddress, o.count)
         }
-        guard ok == 1 else { wipe(&out); throw CLIError("PBKDF2 failed; nothing was imported") }
+        guard rc == 0 else { wipe(&out); throw CLIError("PBKDF2 failed; nothing was imported") }
         return out
     }
 }
 
 /// AES-CBC from libcrypto, for PSKCContainer (the library itself links no libcrypto).
 struct LibCryptoAES: PSKCDecryptor {
+    /// libcrypto loaded, or a clear error saying what to install.
+    static func requireLibrary() throws {
+        var why = [CChar](repeating: 0, count: 512)
+        guard ccrypto_load(&why, why.count) != 0 else { return }
+        let text = String(decoding: why.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        throw CLIError("an encrypted PSKC file needs OpenSSL's libcrypto (apt install libssl3): \(text); nothing was imported")
+    }
+
     func decrypt(_ cipher: PSKCCipher, key: [UInt8], iv: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
         guard key.count == cipher.keyLength, iv.count == 16, !ciphertext.isEmpty, ciphertext.count % 16 == 0,
               ciphertext.count <= Int(Int32.max) - 32 else { return nil }
-        guard let ctx = EVP_CIPHER_CTX_new() else { return nil }
-        defer { EVP_CIPHER_CTX_free(ctx) }  // cleanses the key schedule
-        let evp: OpaquePointer?
-        switch cipher {
-        case .aes128cbc: evp = EVP_aes_128_cbc()
-        case .aes192cbc: evp = EVP_aes_192_cbc()
-        case .aes256cbc: evp = EVP_aes_256_cbc()
+        var out = [UInt8](repeating: 0, count: ciphertext.count)
+        var length = 0
+        let rc = out.withUnsafeMutableBufferPointer { o in
+            ccrypto_aes_cbc_decrypt(key, key.count, iv, ciphertext, ciphertext.count, o.baseAddress, &length)
         }
-        guard EVP_DecryptInit_ex(ctx, evp, nil, key, iv) == 1 else { return nil }
-        var out = [UInt8](repeating: 0, count: ciphertext.count + 16)
-        var n: Int32 = 0
-        var m: Int32 = 0
-        let ok = out.withUnsafeMutableBufferPointer { o -> Bool in
-            guard let base = o.baseAddress,
-                  EVP_DecryptUpdate(ctx, base, &n, ciphertext, Int32(ciphertext.count)) == 1,
-                  n >= 0, Int(n) <= o.count - 16 else { return false }
-            return EVP_DecryptFinal_ex(ctx, base + Int(n), &m) == 1 && m >= 0 && Int(n) + Int(m) <= o.count
-        }
-        guard ok else { wipe(&out); return nil }
-        // Shortened in place: the padding and the spare block are zeroed first.
-        let length = Int(n) + Int(m)
+        guard rc == 0, length <= out.count else { wipe(&out); return nil }
+        // Shortened in place: the padding is zeroed first.
         for i in length..<out.count { out[i] = 0 }
         out.removeLast(out.count - length)
         return out

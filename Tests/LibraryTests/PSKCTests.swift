@@ -237,21 +237,16 @@ final class PSKCTests: XCTestCase {
 
     // MARK: - Helpers
 
-    /// AES-CBC through libcrypto (as totp-enroll's), counting what it is asked to decrypt.
+    /// AES-CBC through libcrypto (totp-enroll's CLibCrypto), counting what it is asked to decrypt.
     final class Counting: PSKCDecryptor {
         var calls: [[UInt8]] = []
         func decrypt(_ cipher: PSKCCipher, key: [UInt8], iv: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
             calls.append(ciphertext)
-            guard key.count == cipher.keyLength, let ctx = EVP_CIPHER_CTX_new() else { return nil }
-            defer { EVP_CIPHER_CTX_free(ctx) }
-            let evp = cipher == .aes128cbc ? EVP_aes_128_cbc() : cipher == .aes192cbc ? EVP_aes_192_cbc() : EVP_aes_256_cbc()
-            guard EVP_DecryptInit_ex(ctx, evp, nil, key, iv) == 1 else { return nil }
-            var out = [UInt8](repeating: 0, count: ciphertext.count + 16)
-            var n: Int32 = 0, m: Int32 = 0
-            guard EVP_DecryptUpdate(ctx, &out, &n, ciphertext, Int32(ciphertext.count)) == 1 else { return nil }
-            let ok = out.withUnsafeMutableBufferPointer { EVP_DecryptFinal_ex(ctx, $0.baseAddress! + Int(n), &m) }
-            guard ok == 1 else { return nil }
-            return Array(out.prefix(Int(n + m)))
+            guard key.count == cipher.keyLength, ccrypto_load(nil, 0) == 0 else { return nil }
+            var out = [UInt8](repeating: 0, count: ciphertext.count)
+            var length = 0
+            guard ccrypto_aes_cbc_decrypt(key, key.count, iv, ciphertext, ciphertext.count, &out, &length) == 0 else { return nil }
+            return Array(out.prefix(length))
         }
     }
 
@@ -343,7 +338,7 @@ final class PSKCTests: XCTestCase {
         XCTAssertEqual(p.prf, .sha1)  // <PRF/>: the default
         XCTAssertEqual(p.salt, hexBytes("123eff3c4a72129c"))
         var key = [UInt8](repeating: 0, count: p.keyLength)
-        XCTAssertEqual(PKCS5_PBKDF2_HMAC("qwerty", 6, p.salt, Int32(p.salt.count), Int32(p.iterations), EVP_sha1(), Int32(key.count), &key), 1)
+        XCTAssertEqual(ccrypto_pbkdf2(Array("qwerty".utf8), 6, p.salt, p.salt.count, UInt32(p.iterations), 1, &key, key.count), 0)
         XCTAssertEqual(key, hexBytes("651e63cd57008476af1ff6422cd02e41"))
         let values = try c.decryptedValues(encryptionKey: key, decryptor: Counting())
         XCTAssertEqual(values.first?.secret, rfcSecret)
