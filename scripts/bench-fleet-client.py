@@ -22,7 +22,7 @@ def frame(user, answer):
     for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True),
                         (b"", True)):
         body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
-    return b"PTQ1" + struct.pack(">H", len(body)) + body
+    return b"PTQ2" + struct.pack(">H", len(body)) + body
 
 def ask(data):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -346,7 +346,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
   code text; wanted bigint; now_step bigint; c bigint;
-  first_wanted bigint; v integer; pair bigint; first_equal boolean := false;
+  first_wanted bigint; v integer; pair bigint; first_equal boolean := false; reach_end bigint;
 BEGIN
   replayed := false; far := false;
   code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
@@ -371,14 +371,16 @@ BEGIN
     END LOOP;
     -- The resync reach: counters last + 1 + p_hotp_window .. last + p_resync (and the one
     -- after it, for a pair's second code). One question per login with forward_pass: none.
+    -- Below 2^48 (factors_counter_bound): a pair's second code is at most 2^48.
     IF NOT p_forward_pass AND p_resync > p_hotp_window THEN
       first_wanted := CASE WHEN octet_length(p_previous) = f.digits AND p_previous ~ '^[0-9]+$' THEN p_previous::bigint ELSE -1 END;
+      reach_end := least(f.last_step + p_resync, 281474976710655);
       c := f.last_step + 1 + p_hotp_window;
-      WHILE c <= f.last_step + p_resync + 1 LOOP
+      WHILE c <= reach_end + 1 LOOP
         v := pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits);
-        IF c <= f.last_step + p_resync AND v = wanted THEN far := true; END IF;
+        IF c <= reach_end AND v = wanted THEN far := true; END IF;
         IF first_equal AND v = wanted THEN pair := coalesce(pair, c); END IF;
-        first_equal := c <= f.last_step + p_resync AND v = first_wanted;
+        first_equal := c <= reach_end AND v = first_wanted;
         c := c + 1;
       END LOOP;
       step := coalesce(step, pair);

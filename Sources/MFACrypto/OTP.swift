@@ -267,13 +267,15 @@ public struct HOTPWindow: Sendable {
         self.resync = resync
     }
 
-    /// The counters past the window a resync may start at: [next + size, next + resync), nil if
-    /// none (resync off, or a counter near UInt64.max: a used-up token).
+    /// The counters past the window a resync may start at: [next + size, next + resync), and
+    /// below `maxCounter` (a pair's second code is at most `maxCounter`, the fleet's bound too);
+    /// nil if none (resync off, or a token at the counters' end).
     func reach(next: UInt64) -> (first: UInt64, last: UInt64)? {
         guard resync > size else { return nil }
         let (first, o1) = next.addingReportingOverflow(UInt64(size))
-        let (last, o2) = next.addingReportingOverflow(UInt64(resync - 1))
-        guard !o1, !o2, last < UInt64.max - 1 else { return nil }
+        let (end, o2) = next.addingReportingOverflow(UInt64(resync - 1))
+        let last = min(o2 ? UInt64.max : end, Self.maxCounter - 1)
+        guard !o1, first <= last else { return nil }
         return (first, last)
     }
 
@@ -295,7 +297,7 @@ public struct HOTPWindow: Sendable {
         var foundMask: UInt64 = 0
         var previousEqual: UInt64 = 0  // all ones when counter - 1, in the reach, is `previous`'s
         var counter = first
-        while counter <= last + 1 {  // reach: last < UInt64.max - 1
+        while counter <= last + 1 {  // reach: last < maxCounter
             let value = HOTP.value(key: key, counter: counter, digits: digits)
             let equal = Self.equalMask(value, wanted)
             let inReach: UInt64 = counter <= last ? ~0 : 0

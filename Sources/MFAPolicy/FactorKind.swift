@@ -39,7 +39,7 @@ public struct FactorMatch: Equatable, Sendable {
     public var driftBefore: Int64
     public var driftAfter: Int64
     /// HOTP: the answer alone is the code of a counter past the window but within the resync
-    /// reach (`HOTPWindow.isFar`): never accepted alone, it may start a resync.
+    /// reach (`HOTPWindow.resync`): never accepted alone, it may start a resync.
     public var far: Bool = false
 }
 
@@ -48,7 +48,7 @@ extension Factor {
     /// whole window is computed whatever the answer (no early exit). `forwardPass`: the answer
     /// is password + code, and the code is its last `digits` bytes (docs/ARCHITECTURE.md,
     /// section 5.3). `hotp`: the look-ahead of counter-based factors. `previous`: the answer
-    /// before this one in the same login, which was `far` (a resync: `HOTPWindow.resynced`).
+    /// before this one in the same login, which was `far` (a resync: `HOTPWindow.resync`).
     @inline(never)  // one copy, called once per factor by decide
     public func check(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, verifier: TOTPVerifier, hotp: HOTPWindow,
                       state: UserState, forwardPass: Bool) throws(MFAError) -> FactorMatch {

@@ -8,12 +8,12 @@ import MFASystem
 // the daemon share one encoder and one bounded decoder (fuzzed: Fuzz/ target "protocol").
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
-//   request  "PTQ1": op u8 (1 lookup, 2 authenticate) · flags u8 (1 nullok, 2 forward_pass,
+//   request  "PTQ2": op u8 (1 lookup, 2 authenticate) · flags u8 (1 nullok, 2 forward_pass,
 //            4 debug) · adjacent_intervals u8 · hotp_window u8 · hotp_resync_window u16 ·
 //            max_failures u8 · lockout u32 · service (u8 length + bytes) · user (u8 + bytes) ·
 //            store (u16 + bytes) · answer (u16 + bytes) · previous answer (u16 + bytes; empty:
 //            none; the login's answer before, told "resync")
-//   reply    "PTR1": kind u8, then by kind —
+//   reply    "PTR2": kind u8, then by kind —
 //            0 success: step u64 · digits u8 · label (u8 + bytes)
 //            1 recovery code: remaining u16
 //            2 wrong code: replayed u8 · failures u32 · locked until i64 (0: none)
@@ -30,8 +30,11 @@ public enum DaemonProtocol {
     /// The largest frame either side sends or accepts.
     public static let maxFrameSize = 4096
     public static let maxAnswerLength = 1024
-    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x31] }  // "PTQ1"
-    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x31] }    // "PTR1"
+    /// Version 2 (HOTP's window, resync's reach and the previous answer): a module and a
+    /// daemon of different versions refuse each other's frames (the login is denied, and
+    /// pam-totpd logs a malformed request) rather than misread a field.
+    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x32] }  // "PTQ2"
+    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x32] }    // "PTR2"
 
     /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
     /// start a frame of the expected kind within `maxFrameSize`.

@@ -93,7 +93,12 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
             return PAM_CONV_ERR
         }
         defer { wipe(&next) }
-        verdict = store.authenticate(user: user, answer: next, previous: answer, options: options)
+        // The same answer again (a conversation that answers every hidden prompt with one
+        // string, as sshd's password authentication does) is the same attempt: not a second
+        // failure, and no resync.
+        if !constantTimeEqual(next, answer) {
+            verdict = store.authenticate(user: user, answer: next, previous: answer, options: options)
+        }
     }
     switch verdict {
     case .refused(let why):

@@ -37,6 +37,11 @@ final class DaemonProtocolTests: XCTestCase {
         resync.options.hotpResyncWindow = 1001
         let frame = try XCTUnwrap(resync.encoded())
         XCTAssertThrowsError(try DaemonRequest.decode(frame), "a resync reach past 1000 is refused")
+        // Version 1's frames (before HOTP's fields) are refused by their magic, not misread.
+        var old = try XCTUnwrap(request().encoded())
+        old[3] = 0x31
+        XCTAssertThrowsError(try DaemonRequest.decode(old))
+        XCTAssertNil(DaemonProtocol.frameLength(header: old.prefix(6), reply: false))
     }
 
     func testEveryReplyKindRoundTrips() throws {
@@ -77,8 +82,8 @@ final class DaemonProtocolTests: XCTestCase {
             longer[5] &+= 1
             XCTAssertThrowsError(try decode(longer + [0]), "a longer body with a bad field layout")
             var magic = frame
-            magic[3] = 0x32
-            XCTAssertThrowsError(try decode(magic), "version 2 magic")
+            magic[3] = 0x33
+            XCTAssertThrowsError(try decode(magic), "version 3 magic")
         }
         var rng = SplitMix64(seed: 99)
         for _ in 0..<20_000 {
@@ -107,8 +112,8 @@ final class DaemonProtocolTests: XCTestCase {
         r.answer = [UInt8](repeating: 0x31, count: DaemonProtocol.maxAnswerLength + 1)
         XCTAssertNil(r.encoded(), "an answer over the limit is not sent")
         // A header announcing more than the largest frame.
-        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ1".utf8) + [0xFF, 0xFF], reply: false))
-        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ1".utf8) + [0x10], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ2".utf8) + [0xFF, 0xFF], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ2".utf8) + [0x10], reply: false))
     }
 
     // MARK: DaemonService

@@ -250,6 +250,11 @@ final class HOTPTests: XCTestCase {
         XCTAssertNil(pair(60, 61, in: try HOTPWindow(size: 10, resync: 0)))
         XCTAssertFalse(far(60, in: try HOTPWindow(size: 10, resync: 10)))
         XCTAssertNil(pair(0, 1, next: UInt64.max - 50))
+        // The reach ends below 2^48 (the fleet's bound): a pair's second code is at most 2^48.
+        let top = HOTPWindow.maxCounter
+        XCTAssertEqual(pair(top - 1, top, next: top - 20), top)
+        XCTAssertFalse(far(top, next: top - 20))
+        XCTAssertNil(pair(top, top + 1, next: top - 20))
         XCTAssertFalse(far(0, next: UInt64.max))
         XCTAssertThrowsError(try HOTPWindow(size: 10, resync: 1001))
     }

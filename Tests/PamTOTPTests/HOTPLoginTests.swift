@@ -133,11 +133,12 @@ final class HOTPLoginTests: XCTestCase {
         XCTAssertTrue(alone.stdout.contains("Token out of sync") || alone.stderr.contains("Token out of sync"),
                       "asked for the next code: " + alone.stdout + alone.stderr)
         XCTAssertNil(try lastCounter(), "the counter did not move")
+        XCTAssertNotEqual(try login([30, 30]).status, 0, "the same answer twice (sshd's password conversation)")
         XCTAssertNotEqual(try login([30, 32]).status, 0, "not the following code")
         XCTAssertNotEqual(try login([60, 61]).status, 0, "past hotp_resync_window")
         XCTAssertNil(try lastCounter())
         let state = try Store(path: Array(store.path.utf8)).readState(user: Array("nobody".utf8))
-        XCTAssertEqual(state.failures, 4, "the far code alone 1, the broken pair 2, the pair past the reach 1")
+        XCTAssertEqual(state.failures, 5, "the far code alone 1, the same code twice 1 (one attempt), the broken pair 2, past the reach 1")
         let resynced = try login([30, 31])
         XCTAssertEqual(resynced.status, 0, resynced.stdout + resynced.stderr)
         XCTAssertEqual(try lastCounter(), 31)
