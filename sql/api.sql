@@ -404,11 +404,13 @@ END $$;
 -- told.
 CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_window integer,
                                     p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
-                                    p_previous text DEFAULT NULL,
                                     INOUT outcome text DEFAULT NULL, INOUT label text DEFAULT NULL, INOUT step bigint DEFAULT NULL,
                                     INOUT digits integer DEFAULT NULL, INOUT failures integer DEFAULT NULL,
                                     INOUT locked_until bigint DEFAULT NULL, INOUT replayed boolean DEFAULT NULL,
-                                    INOUT remaining integer DEFAULT NULL)
+                                    INOUT remaining integer DEFAULT NULL,
+                                    -- Last, so that callers passing the INOUT arguments by
+                                    -- position are not moved: given by name (p_previous => ...).
+                                    p_previous text DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
@@ -685,7 +687,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.remove_factor(text, bigint, text, boolean)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, text, bigint, integer, integer, bigint, boolean, integer)
+  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.unlock(text),

@@ -333,7 +333,9 @@ public final class PostgresStore: TOTPStore {
                     return try c.execute("SELECT * FROM pam_totp_api.login_finish($1)", [.text(attempt.first?.first.flatMap { $0 } ?? "")])
                 }
             } else {
-                rows = try pool.write("CALL pam_totp_api.login(\(placeholders))", params)
+                // p_previous by name: it follows the procedure's INOUT arguments.
+                let positional = (1..<params.count).map { "$\($0)" }.joined(separator: ", ")
+                rows = try pool.write("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count))", params)
             }
         } catch {
             // Sent: the verdict may or may not have been recorded; denied either way.

@@ -159,33 +159,33 @@ public struct PSKCContainer: Sendable {
         if let version = root.attribute("Version"), !equals(version, "1.0") {
             throw .invalidParameters("PSKC version other than 1.0")
         }
-        if let enc = root.child("EncryptionKey") { protection = try Self.protection(enc) }
-        if let method = root.child("MACMethod") {
+        if let enc = try root.single("EncryptionKey") { protection = try Self.protection(enc) }
+        if let method = try root.single("MACMethod") {
             guard let uri = method.attribute("Algorithm") else { throw .invalidParameters("MACMethod has no Algorithm") }
             guard let algorithm = Self.hmac(uri) else {
                 throw .invalidParameters("the MAC algorithm is not supported (hmac-sha1, hmac-sha256, hmac-sha512)")
             }
             macAlgorithm = algorithm
-            if let key = method.child("MACKey") { macKey = try Self.encrypted(key, mac: nil, what: "the MAC key") }
+            if let key = try method.single("MACKey") { macKey = try Self.encrypted(key, mac: nil, what: "the MAC key") }
         }
         for package in root.children("KeyPackage") {
-            let serial = package.path("DeviceInfo", "SerialNo").map { $0.trimmedText }
+            let serial = try package.singlePath("DeviceInfo", "SerialNo").map { $0.trimmedText }
             for key in package.children("Key") {
                 guard keys.count < 10_000 else { throw .invalidParameters("more than 10000 keys") }
                 var entry = PSKCKeyEntry(id: key.attribute("Id") ?? [], serial: serial, algorithm: key.attribute("Algorithm") ?? [])
-                if let p = key.child("AlgorithmParameters") {
-                    entry.suite = p.child("Suite").map { $0.trimmedText }
-                    if let format = p.child("ResponseFormat") {
+                if let p = try key.single("AlgorithmParameters") {
+                    entry.suite = try p.single("Suite").map { $0.trimmedText }
+                    if let format = try p.single("ResponseFormat") {
                         entry.responseLength = format.attribute("Length")
                         entry.responseEncoding = format.attribute("Encoding")
                     }
                 }
-                if let data = key.child("Data") {
+                if let data = try key.single("Data") {
                     do throws(MFAError) {
-                        entry.secret = try data.child("Secret").map { e throws(MFAError) in try Self.data(e, base64: true) }
-                        entry.counter = try data.child("Counter").map { e throws(MFAError) in try Self.data(e, base64: false) }
-                        entry.time = try data.child("Time").map { e throws(MFAError) in try Self.data(e, base64: false) }
-                        entry.timeInterval = try data.child("TimeInterval").map { e throws(MFAError) in try Self.data(e, base64: false) }
+                        entry.secret = try data.single("Secret").map { e throws(MFAError) in try Self.data(e, base64: true) }
+                        entry.counter = try data.single("Counter").map { e throws(MFAError) in try Self.data(e, base64: false) }
+                        entry.time = try data.single("Time").map { e throws(MFAError) in try Self.data(e, base64: false) }
+                        entry.timeInterval = try data.single("TimeInterval").map { e throws(MFAError) in try Self.data(e, base64: false) }
                     } catch {
                         if case .invalidParameters(let why) = error { throw .invalidParameters(entry.shownName + ": " + why) }
                         throw error
@@ -204,27 +204,27 @@ public struct PSKCContainer: Sendable {
     // MARK: - Reading
 
     static func protection(_ enc: XMLElementNode) throws(MFAError) -> PSKCProtection {
-        if let derived = enc.child("DerivedKey") {
-            guard let method = derived.child("KeyDerivationMethod"), let uri = method.attribute("Algorithm"), hasSuffix(uri, "#pbkdf2") else {
+        if let derived = try enc.single("DerivedKey") {
+            guard let method = try derived.single("KeyDerivationMethod"), let uri = method.attribute("Algorithm"), hasSuffix(uri, "#pbkdf2") else {
                 throw .invalidParameters("the key derivation is not PBKDF2 (the only one supported)")
             }
-            guard let params = method.child("PBKDF2-params") else { throw .invalidParameters("PBKDF2 without PBKDF2-params") }
-            guard let saltText = params.path("Salt", "Specified")?.trimmedText, let salt = base64Decode(saltText), !salt.isEmpty else {
+            guard let params = try method.single("PBKDF2-params") else { throw .invalidParameters("PBKDF2 without PBKDF2-params") }
+            guard let saltText = try params.singlePath("Salt", "Specified")?.trimmedText, let salt = base64Decode(saltText), !salt.isEmpty else {
                 throw .invalidParameters("PBKDF2 without a salt (Salt/Specified, base64)")
             }
-            guard let count = params.child("IterationCount")?.trimmedText,
+            guard let count = try params.single("IterationCount")?.trimmedText,
                   let iterations = parseDecimal(count, limit: PSKCPBKDF2.maxIterations), iterations > 0 else {
                 throw .invalidParameters("PBKDF2's IterationCount is missing or not 1 to 10000000")
             }
             var keyLength = 16
-            if let text = params.child("KeyLength")?.trimmedText {
+            if let text = try params.single("KeyLength")?.trimmedText {
                 guard let n = parseDecimal(text, limit: 32), n == 16 || n == 24 || n == 32 else {
                     throw .invalidParameters("PBKDF2's KeyLength must be 16, 24 or 32")
                 }
                 keyLength = Int(n)
             }
             var prf = HashAlgorithm.sha1
-            if let p = params.child("PRF") {
+            if let p = try params.single("PRF") {
                 let uri = p.attribute("Algorithm") ?? p.trimmedText
                 if !uri.isEmpty {
                     guard let h = hmac(uri) else { throw .invalidParameters("PBKDF2's PRF is not supported (hmac-sha1, hmac-sha256, hmac-sha512)") }
@@ -233,7 +233,7 @@ public struct PSKCContainer: Sendable {
             }
             return .passphrase(PSKCPBKDF2(salt: salt, iterations: Int(iterations), keyLength: keyLength, prf: prf))
         }
-        if let name = enc.child("KeyName") { return .preSharedKey(name: name.trimmedText) }
+        if let name = try enc.single("KeyName") { return .preSharedKey(name: name.trimmedText) }
         // An empty EncryptionKey (python-pskc writes one for a pre-shared key without a name).
         guard enc.children.isEmpty else {
             throw .invalidParameters("the EncryptionKey is neither a KeyName (pre-shared key) nor a DerivedKey (passphrase); not supported")
@@ -243,15 +243,15 @@ public struct PSKCContainer: Sendable {
 
     static func data(_ e: XMLElementNode, base64: Bool) throws(MFAError) -> PSKCData {
         let name: Message = equals(e.name, "Secret") ? "the secret" : "the " + Message(Array(e.name.prefix(32)))
-        if let plain = e.child("PlainValue") {
-            guard e.child("EncryptedValue") == nil else { throw .invalidParameters(name + " is both plain and encrypted") }
+        if let plain = try e.single("PlainValue") {
+            guard try e.single("EncryptedValue") == nil else { throw .invalidParameters(name + " is both plain and encrypted") }
             guard base64 else { return .plain(plain.trimmedText) }
             guard let bytes = base64Decode(plain.text) else { throw .invalidParameters(name + " is not valid base64") }
             return .plain(bytes)
         }
-        if let encrypted = e.child("EncryptedValue") {
+        if let encrypted = try e.single("EncryptedValue") {
             var mac: [UInt8]? = nil
-            if let m = e.child("ValueMAC") {
+            if let m = try e.single("ValueMAC") {
                 guard let bytes = base64Decode(m.text) else { throw .invalidParameters(name + "'s ValueMAC is not valid base64") }
                 mac = bytes
             }
@@ -261,13 +261,13 @@ public struct PSKCContainer: Sendable {
     }
 
     static func encrypted(_ e: XMLElementNode, mac: [UInt8]?, what: Message) throws(MFAError) -> PSKCEncryptedValue {
-        guard let uri = e.child("EncryptionMethod")?.attribute("Algorithm") else {
+        guard let uri = try e.single("EncryptionMethod")?.attribute("Algorithm") else {
             throw .invalidParameters(what + " has no EncryptionMethod")
         }
         guard let cipher = PSKCCipher(uri: uri) else {
             throw .invalidParameters(what + " is encrypted with an unsupported algorithm (aes128-cbc, aes192-cbc, aes256-cbc)")
         }
-        guard let text = e.path("CipherData", "CipherValue")?.text, let value = base64Decode(text) else {
+        guard let text = try e.singlePath("CipherData", "CipherValue")?.text, let value = base64Decode(text) else {
             throw .invalidParameters(what + " has no valid CipherData/CipherValue")
         }
         guard value.count >= 32, value.count % 16 == 0 else {
@@ -291,9 +291,9 @@ public struct PSKCContainer: Sendable {
     /// The MAC key: `<MACKey>` decrypted with the encryption key, or the encryption key itself.
     func macKeyBytes(_ key: [UInt8], _ decryptor: some PSKCDecryptor) throws(MFAError) -> [UInt8] {
         guard let macKey else { return key }
-        guard let plain = Self.decrypt(macKey, key: key, decryptor) else {
-            throw .invalidParameters("the MAC key does not decrypt: wrong passphrase or key (or the file was changed); nothing was imported")
-        }
+        // The same error as a MAC that does not match: a different one for bad padding would
+        // be a padding oracle on the pre-shared key.
+        guard let plain = Self.decrypt(macKey, key: key, decryptor) else { throw Self.macFailure }
         return plain
     }
 
@@ -311,6 +311,15 @@ public struct PSKCContainer: Sendable {
                                 decryptor: some PSKCDecryptor) throws(MFAError) -> [PSKCKeyValues] {
         let chosen = indices ?? Array(keys.indices)
         for i in chosen where !keys.indices.contains(i) { throw .invalidParameters("no such key") }
+        // In an encrypted file a plain secret is covered by no MAC: anyone who could change the
+        // file could have put it there (or put it before the encrypted one).
+        if isEncrypted || protection != .none || macAlgorithm != nil {
+            for i in chosen {
+                if case .plain? = keys[i].secret {
+                    throw .invalidParameters(keys[i].shownName + ": a plaintext secret in an encrypted file (no MAC covers it); nothing was imported")
+                }
+            }
+        }
         var macKeyPlain: [UInt8] = []
         defer { wipe(&macKeyPlain) }
         if isEncrypted {
@@ -329,9 +338,7 @@ public struct PSKCContainer: Sendable {
                     guard let mac = v.mac else {
                         throw .invalidParameters(entry.shownName + ": an encrypted value has no ValueMAC; nothing was imported")
                     }
-                    guard constantTimeEqual(hmacKey.authenticate(v.value), mac) else {
-                        throw .invalidParameters(entry.shownName + ": the MAC does not match (wrong passphrase or key, or the file was changed); nothing was imported")
-                    }
+                    guard constantTimeEqual(hmacKey.authenticate(v.value), mac) else { throw Self.macFailure }
                 }
             }
         }
@@ -351,6 +358,11 @@ public struct PSKCContainer: Sendable {
             throw error
         }
         return out
+    }
+
+    /// Every MAC failure, whichever value or the MAC key it was, says the same.
+    static var macFailure: MFAError {
+        .invalidParameters("the file's MAC does not verify (wrong passphrase or key, or the file was changed); nothing was imported")
     }
 
     static func value(_ d: PSKCData, _ entry: PSKCKeyEntry, _ what: Message, _ key: [UInt8]?,
@@ -376,6 +388,8 @@ public struct PSKCContainer: Sendable {
             guard let v = parseDecimal(bytes, limit: UInt64(Int64.max)) else { throw bad }
             return v
         }
+        // Encrypted: decimal text, else a big-endian integer, read as python-pskc reads them
+        // (it writes the integer; bytes that are all ASCII digits are read as text by both).
         if !bytes.isEmpty, bytes.allSatisfy(ASCII.isDigit) {
             guard let v = parseDecimal(bytes, limit: UInt64(Int64.max)) else { throw bad }
             return v

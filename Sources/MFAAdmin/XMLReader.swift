@@ -26,6 +26,27 @@ public struct XMLElementNode: Sendable, Equatable {
     /// The first child element with this local name.
     public func child(_ local: StaticString) -> XMLElementNode? { children.first { equals($0.name, local) } }
 
+    /// The only child element with this local name, nil if none; two or more are refused (a
+    /// reader that took the first of two would read a file differently from one that took the
+    /// last: a second, unauthenticated copy of a value could be slipped in ahead of it).
+    public func single(_ local: StaticString) throws(MFAError) -> XMLElementNode? {
+        var found: XMLElementNode? = nil
+        for c in children where equals(c.name, local) {
+            guard found == nil else {
+                throw .invalidParameters("an element has two " + Message(Array(c.name.prefix(64))) + " children (one is allowed)")
+            }
+            found = c
+        }
+        return found
+    }
+
+    /// `single` down a path of local names.
+    public func singlePath(_ names: StaticString...) throws(MFAError) -> XMLElementNode? {
+        var at: XMLElementNode? = self
+        for n in names { at = try at?.single(n) }
+        return at
+    }
+
     /// Every child element with this local name.
     public func children(_ local: StaticString) -> [XMLElementNode] { children.filter { equals($0.name, local) } }
 
@@ -139,7 +160,22 @@ private struct Parser {
         guard i > start, i - start <= 256 else { throw fail("a name is missing or too long") }
         let n = b[start..<i]
         guard let first = n.first, first != 0x2D, first != 0x2E, !(0x30...0x39).contains(first) else { throw fail("a name starts with a digit, '-' or '.'") }
+        // A prefix and a local part, both present ("a:", ":a" and "a:b:c" are no names).
+        guard first != 0x3A, n.last != 0x3A, n.filter({ $0 == 0x3A }).count <= 1 else { throw fail("a name's prefix or local part is empty") }
         return Array(n)
+    }
+
+    /// Appends text that may be a secret (base64 of a key): when the buffer must grow, the old
+    /// one is wiped before it is freed, so no partial copy is left in freed memory.
+    static func append(_ bytes: ArraySlice<UInt8>, to text: inout [UInt8]) {
+        if !text.isEmpty && text.capacity - text.count < bytes.count {
+            var grown: [UInt8] = []
+            grown.reserveCapacity((text.count + bytes.count) * 2)
+            grown += text
+            wipe(&text)
+            text = grown
+        }
+        text += bytes
     }
 
     static func local(_ qualified: [UInt8]) -> [UInt8] {
@@ -314,7 +350,7 @@ private struct Parser {
                     advance(9)
                     let start = i
                     try skip(past: "]]>", "a CDATA section is not closed")
-                    stack[stack.count - 1].element.text += b[start..<(i - 3)]
+                    Self.append(b[start..<(i - 3)], to: &stack[stack.count - 1].element.text)
                 } else if at("<?") {
                     advance(2)
                     try skip(past: "?>", "a processing instruction is not closed")
@@ -330,11 +366,17 @@ private struct Parser {
                     }
                 }
             } else if c == 0x26 {
-                try reference(into: &stack[stack.count - 1].element.text)
+                var character: [UInt8] = []
+                try reference(into: &character)
+                Self.append(character[...], to: &stack[stack.count - 1].element.text)
             } else {
-                if c == 0x5D && at("]]>") { throw fail("']]>' in text") }
-                stack[stack.count - 1].element.text.append(c)
-                advance()
+                // A run of text up to the next markup, appended at once.
+                let start = i
+                while let d = peek(), d != 0x3C, d != 0x26 {
+                    if d == 0x5D && at("]]>") { throw fail("']]>' in text") }
+                    advance()
+                }
+                Self.append(b[start..<i], to: &stack[stack.count - 1].element.text)
             }
         }
     }

@@ -82,8 +82,16 @@ struct ImportPSKC: ParsableCommand {
         var indices: [Int] = []
         var contexts: [CallerContext] = []
         var labels: [String] = []
+        var assignedKey: [Int: Int] = [:]           // key index -> its assignment
+        var factorName: [String: Int] = [:]         // "user\0label" -> its assignment
+        let lookup = KeyLookup(container)
         for a in assignments {
-            let index = try Self.resolve(a.serial, in: container, file: shownFile)
+            let index = try Self.resolve(a.serial, in: container, file: shownFile, lookup: lookup)
+            // A serial and a Key Id that name one key: one token is one user's.
+            if let other = assignedKey[index] {
+                throw CLIError("\(shown(assignments[other].serial)) and \(shown(a.serial)) name the same key of \(shownFile) (\(a.origin)); nothing was imported")
+            }
+            assignedKey[index] = indices.count
             let context: CallerContext
             do { context = try CallerContext(user: a.user, store: store, config: config) } catch let e as CLIError {
                 throw CLIError("\(e.description) (\(a.origin), serial \(shown(a.serial))); nothing was imported")
@@ -92,11 +100,12 @@ struct ImportPSKC: ParsableCommand {
             do { try Factor.validateNew(label: Array(label.utf8)) } catch {
                 throw CLIError("serial \(shown(a.serial)) cannot name a factor (\(CLIError.text(error))); give --name; nothing was imported")
             }
-            if let other = contexts.indices.first(where: { contexts[$0].userName == context.userName && labels[$0] == label }) {
+            if let other = factorName[context.userName + "\0" + label] {
                 throw CLIError("serials \(shown(assignments[other].serial)) and \(shown(a.serial)) would both be factor \"\(shown(label))\" of \(context.userName)"
                                + (name != nil ? " (--name names every imported factor: assign one key per user, or leave --name out)" : "")
                                + "; nothing was imported")
             }
+            factorName[context.userName + "\0" + label] = indices.count
             indices.append(index)
             contexts.append(context)
             labels.append(label)
@@ -119,18 +128,19 @@ struct ImportPSKC: ParsableCommand {
         let now = Int64(time(nil))
         var factors: [Factor] = []
         var existing: [String: Int] = [:]  // each user's factors before the import
+        var adding: [String: [Int]] = [:]  // each user's assignments in this import
+        for (n, context) in contexts.enumerated() { adding[context.userName, default: []].append(n) }
         for (n, token) in tokens.enumerated() {
             let context = contexts[n]
+            let mine = adding[context.userName] ?? []
             // Two keys of this import for one user: not the same secret, and room for all.
-            if let other = tokens.indices.first(where: { $0 < n && contexts[$0].userName == context.userName
-                                                          && constantTimeEqual(tokens[$0].secret, token.secret) }) {
+            if let other = mine.first(where: { $0 < n && constantTimeEqual(tokens[$0].secret, token.secret) }) {
                 throw CLIError("serials \(shown(assignments[other].serial)) and \(shown(assignments[n].serial)) have the same secret and are both assigned to \(context.userName); nothing was imported")
             }
             if existing[context.userName] == nil {
                 existing[context.userName] = try storeCall { () throws(MFAError) in try enrolStore.status(user: context.user) }?.record.factors.count ?? 0
             }
-            let adding = contexts.filter { $0.userName == context.userName }.count
-            if (existing[context.userName] ?? 0) + adding > UserRecord.maxFactors {
+            if (existing[context.userName] ?? 0) + mine.count > UserRecord.maxFactors {
                 throw CLIError("\(context.userName) would have more than \(UserRecord.maxFactors) factors; nothing was imported")
             }
             do { try checkEnrollable(enrolStore, context, label: labels[n], secret: token.secret) } catch let e as CLIError {
@@ -155,20 +165,34 @@ struct ImportPSKC: ParsableCommand {
         }
         defer { for i in factors.indices { wipe(&factors[i].secret) } }
 
-        // One commit per user and key, each whole or not at all.
-        var done: [String] = []
+        // One commit per user and key, each whole or not at all; if one fails, the ones before
+        // it are removed again, so that an import that reports failure has imported nothing.
+        var done: [Int] = []
         for (n, factor) in factors.enumerated() {
             let context = contexts[n]
             do {
                 _ = try storeCall { () throws(MFAError) in try enrolStore.enroll(user: context.user, accountUID: context.uid, factor: factor) }
             } catch let e as CLIError {
+                var kept: [String] = []
+                for m in done.reversed() {
+                    let c = contexts[m]
+                    do {
+                        _ = try storeCall { () throws(MFAError) in
+                            try enrolStore.removeFactor(user: c.user, accountUID: c.uid, label: Array(labels[m].utf8), mayRemoveLast: true)
+                        }
+                        Audit.log("removed PSKC key \(Audit.safe(assignments[m].serial)) again: the import failed", context: c)
+                    } catch {
+                        kept.append("serial \(shown(assignments[m].serial)) for \(c.userName) (factor \"\(shown(labels[m]))\")")
+                    }
+                }
                 throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(e.description); "
-                               + (done.isEmpty ? "nothing was imported" : "imported before it: " + done.joined(separator: ", ")))
+                               + (kept.isEmpty ? "nothing was imported" + (done.isEmpty ? "" : " (the keys saved before it were removed again)")
+                                               : "these could not be removed again and stay imported: " + kept.joined(separator: ", ")))
             }
             let kind = factor.kind == .hotp ? "HOTP" : "TOTP"
             Audit.log("imported PSKC key \(Audit.safe(assignments[n].serial)) from \(Audit.safe(file)) as \(kind) factor \"\(Audit.safe(labels[n]))\"",
                       context: context)
-            done.append("serial \(shown(assignments[n].serial)) for \(context.userName)")
+            done.append(n)
             print("Imported serial \(shown(assignments[n].serial)) for \(context.userName) as factor \"\(shown(labels[n]))\": "
                   + describe(tokens[n]) + ".")
         }
@@ -190,10 +214,10 @@ struct ImportPSKC: ParsableCommand {
 
     /// The index of the one HOTP/TOTP key whose serial number is `serial` (or, if no key has
     /// that serial number, whose Key Id is).
-    static func resolve(_ serial: String, in container: PSKCContainer, file: String) throws -> Int {
+    static func resolve(_ serial: String, in container: PSKCContainer, file: String, lookup: KeyLookup) throws -> Int {
         let wanted = Array(serial.utf8)
-        var matches = container.keys.indices.filter { container.keys[$0].serial == wanted }
-        if matches.isEmpty { matches = container.keys.indices.filter { container.keys[$0].id == wanted } }
+        var matches = lookup.bySerial[wanted] ?? []
+        if matches.isEmpty { matches = lookup.byId[wanted] ?? [] }
         guard !matches.isEmpty else { throw CLIError("serial \(shown(serial)) is not in \(file); nothing was imported") }
         let otp = matches.filter { container.keys[$0].kind != nil }
         guard let index = otp.first else {
@@ -204,6 +228,19 @@ struct ImportPSKC: ParsableCommand {
             throw CLIError("serial \(shown(serial)) names \(otp.count) HOTP/TOTP keys in \(file); which one is meant is not clear; nothing was imported")
         }
         return index
+    }
+
+    /// The file's keys by serial number and by Key Id (each look-up then costs the same with
+    /// 10,000 keys as with one).
+    struct KeyLookup {
+        var bySerial: [[UInt8]: [Int]] = [:]
+        var byId: [[UInt8]: [Int]] = [:]
+        init(_ container: PSKCContainer) {
+            for (i, k) in container.keys.enumerated() {
+                if let serial = k.serial { bySerial[serial, default: []].append(i) }
+                byId[k.id, default: []].append(i)
+            }
+        }
     }
 
     /// The assignments from --assign or --assign-file, each serial at most once.
@@ -236,7 +273,8 @@ struct ImportPSKC: ParsableCommand {
             }
         }
         guard !out.isEmpty else { throw CLIError("no assignments; nothing was imported") }
-        for (n, a) in out.enumerated() where out[..<n].contains(where: { $0.serial == a.serial }) {
+        var seen = Set<String>()
+        for a in out where !seen.insert(a.serial).inserted {
             throw CLIError("serial \(shown(a.serial)) is assigned twice (\(a.origin)); nothing was imported")
         }
         return out
@@ -246,7 +284,12 @@ struct ImportPSKC: ParsableCommand {
     /// pre-shared key from --key-file, or the one PBKDF2 derives from --passphrase-file.
     func encryptionKey(_ container: PSKCContainer, file shownFile: String) throws -> [UInt8]? {
         guard container.isEncrypted else {
-            if keyFile != nil || passphraseFile != nil { warn("note: \(shownFile) is not encrypted; the key or passphrase is not used") }
+            // The key says an encrypted file was expected: a plaintext one in its place may be a
+            // replaced file (nothing authenticates a plaintext file).
+            if keyFile != nil || passphraseFile != nil {
+                throw CLIError("\(shownFile) is not encrypted, but --key-file or --passphrase-file expects an encrypted file: "
+                               + "refused (a plaintext file carries no MAC); to import a plaintext file, leave the option out; nothing was imported")
+            }
             return nil
         }
         switch container.protection {
@@ -256,9 +299,10 @@ struct ImportPSKC: ParsableCommand {
             guard let keyFile else {
                 throw CLIError("\(shownFile) is encrypted with a pre-shared key\(keyName.isEmpty ? "" : " (\"" + shown(keyName) + "\")"): give it with --key-file; nothing was imported")
             }
-            var text = try readBounded(keyFile, limit: Self.maxSideFileSize, what: "the key file")
+            var text = try readBounded(keyFile, limit: Self.maxSideFileSize, what: "the key file", secret: true)
             defer { wipe(&text) }
             var key: [UInt8] = []
+            key.reserveCapacity(text.count / 2 + 1)  // never grown: no copy of the key left in freed memory
             var high: UInt8? = nil
             for c in text where !(c == 0x20 || c == 0x09 || c == 0x0A || c == 0x0D) {
                 guard let v = Self.hexValue(c) else { wipe(&key); throw CLIError("\(shown(keyFile)) does not hold a key in hex; nothing was imported") }
@@ -273,7 +317,7 @@ struct ImportPSKC: ParsableCommand {
             guard let passphraseFile else {
                 throw CLIError("\(shownFile) is encrypted with a passphrase (PBKDF2): give it with --passphrase-file; nothing was imported")
             }
-            var passphrase = try readBounded(passphraseFile, limit: Self.maxSideFileSize, what: "the passphrase file")
+            var passphrase = try readBounded(passphraseFile, limit: Self.maxSideFileSize, what: "the passphrase file", secret: true)
             defer { wipe(&passphrase) }
             if passphrase.last == 0x0A {
                 passphrase.removeLast()
@@ -338,13 +382,24 @@ struct LibCryptoAES: PSKCDecryptor {
 
 /// Reads a file root named (a regular file, at most `limit` bytes; a FIFO cannot hang us).
 /// The bytes may hold secrets: the caller wipes them.
-func readBounded(_ path: String, limit: Int, what: String) throws -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-    guard fd >= 0 else { throw CLIError("cannot open \(what) \(shown(path)): \(Errno.current.text.string)") }
+/// Like the store's own files: not a symbolic link, owned by root, writable by no one else
+/// (anyone who could change a token file, key or passphrase could choose a user's secret); a
+/// key or passphrase file readable by others is a warning (`secret`).
+func readBounded(_ path: String, limit: Int, what: String, secret: Bool = false) throws -> [UInt8] {
+    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)
+    guard fd >= 0 else {
+        let e = Errno.current
+        if e.rawValue == ELOOP { throw CLIError("\(what) \(shown(path)) is a symbolic link: give the file itself") }
+        throw CLIError("cannot open \(what) \(shown(path)): \(e.text.string)")
+    }
     defer { close(fd) }
     var st = stat()
     guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown(path)): \(Errno.current.text.string)") }
     guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError("\(shown(path)) is not a regular file") }
+    guard st.st_uid == 0, st.st_mode & 0o022 == 0 else {
+        throw CLIError("\(what) \(shown(path)) must be owned by root and writable by no one else (chown root, chmod go-w)")
+    }
+    if secret && st.st_mode & 0o044 != 0 { warn("warning: \(what) \(shown(path)) is readable by others: chmod 600 it") }
     guard st.st_size <= limit else { throw CLIError("\(shown(path)) is larger than \(limit / 1024) KiB") }
     var buffer = [UInt8](repeating: 0, count: limit + 1)
     var total = 0

@@ -353,19 +353,54 @@ final class PSKCTests: XCTestCase {
         let c = try container(figure6(changing: "AAECAwQFBgcICQoLDA0OD+cIHItlB3Wra1DU", to: "AAECAwQFBgcICQoLDA0OD+cIHItlB3Wra1DV"))
         let d = Counting()
         let why = refusal { () throws(MFAError) in try c.tokens([0], encryptionKey: preSharedKey, decryptor: d) }
-        XCTAssertTrue(why.contains("serial 987654321") && why.contains("MAC does not match") && why.contains("nothing was imported"), why)
+        XCTAssertTrue(why.contains("MAC does not verify") && why.contains("nothing was imported"), why)
+        XCTAssertFalse(why.contains("987654321"), "every MAC failure says the same: " + why)
         XCTAssertEqual(d.calls.count, 1, "only the MAC key was decrypted")
         // Its IV changed: the same.
         let iv = try container(figure6(changing: "AAECAwQFBgcICQoLDA0OD+cI", to: "AAECAwQFBgcICQoLDA0OD+cJ"))
         let why2 = refusal { () throws(MFAError) in try iv.decryptedValues(encryptionKey: preSharedKey, decryptor: Counting()) }
-        XCTAssertTrue(why2.contains("MAC does not match"), why2)
+        XCTAssertTrue(why2.contains("MAC does not verify"), why2)
+    }
+
+    /// Review findings: in an encrypted file, a plain secret is covered by no MAC, whether it
+    /// replaces the encrypted one or comes in a second Data before it; neither is imported.
+    func testAPlainSecretOrASecondDataInAnEncryptedFileIsRefused() throws {
+        let plain = "<Secret><PlainValue>QVRUQUNLRVJLTk9XU1RISVMhISE=</PlainValue></Secret>"
+        let start = try XCTUnwrap(Self.figure6.range(of: "<Secret>"))
+        let end = try XCTUnwrap(Self.figure6.range(of: "</Secret>"))
+        let replaced = Self.figure6.replacingCharacters(in: start.lowerBound..<end.upperBound, with: plain)
+        let c = try container(replaced)
+        let why = refusal { () throws(MFAError) in try c.tokens([0], encryptionKey: preSharedKey, decryptor: Counting()) }
+        XCTAssertTrue(why.contains("plaintext secret in an encrypted file") && why.contains("nothing was imported"), why)
+        // A second Data (or Secret) ahead of the real one: refused when the file is read.
+        let shadow = Self.figure6.replacingOccurrences(of: "<Data>", with: "<Data>" + plain + "</Data><Data>")
+        let why2 = refusal { () throws(MFAError) in _ = try PSKCContainer(parsing: Array(shadow.utf8)) }
+        XCTAssertTrue(why2.contains("two Data"), why2)
+        let twoSecrets = Self.figure6.replacingOccurrences(of: "<Data>", with: "<Data>" + plain)
+        let why3 = refusal { () throws(MFAError) in _ = try PSKCContainer(parsing: Array(twoSecrets.utf8)) }
+        XCTAssertTrue(why3.contains("two Secret"), why3)
+    }
+
+    /// Review finding: the MAC key's bad padding and a MAC that does not match say the same
+    /// (two messages were a padding oracle on the pre-shared key).
+    func testEveryMACFailureSaysTheSame() throws {
+        let macKeyCipher = "ESIzRFVmd4iZABEiM0RVZgKn6WjLaTC1sbeBMSvIhRejN9vJa2BOlSaMrR7I5wSX"
+        XCTAssertTrue(Self.figure6.contains(macKeyCipher))
+        var texts: Set<String> = []
+        for (from, to) in [(String(macKeyCipher.suffix(4)), "AAAA"), (String(macKeyCipher.prefix(4)), "ESIz".reversed().map(String.init).joined())] {
+            let c = try container(figure6(changing: from, to: to))
+            texts.insert(refusal { () throws(MFAError) in try c.tokens([0], encryptionKey: preSharedKey, decryptor: Counting()) })
+        }
+        let wrongMAC = try container(figure6(changing: "Su+NvtQfmvfJzF6bmQiJqoLRExc=", to: "Su+MvtQfmvfJzF6bmQiJqoLRExc="))
+        texts.insert(refusal { () throws(MFAError) in try wrongMAC.tokens([0], encryptionKey: preSharedKey, decryptor: Counting()) })
+        XCTAssertEqual(texts.count, 1, "\(texts)")
     }
 
     func testChangedValueMACFails() throws {
         let c = try container(figure6(changing: "Su+NvtQfmvfJzF6bmQiJqoLRExc=", to: "Su+MvtQfmvfJzF6bmQiJqoLRExc="))
         let d = Counting()
         let why = refusal { () throws(MFAError) in try c.tokens([0], encryptionKey: preSharedKey, decryptor: d) }
-        XCTAssertTrue(why.contains("MAC does not match"), why)
+        XCTAssertTrue(why.contains("MAC does not verify"), why)
         XCTAssertEqual(d.calls.count, 1)
     }
 
@@ -509,6 +544,9 @@ final class PSKCTests: XCTestCase {
             ("<a>&#xD800;</a>", "does not allow"),
             ("<a x='1' x='2'/>", "appears twice"),
             ("<a x=1/>", "not quoted"),
+            ("<a:/>", "prefix or local part is empty"),
+            ("<:a/>", "prefix or local part is empty"),
+            ("<a:b:c/>", "prefix or local part is empty"),
             ("<a/><b/>", "after the root"),
             ("text", "no root element"),
             ("<a><!-- open</a>", "comment is not closed"),

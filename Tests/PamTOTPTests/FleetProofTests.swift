@@ -112,7 +112,7 @@ final class FleetProofTests: XCTestCase {
         // The helpers behind the entry points are for their owner only.
         for call in ["SELECT pam_totp_api.lock_for_change('alice')",
                      "SELECT pam_totp_api.require_proof('alice')",
-                     "SELECT * FROM pam_totp_api.judge('alice', '000000', 0, 1, 10, false)",
+                     "SELECT * FROM pam_totp_api.judge('alice', '000000', NULL, 0, 1, 10, 100, false)",
                      "SELECT pam_totp_api.login_begin_at('alice', 2001, '000000', 0, 1, 10, 300, false)"] {
             XCTAssertThrowsError(try cluster.psql(call, user: "proof_host_b", database: db), call) {
                 XCTAssertTrue("\($0)".contains("permission denied"), "\(call): \($0)")

@@ -291,7 +291,7 @@ final class FleetSQLTests: XCTestCase {
             """), "0")
         // And as the host itself: the tables, the clock-taking verifiers, verify (no uid), hmac, unlock and purge are refused.
         for forbidden in ["SELECT secret FROM pam_totp.factors", "SELECT * FROM pam_totp.users", "SELECT * FROM pam_totp.recovery",
-                          "SELECT * FROM pam_totp_api.judge('u', '123456', 0, 1, 10, false)",
+                          "SELECT * FROM pam_totp_api.judge('u', '123456', NULL, 0, 1, 10, 100, false)",
                           "SELECT pam_totp_api.login_begin_at('u', 0, '123456', 0, 1, 10, 300, false)",
                           "SELECT pam_totp_api.import_last_step('u', 'phone', 9223372036854775807)",
                           "SELECT pam_totp_api.import_state('u', 100, 9223372036854775807, -1)",

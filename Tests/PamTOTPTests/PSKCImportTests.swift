@@ -79,6 +79,7 @@ final class PSKCImportTests: XCTestCase {
     func write(_ name: String, _ text: String) throws -> URL {
         let url = root.appendingPathComponent(name)
         try Data(text.utf8).write(to: url)
+        XCTAssertEqual(chmod(url.path, 0o600), 0)
         return url
     }
 
@@ -282,7 +283,7 @@ final class PSKCImportTests: XCTestCase {
             let bad = try tampered(file, element: element)
             let r = try importPSKC(bad, ["--assign", "H-1=nobody", "--assign", "T-1=daemon", "--passphrase-file", pass.path])
             XCTAssertNotEqual(r.status, 0, element)
-            XCTAssertTrue(r.stderr.contains("serial H-1") && r.stderr.contains("MAC does not match") && r.stderr.contains("nothing was imported"),
+            XCTAssertTrue(r.stderr.contains("MAC does not verify") && r.stderr.contains("nothing was imported"),
                           "\(element): \(r.stderr)")
             assertNoSecret(r)
             XCTAssertEqual(try storeEntries(), [], element)
@@ -290,6 +291,65 @@ final class PSKCImportTests: XCTestCase {
         // The untouched file imports.
         let ok = try importPSKC(file, ["--assign", "H-1=nobody", "--passphrase-file", pass.path])
         XCTAssertEqual(ok.status, 0, ok.stderr)
+    }
+
+    /// Review findings, each replayed: a plaintext file where --key-file expects an encrypted
+    /// one; a serial and a Key Id naming one key for two users; a token, key or passphrase file
+    /// that is a symbolic link, not root's, or writable by others. Nothing is imported.
+    func testRefusalsFoundByReview() throws {
+        let plain = try pskcFile("plain.xml", standardKeys)
+        let key = try write("key", "000102030405060708090a0b0c0d0e0f\n")
+        let k = try importPSKC(plain, ["--assign", "H-1=nobody", "--key-file", key.path])
+        XCTAssertNotEqual(k.status, 0)
+        XCTAssertTrue(k.stderr.contains("is not encrypted") && k.stderr.contains("nothing was imported"), k.stderr)
+        let twice = try importPSKC(plain, ["--assign", "H-1=nobody", "--assign", "id-H-1=daemon"])
+        XCTAssertNotEqual(twice.status, 0)
+        XCTAssertTrue(twice.stderr.contains("name the same key"), twice.stderr)
+        XCTAssertEqual(try storeEntries(), [])
+
+        let link = root.appendingPathComponent("link.xml")
+        XCTAssertEqual(symlink(plain.path, link.path), 0)
+        let l = try importPSKC(link, ["--assign", "H-1=nobody"])
+        XCTAssertTrue(l.stderr.contains("symbolic link"), l.stderr)
+        XCTAssertEqual(chmod(plain.path, 0o666), 0)
+        let w = try importPSKC(plain, ["--assign", "H-1=nobody"])
+        XCTAssertTrue(w.stderr.contains("writable by no one else"), w.stderr)
+        XCTAssertEqual(chmod(plain.path, 0o644), 0)
+        XCTAssertEqual(chown(plain.path, 65534, 65534), 0)
+        let o = try importPSKC(plain, ["--assign", "H-1=nobody"])
+        XCTAssertTrue(o.stderr.contains("owned by root"), o.stderr)
+        XCTAssertEqual(chown(plain.path, 0, 0), 0)
+        XCTAssertEqual(try storeEntries(), [])
+        // A key file others can read: a warning, and the import goes on.
+        let file = try pskcFile("psk.xml", standardKeys, .preSharedKey(hex: "000102030405060708090a0b0c0d0e0f", algorithm: "AES128-CBC", fields: ["secret"]))
+        XCTAssertEqual(chmod(key.path, 0o644), 0)
+        let r = try importPSKC(file, ["--assign", "H-1=nobody", "--key-file", key.path])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stderr.contains("readable by others"), r.stderr)
+    }
+
+    /// Review finding: when a later user's commit fails, the keys saved before it are removed
+    /// again (it left them imported, and a second run then failed on their names).
+    func testAFailedCommitRemovesTheKeysSavedBeforeIt() throws {
+        let file = try pskcFile("plain.xml", standardKeys)
+        // daemon's record lock held by another process: its commit times out.
+        let lock = store.appendingPathComponent(".lock.daemon").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: lock, contents: nil, attributes: [.posixPermissions: 0o600]))
+        XCTAssertEqual(chmod(lock, 0o600), 0)
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+        holder.arguments = ["-x", lock, "sleep", "15"]
+        try holder.run()
+        defer { holder.terminate(); holder.waitUntilExit() }
+        usleep(300_000)
+        let r = try importPSKC(file, ["--assign", "H-1=nobody", "--assign", "T-1=daemon"])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("record lock") && r.stderr.contains("nothing was imported") && r.stderr.contains("removed again"), r.stderr)
+        XCTAssertNil(try record("nobody")?.factor(labelled: Array("H-1".utf8)), "H-1 was removed again")
+        holder.terminate()
+        holder.waitUntilExit()
+        let again = try importPSKC(file, ["--assign", "H-1=nobody", "--assign", "T-1=daemon"])
+        XCTAssertEqual(again.status, 0, "a second run finishes it: " + again.stderr)
     }
 
     func testAnyBadAssignmentImportsNothingForAnyone() throws {
