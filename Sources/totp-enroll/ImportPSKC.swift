@@ -49,8 +49,7 @@ struct ImportPSKC: ParsableCommand {
     @Option(help: ArgumentHelp("Use this store directory instead of the configured one.", valueName: "DIR"))
     var store: String?
 
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
-    var config: String?
+    @OptionGroup var configFile: ConfigFileOption
 
     mutating func validate() throws {
         guard assign.isEmpty != (assignFile == nil) else {
@@ -93,7 +92,7 @@ struct ImportPSKC: ParsableCommand {
             }
             assignedKey[index] = indices.count
             let context: CallerContext
-            do { context = try CallerContext(user: a.user, store: store, config: config) } catch let e as CLIError {
+            do { context = try CallerContext(user: a.user, store: store, config: configFile.config) } catch let e as CLIError {
                 throw CLIError("\(e.description) (\(a.origin), serial \(shown(a.serial))); nothing was imported")
             }
             let label = name ?? a.serial

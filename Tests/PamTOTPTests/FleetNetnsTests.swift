@@ -152,6 +152,26 @@ final class FleetNetnsTests: XCTestCase {
             if !taken.contains(candidate) { return candidate }
         }
     }
+    /// 20 requests with one answer, released at once, alternating between the hosts: per
+    /// request 1 success, 0 any other reply, -1 no reply.
+    func race(answer: String, user: String = "root") -> [Int] {
+        let results = Slots(20)
+        let group = DispatchGroup()
+        let gate = DispatchSemaphore(value: 0)
+        for w in 0..<20 {
+            group.enter()
+            Thread.detachNewThread {
+                gate.wait()  // all 20 go at once
+                let r = try? self.ask(w % 2, answer: answer, user: user)
+                results.set(w, r == nil ? -1 : (self.isSuccess(r) ? 1 : 0))
+                group.leave()
+            }
+        }
+        for _ in 0..<20 { gate.signal() }
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        return results.all
+    }
+
     func isSuccess(_ r: DaemonReply?) -> Bool { if case .outcome(.success)? = r { return true }; return false }
     func failures() throws -> String { try cluster!.psql("SELECT failures FROM pam_totp.users WHERE name = 'root'", database: db) }
 
@@ -202,21 +222,7 @@ final class FleetNetnsTests: XCTestCase {
             guard let (f, step, c) = choice else { return XCTFail("round \(round)") }
             XCTAssertTrue(abs(step - now) <= window - margin, "round \(round): step \(step) at \(now)")
             plan.append((f, step))
-            let results = Slots(20)
-            let group = DispatchGroup()
-            let gate = DispatchSemaphore(value: 0)
-            for w in 0..<20 {
-                group.enter()
-                Thread.detachNewThread {
-                    gate.wait()  // all 20 go at once
-                    let r = try? self.ask(w % 2, answer: c)
-                    results.set(w, r == nil ? -1 : (self.isSuccess(r) ? 1 : 0))
-                    group.leave()
-                }
-            }
-            for _ in 0..<20 { gate.signal() }
-            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
-            let values = results.all
+            let values = race(answer: c)
             XCTAssertFalse(values.contains(-1), "round \(round): a request failed")
             perRound.append(values.filter { $0 == 1 }.count)
             for (w, v) in values.enumerated() where v == 1 { hostOfSuccess[w % 2] += 1 }
@@ -259,23 +265,9 @@ final class FleetNetnsTests: XCTestCase {
                          importedCodes: nil, using: &rng)
         func code(_ c: UInt64) -> String { String(decoding: HOTP.code(key: HMACKey(algorithm: .sha1, key: token), counter: c, digits: 6), as: UTF8.self) }
         for round in 1...20 {
-            let c = code(UInt64(round) * 3)  // two presses lost between rounds: still in the window of 10
-            let results = Slots(20)
-            let group = DispatchGroup()
-            let gate = DispatchSemaphore(value: 0)
-            for w in 0..<20 {
-                group.enter()
-                Thread.detachNewThread {
-                    gate.wait()
-                    let r = try? self.ask(w % 2, answer: c, user: user)
-                    results.set(w, r == nil ? -1 : (self.isSuccess(r) ? 1 : 0))
-                    group.leave()
-                }
-            }
-            for _ in 0..<20 { gate.signal() }
-            XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
-            XCTAssertFalse(results.all.contains(-1), "round \(round): a request failed")
-            XCTAssertEqual(results.all.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
+            let values = race(answer: code(UInt64(round) * 3), user: user)  // two presses lost between rounds: in the window
+            XCTAssertFalse(values.contains(-1), "round \(round): a request failed")
+            XCTAssertEqual(values.filter { $0 == 1 }.count, 1, "round \(round): exactly one of 20")
         }
         XCTAssertEqual(try cluster!.psql("SELECT last_step FROM pam_totp_api.list_factors('\(user)')", database: db), "60")
         // Resync: a far code on A is refused and asks for the next one; that pair on B logs in.
