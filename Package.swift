@@ -26,7 +26,12 @@ let pamModuleLinker: [LinkerSetting] = [
         // With -function-sections above: drop every function the module does not reach
         // (the library also holds what only totp-enroll uses). 196 KB -> 93 KB stripped.
         "-Xlinker", "--gc-sections",
-    ]),
+    ] + (embedded ? [
+        // lld folds identical functions (many generic specialisations are the same code; the
+        // module never compares function addresses) and, without a separate read-only segment,
+        // pads less: 212,904 -> 207,040 B stripped, and fewer instructions per login (make bench).
+        "-use-ld=lld", "-Xlinker", "--icf=all", "-Xlinker", "--no-rosegment",
+    ] : [])),
 ]
 
 let librarySettings: [SwiftSetting] = embedded ? embeddedSwift : [.unsafeFlags(["-O"], .when(configuration: .debug))]

@@ -91,6 +91,7 @@ public struct ModuleOptions: Equatable, Sendable {
     /// that matches, in file order — then the arguments. `service` is the PAM service;
     /// `isMember(group)` says whether the user belongs to a group (primary or supplementary)
     /// and is asked only for the file's `[group NAME]` sections.
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     public static func load(_ arguments: [[UInt8]], service: [UInt8] = [],
                             isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) -> ModuleOptions {
         var path = defaultConfigFile
@@ -124,6 +125,7 @@ public struct ModuleOptions: Equatable, Sendable {
 
     /// After a pam.d line set `setting` that the file set too: the file's value back unless
     /// the line's is stricter.
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     mutating func keepStricter(_ setting: PolicySetting, file: ModuleOptions, fileSource: [UInt8]) {
         let lineStricter: Bool
         switch setting {
@@ -166,6 +168,7 @@ public struct ModuleOptions: Equatable, Sendable {
     /// Every line is checked, whether or not its section applies: a bad line anywhere is an
     /// error naming FILE:LINE. `store`, `socket`, `backend` and `postgresql` (one per process) are
     /// refused in sections.
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     mutating func applyConfig(_ text: [UInt8], file: Message, service: [UInt8] = [],
                               isMember: (_ group: [UInt8]) throws(MFAError) -> Bool = { _ in false }) throws(MFAError) {
         var lineNumber: UInt64 = 0
@@ -219,6 +222,7 @@ public struct ModuleOptions: Equatable, Sendable {
 
     /// `[group NAME]` or `[service NAME]` (spaces allowed inside the brackets): the kind and
     /// the name (1–256 printable ASCII bytes, no brackets).
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     static func sectionHeader(_ line: [UInt8], at: Message) throws(MFAError) -> (SectionKind, [UInt8]) {
         func bad(_ why: Message) -> MFAError { .invalidOption(at + ": " + why + ": " + printable(line)) }
         guard line.count >= 2, line.last == 0x5D else { throw bad("a section header is [group NAME] or [service NAME]") }
@@ -260,6 +264,7 @@ public struct ModuleOptions: Equatable, Sendable {
 
     /// The policy settings (what is asked, how strictly, of whom); false: not one of them.
     /// Compared with literals in place: no array is built per setting (this runs per login).
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     private mutating func applyPolicy(_ name: [UInt8], _ value: [UInt8]?, arg: [UInt8], origin: Message) throws(MFAError) -> Bool {
         func bad(_ why: Message) -> MFAError { Self.bad(arg, origin, why) }
         if equals(name, "nullok") {
@@ -314,6 +319,7 @@ public struct ModuleOptions: Equatable, Sendable {
     }
 
     /// Where things are (store, socket, backend, database) and the prompt; false: not one of them.
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     private mutating func applyPlace(_ name: [UInt8], _ value: [UInt8]?, arg: [UInt8], origin: Message,
                                      fromFile: Bool) throws(MFAError) -> Bool {
         func bad(_ why: Message) -> MFAError { Self.bad(arg, origin, why) }
@@ -415,6 +421,7 @@ public struct ModuleOptions: Equatable, Sendable {
 
     /// Reads the configuration file safely: regular file, owned by root, not writable by group
     /// or other, at most 64 KiB. A missing file is nil unless it was named explicitly.
+    @_optimize(size)  // built small: a few short lines per login (docs/benchmarks.md)
     static func readConfigFile(_ path: [UInt8], required: Bool) throws(MFAError) -> [UInt8]? {
         let fd: Int32
         do throws(MFAError) {
