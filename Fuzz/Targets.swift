@@ -14,7 +14,8 @@ func fuzzRecord(_ data: [UInt8]) {
     guard again.serialized() == bytes else { violated("record", "serializing is not stable") }
     guard record.factors.count <= UserRecord.maxFactors else { violated("record", "more factors than maxFactors") }
     for f in record.factors {
-        guard !f.label.isEmpty, f.label.count <= Factor.maxLabelLength, f.secret.count >= 10, f.secret.count <= 128,
+        guard !f.label.isEmpty, f.label.count <= Factor.maxLabelLength, f.serial.count <= Factor.maxLabelLength,
+              f.secret.count >= 10, f.secret.count <= 128,
               OTPParameters.digitsRange.contains(f.parameters.digits),
               OTPParameters.periodRange.contains(f.parameters.period) else { violated("record", "a factor out of range") }
     }

@@ -438,13 +438,15 @@ AS $$
     FROM pam_totp.users u LEFT JOIN pam_totp.recovery r ON r.user_name = u.name WHERE u.name = p_user
 $$;
 
+-- A user's factors, in enrolment order. serial: a hardware token's serial number (NULL: none).
 CREATE FUNCTION pam_totp_api.list_factors(p_user text)
-RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text)
+RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text, serial text)
 LANGUAGE sql STABLE SECURITY DEFINER
 AS $$
-  -- A token's counter is for admins only (a host reads no secret and no counter).
+  -- A token's counter is for admins only (a host reads no secret and no counter); its
+  -- serial number is not a secret.
   SELECT f.label, f.algorithm, f.digits, f.period, f.created,
-         CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind
+         CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind, f.serial
     FROM pam_totp.factors f
    WHERE f.user_name = p_user ORDER BY f.id
 $$;
@@ -476,10 +478,11 @@ END $$;
 -- the secret goes in and never comes out. A user's first factor records the proof for the
 -- rest of that enrolment (recovery codes, a second factor) from the same role.
 -- p_enrolled_step: TOTP, the step that proved the factor; HOTP (p_kind 'hotp'), the counter
--- that proved it (-1: none, a token whose first code is counter 0).
+-- that proved it (-1: none, a token whose first code is counter 0). p_serial: a hardware
+-- token's serial number (import-pskc), NULL for none.
 CREATE FUNCTION pam_totp_api.enroll(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
                                     p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea,
-                                    p_kind text DEFAULT 'totp') RETURNS void
+                                    p_kind text DEFAULT 'totp', p_serial text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE had boolean;
@@ -488,11 +491,12 @@ BEGIN
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   had := pam_totp_api.lock_for_change(p_user);
   PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
-  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind)
-  VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret, p_kind);
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, serial)
+  VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret, p_kind, p_serial);
   PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
                                     CASE p_kind WHEN 'hotp' THEN 'HOTP-' || upper(p_algorithm) || ', ' || p_digits || ' digits'
-                                    ELSE upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s' END);
+                                    ELSE upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s' END
+                                    || coalesce(', serial ' || p_serial, ''));
   IF NOT had THEN
     UPDATE pam_totp.users SET proof_role = session_user,
                               proof_until = pam_totp_api.now_seconds() + (SELECT s.proof_seconds FROM pam_totp.settings s)
@@ -682,7 +686,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.user_status(text),
   pam_totp_api.list_factors(text),
   pam_totp_api.check_enrollable(text, bigint, text, bytea),
-  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text),
+  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text),
   pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
   pam_totp_api.remove_factor(text, bigint, text, boolean)
 TO pam_totp_host, pam_totp_admin;

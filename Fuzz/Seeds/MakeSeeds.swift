@@ -54,10 +54,13 @@ struct MakeSeeds {
         save(three.serialized(), corpus + "/record", "gen-three-factors-recovery")
         save(recoveryOnly.serialized(), corpus + "/record", "gen-recovery-only")
         // A hardware token (HOTP) beside a TOTP factor.
-        let token = try Factor(kind: .hotp, label: Array("fob 1".utf8), parameters: try OTPParameters(algorithm: .sha256, digits: 8, period: 30),
+        var token = try Factor(kind: .hotp, label: Array("fob 1".utf8), parameters: try OTPParameters(algorithm: .sha256, digits: 8, period: 30),
                                created: 1_700_000_200, counter: 42, secret: Secret.generate(for: .sha1, using: &rng))
         let withToken = UserRecord(uid: 1000, id: rng.next(), factors: [one.factors[0], token])
         save(withToken.serialized(), corpus + "/record", "gen-hotp-factor")
+        // The token with its serial number (import-pskc): a `serial` line after its factor line.
+        token.serial = Array("UBHE 0001%2345".utf8)
+        save(UserRecord(uid: 1000, id: 0x5E71A1, factors: [token, one.factors[0]]).serialized(), corpus + "/record", "gen-hotp-serial")
 
         // State files as writeStateLocked leaves them: the first write (one slot, the other
         // zero), and two slots after several writes (failures, lockout, used recovery codes).

@@ -382,14 +382,15 @@ public final class PostgresStore: TOTPStore {
         var record = UserRecord()
         record.uid = row[0].flatMap { UInt32($0) }
         var lastUsed: [(Factor, UInt64)] = []
-        for r in f where r.count == 7 {
+        for r in f where r.count == 8 {  // list_factors' columns (sql/api.sql)
             guard let kind = r[6].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
                   let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
                   let created = r[4].flatMap({ Int64($0) }) else { continue }
             // The secret never leaves the database: a placeholder stands in for it.
-            let factor = try Factor(kind: kind, label: Array(label.utf8),
+            var factor = try Factor(kind: kind, label: Array(label.utf8),
                                     parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
                                     created: created, enrolledStep: 0, secret: [UInt8](repeating: 0, count: 10))
+            factor.serial = r[7].map { Array($0.utf8) } ?? []
             record.factors.append(factor)
             // The last used step or counter (NULL for a token's counter, unless this role is an admin).
             if let last = r[5].flatMap({ UInt64($0) }) { lastUsed.append((factor, last)) }
@@ -428,6 +429,7 @@ public final class PostgresStore: TOTPStore {
     public func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
                                                  importedCodes: [[UInt8]]?, using generator: inout G) throws(MFAError) -> Int {
         try Factor.validateNew(label: factor.label)
+        if !factor.serial.isEmpty { try Factor.validateNew(serial: factor.serial) }
         let name = try Self.text(user)
         let p = factor.parameters
         // The used step (TOTP), or the counter before the first unused one (HOTP; -1: none).
@@ -441,20 +443,25 @@ public final class PostgresStore: TOTPStore {
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),
                                  .text(String(p.period)), .text(String(factor.created)), .text(String(used)),
-                                 .bytea(factor.secret), .text("\(factor.kind.name)")]
+                                 .bytea(factor.secret), .text("\(factor.kind.name)"), try Self.serial(factor)]
         do throws(PQError) {
             if let codes = importedCodes, !codes.isEmpty {
                 // The factor and the codes in one transaction: one statement.
                 let set = RecoverySet.hashing(codes: codes, using: &generator)
                 let rows = try pool.write("""
-                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10))
-                    SELECT pam_totp_api.replace_recovery($1, $2, $11, $12, $13, $14, $15) FROM e
+                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11))
+                    SELECT pam_totp_api.replace_recovery($1, $2, $12, $13, $14, $15, $16) FROM e
                     """, params + recoveryParameters(set) + [.textArray(codes.map { String(decoding: $0, as: UTF8.self) })])
                 return max(0, Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0)
             }
-            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", params)
+            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", params)
             return 0
         } catch { throw Self.mappedChange(error) }
+    }
+
+    /// enroll's p_serial: the factor's serial number, or NULL for none.
+    static func serial(_ factor: Factor) throws(MFAError) -> PQValue {
+        factor.serial.isEmpty ? .null : .text(try text(factor.serial))
     }
 
     func recoveryParameters(_ set: RecoverySet) -> [PQValue] {

@@ -65,10 +65,11 @@ public enum FileImport {
                     case .totp: last = Int64(clamping: max(f.enrolledStep, state.lastUsedStep(of: f) ?? 0))
                     case .hotp: last = state.lastStep(of: f).map { Int64(clamping: $0) } ?? Int64(clamping: f.counter) - 1
                     }
-                    _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", [
+                    _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", [
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(f.parameters.algorithm.name),
                         .text(String(f.parameters.digits)), .text(String(f.parameters.period)), .text(String(f.created)),
-                        .text(String(last)), .bytea(f.secret), .text("\(f.kind.name)")])
+                        .text(String(last)), .bytea(f.secret), .text("\(f.kind.name)"),
+                        f.serial.isEmpty ? .null : .text(String(decoding: f.serial, as: UTF8.self))])
                     _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3)",
                                       [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last))])
                 }

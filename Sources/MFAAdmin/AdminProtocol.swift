@@ -24,7 +24,7 @@ import MFAWire
 //     9 audit trail: has user u8 · user · since i64 · after id u64 (events after it, oldest first)
 //     factor = kind u8 (1 TOTP, 2 HOTP) · label · algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) ·
 //              digits u8 · period u32 · created i64 · the kind's number u64 (TOTP: the enrolled
-//              step; HOTP: the counter) · secret (u8 + bytes)
+//              step; HOTP: the counter) · serial (u8 + bytes; empty: none) · secret (u8 + bytes)
 //     recovery set = id u64 · iterations u32 · salt (u8 + bytes) · hashes (u8 count, each u8 + bytes)
 //     user, label = u8 length + bytes
 //   reply "PTB1": kind u8, then by kind —
@@ -113,7 +113,7 @@ public enum AdminRequest: Equatable, Sendable {
             b.append(secret == nil ? 0 : 1); short(secret ?? [])
         case .enroll(let user, let uid, let factor, let codes):
             b.append(4); short(user); Writer.u32(uid, &b)
-            if factor.label.count > 255 || factor.secret.count > 255 { ok = false }
+            if factor.label.count > 255 || factor.serial.count > 255 || factor.secret.count > 255 { ok = false }
             AdminCodec.write(factor, withSecret: true, &b)
             b.append(codes == nil ? 0 : 1); list(codes ?? [])
         case .removeFactor(let user, let uid, let label, let mayRemoveLast):
@@ -205,6 +205,14 @@ public enum AdminReply: Equatable, Sendable {
         case .status(let status):
             b.append(2)
             if let status { b.append(1); AdminCodec.write(status, &b) } else { b.append(0) }
+            // 32 factors with 64-byte labels and 64-byte serials do not fit in a frame: the
+            // serials (shown, never used) are left out rather than the status.
+            if let status, b.count + DaemonProtocol.headerSize > DaemonProtocol.maxFrameSize,
+               status.record.factors.contains(where: { !$0.serial.isEmpty }) {
+                var bare = status
+                for i in bare.record.factors.indices { bare.record.factors[i].serial = [] }
+                return AdminReply.status(bare).encoded()
+            }
         case .users(let names, let more):
             b.append(3); b.append(more ? 1 : 0)
             Writer.u16(UInt16(truncatingIfNeeded: min(names.count, 65535)), &b)
@@ -363,21 +371,25 @@ enum AdminCodec {
         case .totp: Writer.u64(f.enrolledStep, &b)
         case .hotp: Writer.u64(f.counter, &b)
         }
+        Writer.short(f.serial, &b)
         if withSecret { Writer.short(f.secret, &b) }
     }
 
     static func factor(_ r: inout Reader, withSecret: Bool) throws(MFAError) -> Factor? {
         guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
-              let created = r.u64(), let number = r.u64() else { return nil }
+              let created = r.u64(), let number = r.u64(), let serial = r.short() else { return nil }
         var secret = placeholderSecret
         if withSecret {
             guard let s = r.short() else { return nil }
             secret = s
         }
         do throws(MFAError) {
-            return try Factor(kind: kind, label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
-                              created: Int64(bitPattern: created), enrolledStep: kind == .totp ? number : 0,
-                              counter: kind == .hotp ? number : 0, secret: secret)
+            if !serial.isEmpty { try Factor.validate(label: serial) }
+            var f = try Factor(kind: kind, label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
+                               created: Int64(bitPattern: created), enrolledStep: kind == .totp ? number : 0,
+                               counter: kind == .hotp ? number : 0, secret: secret)
+            f.serial = serial
+            return f
         } catch {
             throw .malformed("admin factor")
         }

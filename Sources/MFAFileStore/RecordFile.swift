@@ -45,6 +45,7 @@ extension UserRecord {
         var lineNumber = 0
         var version: UInt64 = 0
         var record = UserRecord()
+        var afterFactor = false  // the line before was a factor line (a `serial` line may follow)
         while lineStart < bytes.count {
             var end = lineStart
             while end < bytes.count && bytes[end] != ASCII.newline { end += 1 }
@@ -58,7 +59,7 @@ extension UserRecord {
                 try record.parseAccount(line, f, count: n)
             } else {
                 guard n > 0, !line.isEmpty else { throw .corruptRecord("empty line") }
-                try record.parseLine(line, f, count: n, version: version)
+                afterFactor = try record.parseLine(line, f, count: n, version: version, afterFactor: afterFactor)
             }
         }
         if lineNumber == 0 { throw .corruptRecord("empty record") }
@@ -89,15 +90,24 @@ extension UserRecord {
         self.id = uint64(id)
     }
 
-    /// A factor line of any kind, a `recovery` line or a `recovery-code` line.
+    /// A factor line of any kind (true: a `serial` line may follow), a `serial` line (only
+    /// `afterFactor`: the one before was a factor line), a `recovery` line or a `recovery-code` line.
     private mutating func parseLine(_ line: ArraySlice<UInt8>, _ f: FieldSplitter, count n: Int,
-                                    version: UInt64) throws(MFAError) {
+                                    version: UInt64, afterFactor: Bool) throws(MFAError) -> Bool {
         let keyword = f.field(0, of: line)
         if let kind = FactorKind(recordKeyword: keyword) {
             guard factors.count < Self.maxFactors else { throw .corruptRecord("too many factors") }
             let factor = try Factor.parseRecordLine(kind, line, f, count: n, version: version)
             guard self.factor(labelled: factor.label) == nil else { throw .corruptRecord("duplicate factor label") }
             factors.append(factor)
+            return true
+        } else if equals(keyword, "serial") {
+            // The factor's own serial: right after its line, once, what a stored label may be.
+            guard afterFactor, n == 2, let serial = Percent.decode(f.field(1, of: line)),
+                  (try? Factor.validate(label: serial)) != nil, let last = factors.indices.last else {
+                throw .corruptRecord("bad serial line")
+            }
+            factors[last].serial = serial
         } else if equals(keyword, "recovery") {
             guard recovery == nil, n == 4, f.field(1, of: line).count == 16,
                   let id = Hex.decode(f.field(1, of: line)).map(uint64),
@@ -118,6 +128,7 @@ extension UserRecord {
         } else {
             throw .corruptRecord("unknown line")
         }
+        return false
     }
 }
 
@@ -195,7 +206,8 @@ extension FactorKind {
 }
 
 extension Factor {
-    /// The factor's line in a record (`UserRecord.serialized`), newline included:
+    /// The factor's line in a record (`UserRecord.serialized`), newline included, and its
+    /// `serial` line if it has a serial:
     /// `<keyword> <label> <sha1|sha256|sha512> <digits>`, the kind's numbers, `<secret, Base32>`.
     ///   TOTP (`factor`): `<period> <created> <enrolled step>`
     ///   HOTP (`hotp`):   `<counter> <created>` (the first counter not used at enrolment)
@@ -218,6 +230,11 @@ extension Factor {
         out.append(ASCII.space)
         out += Base32.encode(secret)
         out.append(ASCII.newline)
+        if !serial.isEmpty {  // a hardware token's serial: its own line (none: the record as before serials)
+            out.append(literal: "serial ")
+            out += Percent.encode(serial)
+            out.append(ASCII.newline)
+        }
     }
 
     /// A factor from its record line, split into `count` fields by `f` (field 0 is the keyword

@@ -3,7 +3,7 @@ import MFACrypto
 import MFASystem
 
 /// One enrolled factor: its kind (FactorKind.swift holds everything that differs by kind),
-/// its label, and the kind's data.
+/// its label, the kind's data and, for a hardware token, its serial number.
 public struct Factor: Equatable, Sendable {
     public static let maxLabelLength = 64
 
@@ -20,6 +20,9 @@ public struct Factor: Equatable, Sendable {
     /// was the one before); the state's last step moves on from there. 0 for TOTP.
     public var counter: UInt64
     public var secret: [UInt8]
+    /// A hardware token's serial number (import-pskc: its PSKC SerialNo, else its Key Id);
+    /// empty: none. Not a secret; a stored one is what a label may be (`validate(label:)`).
+    public var serial: [UInt8] = []
 
     public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
                 enrolledStep: UInt64 = 0, counter: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
@@ -51,6 +54,14 @@ public struct Factor: Equatable, Sendable {
         try validate(label: label)
         guard isPrintableText(label) else { throw .invalidLabel }
     }
+
+    /// What a new serial may be: what a new label may be (1–64 bytes of printable text).
+    @_optimize(size)  // cold: not on a login's path
+    public static func validateNew(serial: [UInt8]) throws(MFAError) {
+        do throws(MFAError) { try validateNew(label: serial) } catch {
+            throw .invalidParameters("a serial number must be 1 to 64 bytes of printable text")
+        }
+    }
 }
 
 /// A user's enrolment data, as stored in `<store>/<user>`.
@@ -61,6 +72,7 @@ public struct Factor: Equatable, Sendable {
 /// account <uid, or - if not bound yet> <record id, 16 hex>
 /// factor <label, percent-encoded> <sha1|sha256|sha512> <digits> <period> <created> <enrolled step> <secret, Base32>
 ///                                                  (a TOTP factor: each kind has its own line, FactorKind.swift)
+/// serial <serial number, percent-encoded>           (optional, right after a factor line: that factor's)
 /// recovery <set id, 16 hex> <PBKDF2 iterations> <salt, hex>
 /// recovery-code <PBKDF2-HMAC-SHA-256 of the code, 64 hex>        (one line per code)
 /// ```
@@ -68,6 +80,9 @@ public struct Factor: Equatable, Sendable {
 /// uid is not enrolled) and names this record's lifetime (the state file remembers it, so a
 /// state left over from a purged record is never applied to a new one). Version 1 (no account
 /// line, factor lines without the enrolled step) is still read; every write is version 2.
+/// A `serial` line (a hardware token's serial number, 1–64 bytes, what a label may be) follows
+/// only a factor line and at most once per factor; a factor without one is written as before
+/// (no line), so a record without serials reads and writes exactly as it did before they existed.
 /// A reader rejects any other version, any unknown line, any malformed field and any file
 /// larger than `maxSize`, so a record is either understood completely or refused.
 public struct UserRecord: Equatable, Sendable {

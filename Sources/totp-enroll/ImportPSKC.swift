@@ -18,8 +18,9 @@ struct ImportPSKC: ParsableCommand {
         discussion: """
             Each --assign SERIAL=USER (or each SERIAL,USER line of --assign-file) makes the key \
             with that serial number (or Key Id) a factor of USER, named after the serial unless \
-            --name is given. Encrypted files (AES-CBC) need --key-file (the pre-shared key in \
-            hex) or --passphrase-file (PBKDF2), and must carry a MAC, which is checked before \
+            --name is given; the factor keeps the key's serial number (its Key Id if it has \
+            none), which list and status show. Encrypted files (AES-CBC) need --key-file (the \
+            pre-shared key in hex) or --passphrase-file (PBKDF2), and must carry a MAC, which is checked before \
             anything is decrypted. If anything is wrong (a MAC, a serial not in the file or \
             named twice, an unknown user, an unsupported key, a name already in use) nothing \
             is imported. Keys of the file that are not assigned are ignored. Secrets are never \
@@ -81,6 +82,7 @@ struct ImportPSKC: ParsableCommand {
         var indices: [Int] = []
         var contexts: [CallerContext] = []
         var labels: [String] = []
+        var serials: [[UInt8]] = []                 // each key's serial number (its SerialNo, else its Key Id)
         var assignedKey: [Int: Int] = [:]           // key index -> its assignment
         var factorName: [String: Int] = [:]         // "user\0label" -> its assignment
         let lookup = KeyLookup(container)
@@ -104,10 +106,17 @@ struct ImportPSKC: ParsableCommand {
                                + (name != nil ? " (--name names every imported factor: assign one key per user, or leave --name out)" : "")
                                + "; nothing was imported")
             }
+            // The factor keeps the token's serial number, whatever it is named and however it was assigned.
+            let key = container.keys[index]
+            let serial = key.serial.flatMap { $0.isEmpty ? nil : $0 } ?? key.id
+            do { try Factor.validateNew(serial: serial) } catch {
+                throw CLIError("serial \(shown(a.serial)): its serial number cannot be stored (\(CLIError.text(error))); nothing was imported")
+            }
             factorName[context.userName + "\0" + label] = indices.count
             indices.append(index)
             contexts.append(context)
             labels.append(label)
+            serials.append(serial)
         }
 
         // The file's key, then every MAC, then the chosen keys decrypted and checked.
@@ -146,7 +155,7 @@ struct ImportPSKC: ParsableCommand {
                 throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(e.description); nothing was imported")
             }
             do throws(MFAError) {
-                let factor: Factor
+                var factor: Factor
                 switch token.kind {
                 case .hotp:
                     factor = try Factor(kind: .hotp, label: Array(labels[n].utf8), parameters: token.parameters, created: now,
@@ -157,6 +166,7 @@ struct ImportPSKC: ParsableCommand {
                     factor = try Factor(label: Array(labels[n].utf8), parameters: token.parameters, created: now,
                                         enrolledStep: step, secret: token.secret)
                 }
+                factor.serial = serials[n]
                 factors.append(factor)
             } catch {
                 throw CLIError("serial \(shown(assignments[n].serial)): \(CLIError.text(error)); nothing was imported")

@@ -26,7 +26,9 @@ struct List: ParsableCommand {
         if !record.belongs(toAccount: context.uid) {
             print("The stored record of \(context.userName) was enrolled for another account (uid \(record.uid ?? 0)); it is not used. Root: totp-enroll purge --user \(context.userName)")
         }
-        var rows = [["LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
+        // A SERIAL column (hardware tokens' serial numbers) only where a factor has one.
+        let serials = record.factors.contains { !$0.serial.isEmpty }
+        var rows = [["LABEL"] + (serials ? ["SERIAL"] : []) + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
         for f in record.factors {
             let last: String
             switch f.kind {
@@ -39,7 +41,7 @@ struct List: ParsableCommand {
                 // Root sees where the token's counter is (for a resync); the user sees only whether it was used.
                 last = getuid() == 0 ? "next \(state.nextCounter(of: f))" : (state.lastStep(of: f) == nil ? "never" : "yes")
             }
-            rows.append([shown(f.label), algorithmColumn(f.kind, f.parameters.algorithm.name),
+            rows.append([shown(f.label)] + (serials ? [serialColumn(f.serial)] : []) + [algorithmColumn(f.kind, f.parameters.algorithm.name),
                          "\(f.parameters.digits)", f.kind == .hotp ? "-" : "\(f.parameters.period)s", formatTime(f.created), last])
         }
         print(table(rows), terminator: "")
@@ -54,6 +56,11 @@ struct List: ParsableCommand {
             print("Consecutive failed attempts: \(state.failures).")
         }
     }
+}
+
+/// The SERIAL column of `list` and `status`: the serial number, escaped like a label; - for none.
+func serialColumn(_ serial: [UInt8]) -> String {
+    serial.isEmpty ? "-" : shown(serial)
 }
 
 /// The ALGORITHM column of `list` and `status`: SHA1, or HOTP-SHA1 for a counter-based factor.

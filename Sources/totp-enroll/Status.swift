@@ -76,10 +76,11 @@ struct Status: ParsableCommand {
             let record = status.record
             let uid = record.uid.map { "uid \($0)" } ?? "uid not bound yet"
             out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
-            var rows = [["  LABEL", "ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
+            let serials = r.factors.contains { !$0.serial.isEmpty }  // a SERIAL column only where there is one
+            var rows = [["  LABEL"] + (serials ? ["SERIAL"] : []) + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
             for f in r.factors {
                 let last = f.counter.map { "next \($0)" } ?? f.lastUsed.map { formatTime($0) } ?? (f.used ? "yes" : "never")
-                rows.append(["  " + shown(f.label), algorithmColumn(f.kind, f.algorithm), "\(f.digits)", f.kind == .hotp ? "-" : "\(f.period)s",
+                rows.append(["  " + shown(f.label)] + (serials ? [serialColumn(f.serial)] : []) + [algorithmColumn(f.kind, f.algorithm), "\(f.digits)", f.kind == .hotp ? "-" : "\(f.period)s",
                              formatTime(f.created), last, f.kind == .hotp ? "-" : driftText(f.drift, period: f.period)])
             }
             out += table(rows)
@@ -127,6 +128,7 @@ struct Status: ParsableCommand {
                 JSON.object([
                     ("kind", JSON.string(Array("\(f.kind.name)".utf8))),
                     ("label", JSON.string(f.label)),
+                    ("serial", f.serial.isEmpty ? "null" : JSON.string(f.serial)),
                     ("algorithm", JSON.string(Array(f.algorithm.utf8))),
                     ("digits", "\(f.digits)"),
                     ("period", "\(f.period)"),
@@ -156,6 +158,8 @@ struct UserReport {
     struct FactorReport {
         var kind: FactorKind
         var label: [UInt8]
+        /// A hardware token's serial number (empty: none); not a secret.
+        var serial: [UInt8]
         var algorithm: String
         var digits: Int
         var period: UInt64
@@ -197,7 +201,7 @@ struct UserReport {
             }
             // A token's counter is shown to root only (a user sees whether it was used).
             let root = getuid() == 0
-            r.factors.append(FactorReport(kind: f.kind, label: f.label, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
+            r.factors.append(FactorReport(kind: f.kind, label: f.label, serial: f.serial, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
                                           period: f.parameters.period, created: f.created,
                                           lastUsedStep: f.kind == .hotp && !root ? nil : step,
                                           lastUsed: time, drift: state.drift(forLabel: f.label),

@@ -105,6 +105,53 @@ final class FleetSQLTests: XCTestCase {
                                          database: "fleet_kind"), "success phone")
     }
 
+    /// A hardware token's serial number (sql/migrations/007): enroll takes it (p_serial,
+    /// NULL by default), list_factors returns it to a host role too (it is not a secret; a
+    /// token's counter stays the admin's), the audit line names it, the CHECK bounds it, and a
+    /// database at version 6 upgrades with its factors' serials NULL.
+    func testAFactorKeepsItsSerialAndVersionSixUpgrades() throws {
+        try cluster.psql("CREATE DATABASE fleet_v6")
+        let conninfo = cluster.conninfo(database: "fleet_v6")
+        XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 6).to, 6)
+        func q(_ text: String, user: String = "postgres") throws -> String { try cluster.psql(text, user: user, database: "fleet_v6") }
+        _ = try q("INSERT INTO pam_totp.users (name, uid) VALUES ('ines', 1030)")
+        _ = try q("INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind) "
+              + "VALUES ('ines', 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930', 'totp')")
+        let up = try Migrator.migrate(conninfo: conninfo)
+        XCTAssertEqual(up.from, 6)
+        XCTAssertEqual(up.to, Migrations.all.last?.version)
+        XCTAssertEqual(try q("SELECT label || ':' || coalesce(serial, 'none') FROM pam_totp_api.list_factors('ines')"), "phone:none")
+
+        _ = try q("CREATE ROLE host_s LOGIN; GRANT pam_totp_host TO host_s")
+        _ = try q("SELECT pam_totp_api.enroll('ines', 1030, 'fob', 'sha1', 6, 30, 0, 4, '\\x00112233445566778899', 'hotp', 'UBHE00012345')")
+        XCTAssertEqual(try q("SELECT string_agg(label || ':' || coalesce(serial, 'none') || ':' || coalesce(last_step::text, '-'), ',') "
+                             + "FROM pam_totp_api.list_factors('ines')", user: "host_s"), "phone:none:0,fob:UBHE00012345:-")
+        XCTAssertEqual(try q("SELECT detail FROM pam_totp.audit WHERE event = 'enroll' ORDER BY id DESC LIMIT 1"),
+                       "HOTP-SHA1, 6 digits, serial UBHE00012345")
+        // Called as before (no p_serial): none.
+        _ = try q("SELECT pam_totp_api.enroll('ines', 1030, 'key', 'sha1', 6, 30, 0, 0, '\\x99887766554433221100')")
+        XCTAssertEqual(try q("SELECT count(*) FROM pam_totp_api.list_factors('ines') WHERE serial IS NULL"), "2")
+        for bad in ["''", "'\(String(repeating: "x", count: 65))'"] {
+            XCTAssertThrowsError(try q("SELECT pam_totp_api.enroll('ines', 1030, 'bad', 'sha1', 6, 30, 0, 0, '\\xaabbccddeeff00112233', 'totp', \(bad))"), bad)
+        }
+        XCTAssertEqual(try q("SELECT count(*) FROM pam_totp_api.list_factors('ines')"), "3")
+    }
+
+    /// PostgresStore carries the serial both ways (enroll's p_serial, list_factors' column).
+    func testTheFleetStoreKeepsTheSerial() throws {
+        let store = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+        var f = try Factor(kind: .hotp, label: Array("fob".utf8), parameters: .default, created: 1, counter: 3, secret: Array("12345678901234567890".utf8))
+        f.serial = Array("UBHE 7".utf8)
+        var rng = SystemRandomNumberGenerator()
+        try store.enroll(user: Array("ulla".utf8), accountUID: 1040, factor: f, importedCodes: nil, using: &rng)
+        var plain = try Factor(label: Array("phone".utf8), parameters: .default, created: 1, secret: Array("abcdefghijabcdefghij".utf8))
+        try store.enroll(user: Array("ulla".utf8), accountUID: 1040, factor: plain, importedCodes: nil, using: &rng)
+        let status = try XCTUnwrap(try store.status(user: Array("ulla".utf8)))
+        XCTAssertEqual(status.record.factors.map(\.serial), [Array("UBHE 7".utf8), []])
+        plain.serial = [0x61, 0x0A]
+        XCTAssertThrowsError(try store.enroll(user: Array("ulla".utf8), accountUID: 1040, factor: plain, importedCodes: nil, using: &rng))
+    }
+
     /// A database made by the pre-release series at its version 8 (Tests/Fixtures/fleet-schema-8.sql:
     /// pg_dump of what the main of that day's init-database made, with two users) upgrades in
     /// place: every enrolment, used step, failure count, lockout and recovery code is kept, the

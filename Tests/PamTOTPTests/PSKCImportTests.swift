@@ -43,6 +43,8 @@ final class PSKCImportTests: XCTestCase {
         var period: Int? = nil
         var digits = 6
         var suite: String? = nil
+        /// false: no <SerialNo> (the key is named by its Id, `id-<serial>`).
+        var hasSerial = true
     }
 
     enum Protection {
@@ -58,7 +60,7 @@ final class PSKCImportTests: XCTestCase {
         func py(_ v: String?) -> String { v.map { "'\($0)'" } ?? "None" }
         var script = "import pskc\np = pskc.PSKC()\n"
         for k in keys {
-            script += "k = p.add_key(id='id-\(k.serial)', serial='\(k.serial)', algorithm='\(k.algorithm)', secret=bytes.fromhex('\(k.secretHex)'), response_length=\(k.digits), response_encoding='DECIMAL')\n"
+            script += "k = p.add_key(id='id-\(k.serial)', serial=\(k.hasSerial ? "'\(k.serial)'" : "None"), algorithm='\(k.algorithm)', secret=bytes.fromhex('\(k.secretHex)'), response_length=\(k.digits), response_encoding='DECIMAL')\n"
             if let c = k.counter { script += "k.counter = \(c)\n" }
             if let t = k.period { script += "k.time_interval = \(t)\n" }
             if let s = k.suite { script += "k.algorithm_suite = \(py(s))\n" }
@@ -126,6 +128,55 @@ final class PSKCImportTests: XCTestCase {
     }
 
     // MARK: - Imports that work
+
+    /// Issue 20: a factor keeps its token's serial number (its <SerialNo>, else its Key Id),
+    /// named by --name or not, and `list` and `status` show it.
+    func testTheFactorKeepsItsSerialWhateverItIsNamed() throws {
+        let idOnly = Key(serial: "K-7", algorithm: Self.hotpURI, secretHex: "0102030405060708090a0b0c0d0e0f1011121314", counter: 1, hasSerial: false)
+        let file = try pskcFile("serials.xml", standardKeys + [idOnly])
+        func status(_ user: String) throws -> [[String: Any]] {
+            let r = try runCommand([enrollURL.path, "status", "--store", store.path, "--user", user, "--json"])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
+            let users = try XCTUnwrap(doc["users"] as? [[String: Any]])
+            return try XCTUnwrap(users.first?["factors"] as? [[String: Any]])
+        }
+        func list(_ user: String) throws -> String {
+            let r = try runCommand([enrollURL.path, "list", "--store", store.path, "--user", user])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            return r.stdout
+        }
+
+        // --name: the factor is "fob"; its serial is still H-1.
+        let named = try importPSKC(file, ["--assign", "H-1=nobody", "--name", "fob"])
+        XCTAssertEqual(named.status, 0, named.stderr)
+        XCTAssertEqual(try record("nobody")?.factors.map { String(decoding: $0.label, as: UTF8.self) + "/" + String(decoding: $0.serial, as: UTF8.self) },
+                       ["fob/H-1"])
+        XCTAssertTrue(try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8).contains("\nserial H-1\n"))
+        let listed = try list("nobody")
+        XCTAssertTrue(listed.hasPrefix("LABEL  SERIAL  ALGORITHM"), listed)
+        XCTAssertTrue(listed.contains("\nfob    H-1     HOTP-SHA1"), listed)
+        let f = try status("nobody")
+        XCTAssertEqual(f.first?["label"] as? String, "fob")
+        XCTAssertEqual(f.first?["serial"] as? String, "H-1")
+        let statusText = try runCommand([enrollURL.path, "status", "--store", store.path, "--user", "nobody"])
+        XCTAssertTrue(statusText.stdout.contains("  LABEL  SERIAL  ALGORITHM") && statusText.stdout.contains("  fob    H-1     HOTP-SHA1"), statusText.stdout)
+
+        // Without --name: named after the serial, and keeping it; a key without a <SerialNo>
+        // keeps its Key Id. A factor that is no token shows none.
+        let plain = try importPSKC(file, ["--assign", "T-1=daemon", "--assign", "id-K-7=daemon"])
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        let d = try status("daemon")
+        XCTAssertEqual(d.map { $0["label"] as? String }, ["T-1", "id-K-7"])
+        XCTAssertEqual(d.map { $0["serial"] as? String }, ["T-1", "id-K-7"])
+        XCTAssertTrue(try list("daemon").contains("\nid-K-7  id-K-7  HOTP-SHA1"))
+        var other = try XCTUnwrap(try record("daemon"))
+        other.factors.append(try Factor(label: Array("phone".utf8), parameters: .default, created: 1, secret: [UInt8](repeating: 3, count: 20)))
+        try Store(path: Array(store.path.utf8)).write(user: Array("daemon".utf8), record: other)
+        let withPhone = try status("daemon")
+        XCTAssertTrue(withPhone.last?["serial"] is NSNull, "\(withPhone)")
+        XCTAssertTrue(try list("daemon").contains("\nphone   -       SHA1"))
+    }
 
     func testPlainHOTPAndTOTPKeysImportAndLogInWithTheFilesSecrets() throws {
         let file = try pskcFile("plain.xml", standardKeys)
