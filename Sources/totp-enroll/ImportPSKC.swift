@@ -119,6 +119,9 @@ struct ImportPSKC: ParsableCommand {
             serials.append(serial)
         }
 
+        // A token is one user's: a serial number that is already any user's factor is refused.
+        try Self.refuseAssigned(serials, assignments: assignments, store: contexts.first)
+
         // The file's key, then every MAC, then the chosen keys decrypted and checked.
         var key = try encryptionKey(container, file: shownFile)
         defer { if key != nil { wipe(&key!) } }
@@ -209,6 +212,24 @@ struct ImportPSKC: ParsableCommand {
         if ignored > 0 { print("\(ignored) other key\(ignored == 1 ? "" : "s") in \(shownFile) had no assignment and \(ignored == 1 ? "was" : "were") ignored.") }
         if tokens.contains(where: { $0.kind == .totp }) {
             print("TOTP keys: time steps up to now count as used, so the code a token shows right now is refused; log in with its next one.")
+        }
+    }
+
+    /// Refuses the import if one of `serials` is already a factor's serial number in the store
+    /// (every enrolled user's, through the store's own `users` and `status`: the file store and
+    /// pam-totpd's alike), naming the serial, its user and the factor.
+    static func refuseAssigned(_ serials: [[UInt8]], assignments: [Assignment], store context: CallerContext?) throws {
+        guard let context else { return }
+        let store = try context.openStore()
+        var wanted: [[UInt8]: Int] = [:]
+        for (n, serial) in serials.enumerated() { wanted[serial] = n }
+        for user in try storeCall({ () throws(MFAError) in try store.users() }) {
+            guard let status = try storeCall({ () throws(MFAError) in try store.status(user: user) }) else { continue }
+            for factor in status.record.factors where !factor.serial.isEmpty {
+                guard let n = wanted[factor.serial] else { continue }
+                throw CLIError("serial \(shown(assignments[n].serial)) is already a token of \(shown(user)) (factor \"\(shown(factor.label))\")"
+                               + ": remove it there first; nothing was imported")
+            }
         }
     }
 

@@ -403,6 +403,32 @@ final class PSKCImportTests: XCTestCase {
         XCTAssertEqual(again.status, 0, "a second run finishes it: " + again.stderr)
     }
 
+    /// Issue 20: a serial already assigned is refused. A token imported for one user cannot be
+    /// imported again, for another user (two people sharing one keyfob) or under another name
+    /// for the same user, by serial or by Key Id; the error names the holder; nothing is saved.
+    func testATokenAlreadyAssignedIsRefused() throws {
+        let file = try pskcFile("plain.xml", standardKeys)
+        let first = try importPSKC(file, ["--assign", "H-1=nobody"])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let before = try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8)
+        for args in [["--assign", "T-1=daemon", "--assign", "H-1=daemon"],
+                     ["--assign", "id-H-1=daemon"],
+                     ["--assign", "H-1=nobody", "--name", "again"]] {
+            let r = try importPSKC(file, args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.stderr.contains("serial ") && r.stderr.contains("is already a token of nobody (factor \"H-1\")")
+                          && r.stderr.contains("nothing was imported"), "\(args): \(r.stderr)")
+            XCTAssertNil(try record("daemon"), "\(args)")
+            XCTAssertEqual(try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8), before, "\(args)")
+        }
+        // Once removed from its holder, the token can go to someone else.
+        let removed = try runCommand([enrollURL.path, "remove", "H-1", "--store", store.path, "--user", "nobody"])
+        XCTAssertEqual(removed.status, 0, removed.stderr)
+        let moved = try importPSKC(file, ["--assign", "H-1=daemon"])
+        XCTAssertEqual(moved.status, 0, moved.stderr)
+        XCTAssertEqual(try record("daemon")?.factors.map { String(decoding: $0.serial, as: UTF8.self) }, ["H-1"])
+    }
+
     func testAnyBadAssignmentImportsNothingForAnyone() throws {
         let file = try pskcFile("plain.xml", standardKeys + [Key(serial: "NC", algorithm: Self.hotpURI, secretHex: totpHex)])
         let cases: [([String], String)] = [
