@@ -281,19 +281,20 @@ final class PSKCImportTests: XCTestCase {
         XCTAssertEqual(cc.status, 0, cc.stderr)
         let keyHex = "000102030405060708090a0b0c0d0e0f"
         let keyFile = try write("key.hex", keyHex + "\n"), pass = try write("pass", "qwerty\n")
-        let keys = [Key(serial: "H-1", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 5)]
+        // One token per run (a token already assigned is refused): the same secret, three serials.
+        func keys(_ n: Int) -> [Key] { [Key(serial: "H-\(n)", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 5)] }
         let runs: [(URL, [String])] = [
-            (try pskcFile("plain.xml", keys), []),
-            (try pskcFile("psk.xml", keys, .preSharedKey(hex: keyHex, algorithm: "aes128-cbc", fields: ["secret"])), ["--key-file", keyFile.path]),
-            (try pskcFile("pbkdf2.xml", keys, .passphrase("qwerty")), ["--passphrase-file", pass.path]),
+            (try pskcFile("plain.xml", keys(0)), []),
+            (try pskcFile("psk.xml", keys(1), .preSharedKey(hex: keyHex, algorithm: "aes128-cbc", fields: ["secret"])), ["--key-file", keyFile.path]),
+            (try pskcFile("pbkdf2.xml", keys(2), .passphrase("qwerty")), ["--passphrase-file", pass.path]),
         ]
         for (n, (file, args)) in runs.enumerated() {
             let user = ["nobody", "daemon", "bin"][n]
             let report = root.appendingPathComponent("report-\(n)").path
             let r = try runCommand(["env", "LD_PRELOAD=" + scanner, "SCAN_SECRET_HEX=" + hotpHex, "SCAN_REPORT=" + report,
-                                    enrollURL.path, "import-pskc", file.path, "--store", store.path, "--assign", "H-1=" + user] + args)
+                                    enrollURL.path, "import-pskc", file.path, "--store", store.path, "--assign", "H-\(n)=" + user] + args)
             XCTAssertEqual(r.status, 0, r.stderr)
-            XCTAssertNotNil(try record(user)?.factor(labelled: Array("H-1".utf8)), file.lastPathComponent)
+            XCTAssertNotNil(try record(user)?.factor(labelled: Array("H-\(n)".utf8)), file.lastPathComponent)
             XCTAssertEqual((try? String(contentsOfFile: report, encoding: .utf8)) ?? "", "", file.lastPathComponent)
         }
     }
