@@ -155,10 +155,8 @@ final class AdminProtocolTests: XCTestCase {
     /// Only root manages enrolments through the daemon: anyone else is refused and nothing
     /// changes, even for their own account (they would skip totp-enroll's re-authentication).
     func testACallerWithoutRootIsRefusedAndNothingChanges() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, path) = try makeTemporaryStoreDirectory()
         defer { removeTemporaryDirectory(dir) }
-        let path = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(path, 0o700), 0)
         let store = try Store(path: Array(path.utf8))
         var rng = SplitMix64(seed: 1)
         try store.enroll(user: user, accountUID: 1000, factor: try factor(), using: &rng)
@@ -188,10 +186,8 @@ final class AdminProtocolTests: XCTestCase {
     /// answered by DaemonService on a file store, decoded — what totp-enroll relies on in fleet
     /// mode behaves as the store itself does.
     func testTheStoreContractHoldsThroughTheDaemon() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, path) = try makeTemporaryStoreDirectory()
         defer { removeTemporaryDirectory(dir) }
-        let path = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(path, 0o700), 0)
         var site = ModuleOptions()
         site.store = Array(path.utf8)
         let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
@@ -216,10 +212,8 @@ final class AdminProtocolTests: XCTestCase {
 
     /// `users` comes in pages; the client reads them all, in order, whatever their size.
     func testUsersArePaged() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, path) = try makeTemporaryStoreDirectory()
         defer { removeTemporaryDirectory(dir) }
-        let path = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(path, 0o700), 0)
         let files = try Store(path: Array(path.utf8))
         var rng = SplitMix64(seed: 9)
         var names: [String] = []

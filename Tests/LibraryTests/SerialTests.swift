@@ -84,10 +84,8 @@ final class SerialTests: XCTestCase {
     }
 
     func testTheFileStoreKeepsTheSerialAndRefusesAnUnprintableOne() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, path) = try makeTemporaryStoreDirectory()
         defer { removeTemporaryDirectory(dir) }
-        let path = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(path, 0o700), 0)
         let store = try Store(path: Array(path.utf8))
         var rng = SplitMix64(seed: 1)
         var f = try Factor(kind: .hotp, label: Array("fob".utf8), parameters: .default, created: 1, counter: 0, secret: secret)

@@ -48,6 +48,15 @@ public func makeTemporaryDirectory(_ prefix: String = "pam_totp_test") throws ->
     return URL(fileURLWithPath: String(cString: made))
 }
 
+/// A temporary directory holding an empty store directory `store` (0700): the directory (to
+/// remove) and the store's path.
+public func makeTemporaryStoreDirectory() throws -> (root: URL, store: String) {
+    let root = try makeTemporaryDirectory()
+    let store = root.appendingPathComponent("store").path
+    guard mkdir(store, 0o700) == 0 else { removeTemporaryDirectory(root); throw POSIXError(.EIO) }
+    return (root, store)
+}
+
 public func removeTemporaryDirectory(_ url: URL) {
     try? FileManager.default.removeItem(at: url)
 }
