@@ -213,9 +213,13 @@ ALTER TABLE pam_totp.settings ADD COLUMN hotp_resync_window integer NOT NULL DEF
 -- pam_totp fleet schema, version 7: a hardware token's serial number (totp-enroll import-pskc:
 -- the PSKC key's SerialNo, else its Key Id). Not a secret: list_factors shows it to every role
 -- that may list the factor. NULL: none (every factor enrolled otherwise, and every one before).
+-- Printable text, as totp-enroll checks it: no control character (a host's enroll cannot store
+-- one that every status of the user would then carry). A token is one user's: enroll refuses a
+-- serial another user's factor has (sql/api.sql).
 
 ALTER TABLE pam_totp.factors
-  ADD COLUMN serial text NULL CONSTRAINT factors_serial CHECK (serial IS NULL OR octet_length(serial) BETWEEN 1 AND 64);
+  ADD COLUMN serial text NULL CONSTRAINT factors_serial
+    CHECK (serial IS NULL OR (octet_length(serial) BETWEEN 1 AND 64 AND serial !~ '[[:cntrl:]]'));
 """####),
     ]
 
@@ -714,6 +718,15 @@ BEGIN
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   had := pam_totp_api.lock_for_change(p_user);
   PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
+  IF p_serial IS NOT NULL THEN
+    -- A token is one user's. The lock (per serial, to the end of the transaction) makes two
+    -- enrolments of one serial for two users, from any hosts at once, wait for each other.
+    PERFORM pg_advisory_xact_lock(hashtextextended('pam_totp serial ' || p_serial, 0));
+    IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE serial = p_serial AND user_name <> p_user) THEN
+      RAISE EXCEPTION 'the token with serial % is already another user''s factor: remove it there first', p_serial
+        USING ERRCODE = 'P0001';
+    END IF;
+  END IF;
   INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, serial)
   VALUES (p_user, p_label, p_algorithm, p_digits, p_period, p_created, p_enrolled_step, p_secret, p_kind, p_serial);
   PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,

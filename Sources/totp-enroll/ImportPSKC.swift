@@ -119,8 +119,8 @@ struct ImportPSKC: ParsableCommand {
             serials.append(serial)
         }
 
-        // A token is one user's: a serial number that is already any user's factor is refused.
-        try Self.refuseAssigned(serials, assignments: assignments, store: contexts.first)
+        // A token is one user's.
+        try Self.refuseAssigned(serials, users: contexts.map(\.userName), assignments: assignments, store: contexts.first)
 
         // The file's key, then every MAC, then the chosen keys decrypted and checked.
         var key = try encryptionKey(container, file: shownFile)
@@ -215,18 +215,29 @@ struct ImportPSKC: ParsableCommand {
         }
     }
 
-    /// Refuses the import if one of `serials` is already a factor's serial number in the store
-    /// (every enrolled user's, through the store's own `users` and `status`: the file store and
-    /// pam-totpd's alike), naming the serial, its user and the factor.
-    static func refuseAssigned(_ serials: [[UInt8]], assignments: [Assignment], store context: CallerContext?) throws {
-        guard let context else { return }
-        let store = try context.openStore()
-        var wanted: [[UInt8]: Int] = [:]
-        for (n, serial) in serials.enumerated() { wanted[serial] = n }
-        for user in try storeCall({ () throws(MFAError) in try store.users() }) {
-            guard let status = try storeCall({ () throws(MFAError) in try store.status(user: user) }) else { continue }
-            for factor in status.record.factors where !factor.serial.isEmpty {
-                guard let n = wanted[factor.serial] else { continue }
+    /// A token is one user's. Refused before anything is decrypted: one serial number (two keys
+    /// of one device) assigned to two users, and, in a file store, a serial that another user's
+    /// factor already has (the record of every user read: root's store on this host). In fleet
+    /// mode the database refuses that in `enroll`, under a lock per serial, whichever hosts
+    /// import at once (sql/api.sql), and the keys this import saved before it are removed again.
+    static func refuseAssigned(_ serials: [[UInt8]], users: [String], assignments: [Assignment], store context: CallerContext?) throws {
+        var first: [[UInt8]: Int] = [:]
+        for (n, serial) in serials.enumerated() {
+            if let m = first[serial], users[m] != users[n] {
+                throw CLIError("\(shown(assignments[m].serial)) and \(shown(assignments[n].serial)) are one token (serial \(shown(serial))), "
+                               + "assigned to \(users[m]) and \(users[n]); nothing was imported")
+            }
+            if first[serial] == nil { first[serial] = n }
+        }
+        guard let context, case .files(let files) = try context.openStore() else { return }
+        for user in try storeCall({ () throws(MFAError) in try files.users() }) {
+            let record: UserRecord?
+            do { record = try files.read(user: user) } catch {
+                throw CLIError("cannot read \(shown(user))'s record to check that no token is assigned twice (\(CLIError.text(error))); nothing was imported")
+            }
+            defer { record?.wipeSecretsInPlace() }
+            for factor in record?.factors ?? [] where !factor.serial.isEmpty {
+                guard let n = first[factor.serial], Array(users[n].utf8) != user else { continue }
                 throw CLIError("serial \(shown(assignments[n].serial)) is already a token of \(shown(user)) (factor \"\(shown(factor.label))\")"
                                + ": remove it there first; nothing was imported")
             }

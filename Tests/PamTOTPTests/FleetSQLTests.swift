@@ -131,10 +131,19 @@ final class FleetSQLTests: XCTestCase {
         // Called as before (no p_serial): none.
         _ = try q("SELECT pam_totp_api.enroll('ines', 1030, 'key', 'sha1', 6, 30, 0, 0, '\\x99887766554433221100')")
         XCTAssertEqual(try q("SELECT count(*) FROM pam_totp_api.list_factors('ines') WHERE serial IS NULL"), "2")
-        for bad in ["''", "'\(String(repeating: "x", count: 65))'"] {
+        for bad in ["''", "'\(String(repeating: "x", count: 65))'", "E'UB\\x1b[31mX'", "E'UB\\nX'"] {
             XCTAssertThrowsError(try q("SELECT pam_totp_api.enroll('ines', 1030, 'bad', 'sha1', 6, 30, 0, 0, '\\xaabbccddeeff00112233', 'totp', \(bad))"), bad)
         }
         XCTAssertEqual(try q("SELECT count(*) FROM pam_totp_api.list_factors('ines')"), "3")
+        // A token is one user's: its serial for another user is refused (from a host too), for
+        // the same user (a device's second key) taken.
+        XCTAssertThrowsError(try q("SELECT pam_totp_api.enroll('jon', 1031, 'fob', 'sha1', 6, 30, 0, 4, '\\x0f0e0d0c0b0a09080706', 'hotp', 'UBHE00012345')",
+                                   user: "host_s")) { error in
+            XCTAssertTrue("\(error)".contains("already another user's factor"), "\(error)")
+        }
+        XCTAssertEqual(try q("SELECT count(*) FROM pam_totp.users WHERE name = 'jon'"), "0")
+        _ = try q("SELECT pam_totp_api.enroll('ines', 1030, 'fob-b', 'sha1', 6, 30, 0, 4, '\\x0f0e0d0c0b0a09080706', 'hotp', 'UBHE00012345')")
+        XCTAssertEqual(try q("SELECT count(*) FROM pam_totp_api.list_factors('ines') WHERE serial = 'UBHE00012345'"), "2")
     }
 
     /// PostgresStore carries the serial both ways (enroll's p_serial, list_factors' column).

@@ -45,6 +45,8 @@ final class PSKCImportTests: XCTestCase {
         var suite: String? = nil
         /// false: no <SerialNo> (the key is named by its Id, `id-<serial>`).
         var hasSerial = true
+        /// The Key Id, if not `id-<serial>` (two keys of one device share a serial).
+        var id: String? = nil
     }
 
     enum Protection {
@@ -60,7 +62,7 @@ final class PSKCImportTests: XCTestCase {
         func py(_ v: String?) -> String { v.map { "'\($0)'" } ?? "None" }
         var script = "import pskc\np = pskc.PSKC()\n"
         for k in keys {
-            script += "k = p.add_key(id='id-\(k.serial)', serial=\(k.hasSerial ? "'\(k.serial)'" : "None"), algorithm='\(k.algorithm)', secret=bytes.fromhex('\(k.secretHex)'), response_length=\(k.digits), response_encoding='DECIMAL')\n"
+            script += "k = p.add_key(id='\(k.id ?? "id-" + k.serial)', serial=\(k.hasSerial ? "'\(k.serial)'" : "None"), algorithm='\(k.algorithm)', secret=bytes.fromhex('\(k.secretHex)'), response_length=\(k.digits), response_encoding='DECIMAL')\n"
             if let c = k.counter { script += "k.counter = \(c)\n" }
             if let t = k.period { script += "k.time_interval = \(t)\n" }
             if let s = k.suite { script += "k.algorithm_suite = \(py(s))\n" }
@@ -412,16 +414,28 @@ final class PSKCImportTests: XCTestCase {
         let first = try importPSKC(file, ["--assign", "H-1=nobody"])
         XCTAssertEqual(first.status, 0, first.stderr)
         let before = try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8)
-        for args in [["--assign", "T-1=daemon", "--assign", "H-1=daemon"],
-                     ["--assign", "id-H-1=daemon"],
-                     ["--assign", "H-1=nobody", "--name", "again"]] {
+        for (args, expected) in [(["--assign", "T-1=daemon", "--assign", "H-1=daemon"], "is already a token of nobody (factor \"H-1\")"),
+                                 (["--assign", "id-H-1=daemon"], "is already a token of nobody (factor \"H-1\")"),
+                                 (["--assign", "H-1=nobody", "--name", "again"], "already")] {
             let r = try importPSKC(file, args)
             XCTAssertNotEqual(r.status, 0, "\(args)")
-            XCTAssertTrue(r.stderr.contains("serial ") && r.stderr.contains("is already a token of nobody (factor \"H-1\")")
-                          && r.stderr.contains("nothing was imported"), "\(args): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains(expected) && r.stderr.contains("nothing was imported"), "\(args): \(r.stderr)")
             XCTAssertNil(try record("daemon"), "\(args)")
             XCTAssertEqual(try String(contentsOf: store.appendingPathComponent("nobody"), encoding: .utf8), before, "\(args)")
         }
+        // Two keys of one device (one SerialNo) for two users in one import: refused.
+        let device = try pskcFile("device.xml", [
+            Key(serial: "D-1", algorithm: Self.hotpURI, secretHex: "0102030405060708090a0b0c0d0e0f1011121314", counter: 0, id: "D-1-a"),
+            Key(serial: "D-1", algorithm: Self.totpURI, secretHex: "1112131415161718191a1b1c1d1e1f2021222324", period: 30, id: "D-1-b")])
+        let split = try importPSKC(device, ["--assign", "D-1-a=daemon", "--assign", "D-1-b=bin"])
+        XCTAssertNotEqual(split.status, 0)
+        XCTAssertTrue(split.stderr.contains("are one token (serial D-1), assigned to daemon and bin"), split.stderr)
+        XCTAssertNil(try record("daemon"))
+        XCTAssertNil(try record("bin"))
+        // ... and for one user, both are theirs.
+        let both = try importPSKC(device, ["--assign", "D-1-a=bin", "--assign", "D-1-b=bin"])
+        XCTAssertEqual(both.status, 0, both.stderr)
+        XCTAssertEqual(try record("bin")?.factors.map { String(decoding: $0.serial, as: UTF8.self) }, ["D-1", "D-1"])
         // Once removed from its holder, the token can go to someone else.
         let removed = try runCommand([enrollURL.path, "remove", "H-1", "--store", store.path, "--user", "nobody"])
         XCTAssertEqual(removed.status, 0, removed.stderr)
