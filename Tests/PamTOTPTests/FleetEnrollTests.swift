@@ -194,6 +194,42 @@ final class FleetEnrollTests: XCTestCase {
 
     /// A pam_google_authenticator file moves into the database: the secret as a factor, the
     /// scratch codes as recovery codes.
+    /// import-pskc through a host's daemon (role pam_totp_host): the token is saved with its
+    /// serial and logs in (RFC 4226's counter-0 code); the same token for another user is
+    /// refused by the database (a token is one user's) and nothing is saved for them. Before,
+    /// the import's check listed every user, which only pam_totp_admin may: every host's import failed.
+    func testImportPSKCThroughAHostsDaemon() throws {
+        let dir = try makeTemporaryDirectory("pamtotp-fleet-pskc")
+        defer { removeTemporaryDirectory(dir) }
+        let file = dir.appendingPathComponent("tokens.xml").path
+        try """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <KeyContainer Version="1.0" xmlns="urn:ietf:params:xml:ns:keyprov:pskc">
+              <KeyPackage>
+                <DeviceInfo><Manufacturer>Test</Manufacturer><SerialNo>F-1</SerialNo></DeviceInfo>
+                <Key Id="F-1" Algorithm="urn:ietf:params:xml:ns:keyprov:pskc:hotp">
+                  <AlgorithmParameters><ResponseFormat Length="6" Encoding="DECIMAL"/></AlgorithmParameters>
+                  <Data>
+                    <Secret><PlainValue>MTIzNDU2Nzg5MDEyMzQ1Njc4OTA=</PlainValue></Secret>
+                    <Counter><PlainValue>0</PlainValue></Counter>
+                  </Data>
+                </Key>
+              </KeyPackage>
+            </KeyContainer>
+
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(file, 0o600), 0)
+        let r = try enroll(["import-pskc", file, "--assign", "F-1=root", "--name", "fob"])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertEqual(try sql("SELECT label || ' ' || kind || ' ' || serial FROM pam_totp.factors WHERE user_name = 'root'"), "fob hotp F-1")
+        let again = try enroll(["import-pskc", file, "--assign", "F-1=nobody"])
+        XCTAssertNotEqual(again.status, 0)
+        XCTAssertTrue(again.stderr.contains("already another user's factor") && again.stderr.contains("nothing was imported"), again.stderr)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors WHERE user_name = 'nobody'"), "0")
+        guard case .success? = try login("root", "755224") else { return XCTFail("the imported token's counter-0 code logs in") }
+        assertNothingLocal()
+    }
+
     func testImportGoogleAuthenticatorThroughTheDaemon() throws {
         let dir = try makeTemporaryDirectory("pamtotp-fleet-ga")
         defer { removeTemporaryDirectory(dir) }
