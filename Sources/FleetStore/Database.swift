@@ -428,8 +428,7 @@ public final class PostgresStore: TOTPStore {
     @discardableResult
     public func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
                                                  importedCodes: [[UInt8]]?, using generator: inout G) throws(MFAError) -> Int {
-        try Factor.validateNew(label: factor.label)
-        if !factor.serial.isEmpty { try Factor.validateNew(serial: factor.serial) }
+        try factor.validateNew()
         let name = try Self.text(user)
         let p = factor.parameters
         // The used step (TOTP), or the counter before the first unused one (HOTP; -1: none).
@@ -443,7 +442,7 @@ public final class PostgresStore: TOTPStore {
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),
                                  .text(String(p.period)), .text(String(factor.created)), .text(String(used)),
-                                 .bytea(factor.secret), .text("\(factor.kind.name)"), try Self.serial(factor)]
+                                 .bytea(factor.secret), .text("\(factor.kind.name)"), Self.serial(factor)]
         do throws(PQError) {
             if let codes = importedCodes, !codes.isEmpty {
                 // The factor and the codes in one transaction: one statement.
@@ -459,9 +458,10 @@ public final class PostgresStore: TOTPStore {
         } catch { throw Self.mappedChange(error) }
     }
 
-    /// enroll's p_serial: the factor's serial number, or NULL for none.
-    static func serial(_ factor: Factor) throws(MFAError) -> PQValue {
-        factor.serial.isEmpty ? .null : .text(try text(factor.serial))
+    /// enroll's p_serial: the factor's serial number, or NULL for none (valid UTF-8 once
+    /// `validateNew` passed; a file import's is read as its labels are).
+    static func serial(_ factor: Factor) -> PQValue {
+        factor.serial.isEmpty ? .null : .text(String(decoding: factor.serial, as: UTF8.self))
     }
 
     func recoveryParameters(_ set: RecoverySet) -> [PQValue] {

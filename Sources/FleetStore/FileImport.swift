@@ -68,8 +68,7 @@ public enum FileImport {
                     _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", [
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(f.parameters.algorithm.name),
                         .text(String(f.parameters.digits)), .text(String(f.parameters.period)), .text(String(f.created)),
-                        .text(String(last)), .bytea(f.secret), .text("\(f.kind.name)"),
-                        f.serial.isEmpty ? .null : .text(String(decoding: f.serial, as: UTF8.self))])
+                        .text(String(last)), .bytea(f.secret), .text("\(f.kind.name)"), PostgresStore.serial(f)])
                     _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3)",
                                       [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last))])
                 }

@@ -101,8 +101,7 @@ extension FileStore {
     @_optimize(size)  // cold: not on a login's path
     func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, importedCodes: [[UInt8]]?,
                                           onlyIfNone: Bool, using generator: inout G) throws(MFAError) -> Int {
-        try Factor.validateNew(label: factor.label)
-        if !factor.serial.isEmpty { try Factor.validateNew(serial: factor.serial) }
+        try factor.validateNew()
         return try withLock(user: user) { () throws(MFAError) -> Int in
             let existing = try read(user: user)
             defer { existing?.wipeSecretsInPlace() }  // the factors read, not the new one

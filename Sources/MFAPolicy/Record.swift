@@ -62,6 +62,13 @@ public struct Factor: Equatable, Sendable {
             throw .invalidParameters("a serial number must be 1 to 64 bytes of printable text")
         }
     }
+
+    /// What every store checks before it saves a new factor: its label, and its serial if it has one.
+    @_optimize(size)  // cold: not on a login's path
+    public func validateNew() throws(MFAError) {
+        try Factor.validateNew(label: label)
+        if !serial.isEmpty { try Factor.validateNew(serial: serial) }
+    }
 }
 
 /// A user's enrolment data, as stored in `<store>/<user>`.
