@@ -42,9 +42,9 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
                    -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -use-ld=lld
-# The fuzz and seed programs compile the library's targets, MFAWire and MFAAdmin as one module:
+# The fuzz and seed programs compile the library's targets, MFAWire, MFAAdmin and MFACommandLine as one module:
 # copies of the sources without their imports of each other, in $(FUZZ_DIR)/src.
-FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAAdmin
+FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAAdmin MFACommandLine
 FUZZ_INPUTS  := $(sort $(foreach t,$(FUZZ_TARGETS),$(wildcard Sources/$(t)/*.swift)))
 FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
 
@@ -194,7 +194,7 @@ deb-test: deb
 define fuzz_copy
 $$(FUZZ_DIR)/src/%.swift: Sources/$(1)/%.swift
 	@mkdir -p $$(@D)
-	sed -E '/^(@testable )?import MFA(System|Crypto|Policy|FileStore|Wire|Admin)$$$$/d' $$< > $$@
+	sed -E '/^(@testable )?import MFA(System|Crypto|Policy|FileStore|Wire|Admin|CommandLine)$$$$/d' $$< > $$@
 endef
 $(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_copy,$(t))))
 

@@ -71,7 +71,6 @@ var products: [Product] = [
 var dependencies: [Package.Dependency] = []
 
 if !embedded {
-    dependencies.append(.package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"))
     dependencies.append(.package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"))
     dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
@@ -87,12 +86,14 @@ if !embedded {
         // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
         // Authenticator files.
         .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"]),
+        // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
+        // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
+        .target(name: "MFACommandLine", dependencies: ["CLibc"]),
         .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "totp-enroll",
             dependencies: library + [
-                "MFAWire", "MFAAdmin", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
         // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): SwiftNIO transport,
@@ -100,12 +101,11 @@ if !embedded {
         .executableTarget(
             name: "pam-totpd",
             dependencies: library + [
-                "MFAWire", "MFAAdmin", "CLibc", "FleetStore",
+                "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "FleetStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
@@ -113,7 +113,7 @@ if !embedded {
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: library, path: "Tests/StoreWriter"),
         // CLibCrypto: the PSKC tests decrypt the RFC 6030 figures with the AES-CBC totp-enroll uses.
-        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "TestSupport", "FleetStore", "CLibCrypto"]),
+        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "MFACommandLine", "TestSupport", "FleetStore", "CLibCrypto"]),
         .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
     products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))

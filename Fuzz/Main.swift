@@ -26,6 +26,7 @@ let fuzzTargets: [FuzzTarget] = [
     FuzzTarget(name: "protocol", summary: "DaemonRequest.decode and DaemonReply.decode (pam-totpd's socket), round trips", run: fuzzProtocol),
     FuzzTarget(name: "pskc", summary: "XMLReader.parse and PSKCContainer(parsing:), its keys decrypted with a stand-in for AES", run: fuzzPSKC),
     FuzzTarget(name: "passwd", summary: "PasswdFile(parsing:) (pam-totpd's account cache) and PasswdFile.filesFirst on the same bytes", run: fuzzPasswd),
+    FuzzTarget(name: "cli", summary: "Arguments (totp-enroll's and pam-totpd's command lines; the input split at NUL bytes) and the help of what was parsed", run: fuzzCommandLine),
     FuzzTarget(name: "admin", summary: "AdminRequest.decode and AdminReply.decode (totp-enroll to pam-totpd), round trips, no secret in a status", run: fuzzAdmin),
 ]
 

@@ -365,3 +365,38 @@ func fuzzPasswd(_ data: [UInt8]) {
         guard atLineStart else { violated("passwd", "a name no line starts with") }
     }
 }
+
+/// The command line of a set-uid program is outside bytes: every argument list parses or is
+/// refused with a message, and the values read back are the ones given.
+struct FuzzedCommand: Command {
+    static let name = "fuzzed"
+    static let abstract = "A command with every kind of argument."
+    static let specs: [ArgumentSpec] = [
+        .argument("FILE", "a file", required: false), .option("--user", "NAME", "a user"), .repeated("--assign", "SERIAL=USER", "repeatable"),
+        .flag("--json", "a flag"), .option("--digits", "N", "a number"), .option("--qr", "STYLE", "a choice"),
+    ]
+    init(_ arguments: Arguments) throws {
+        _ = try arguments.integer("--digits", Int.self)
+        _ = try arguments.integer("--digits", UInt64.self)
+        _ = try arguments.choice("--qr", ["utf8", "ansi", "none"])
+    }
+    func run() throws {}
+}
+
+func fuzzCommandLine(_ data: [UInt8]) {
+    let arguments = data.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+    do {
+        let parsed = try Arguments(arguments, specs: FuzzedCommand.specs)
+        if let user = parsed.string("--user"), !arguments.contains(user) && !arguments.contains("--user=" + user) {
+            violated("cli", "--user's value is not one that was given")
+        }
+        if let file = parsed.argument("FILE"), !arguments.contains(file) { violated("cli", "a positional that was not given") }
+        _ = try? FuzzedCommand(parsed)
+    } catch {
+        if error.description.isEmpty { violated("cli", "a refusal without a message") }
+    }
+    let program = Program(name: "fuzz", abstract: arguments.first ?? "", root: FuzzedCommand.self, rootIsSubcommand: true,
+                          subcommands: [FuzzedCommand.self])
+    _ = program.topHelp()
+    _ = program.help(FuzzedCommand.self)
+}

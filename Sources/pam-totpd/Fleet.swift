@@ -1,8 +1,8 @@
-import ArgumentParser
 import FleetStore
 import Glibc
 import Logging
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -11,13 +11,17 @@ import MFAWire
 
 /// `pam-totpd init-database --admin CONNINFO`: creates or upgrades the fleet schema
 /// (sql/migrations, embedded) and the roles pam_totp_host and pam_totp_admin; idempotent.
-struct InitDatabase: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "init-database",
-        abstract: "Create or upgrade the fleet schema and the roles pam_totp_host and pam_totp_admin (idempotent).")
+struct InitDatabase: Command {
+    static let name = "init-database"
+    static let abstract = "Create or upgrade the fleet schema and the roles pam_totp_host and pam_totp_admin (idempotent)."
+    static let specs: [ArgumentSpec] = [
+        .option("--admin", "CONNINFO", "A libpq CONNINFO of a role that may create schemas, extensions and roles (keep passwords in ~/.pgpass, not here).",
+                required: true),
+    ]
 
-    @Option(name: .long, help: ArgumentHelp("A libpq CONNINFO of a role that may create schemas, extensions and roles (keep passwords in ~/.pgpass, not here).", valueName: "CONNINFO"))
-    var admin: String
+    let admin: String
+
+    init(_ arguments: Arguments) throws { admin = try arguments.required("--admin") }
 
     func run() throws {
         SyslogLogHandler.bootstrap()
@@ -49,17 +53,20 @@ struct InitDatabase: ParsableCommand {
 }
 
 /// `pam-totpd import-files --config FILE DIR`: moves a file store into the database.
-struct ImportFiles: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "import-files",
-        abstract: "Move a file store (factors, used steps, recovery codes, failure counts) into the database.")
+struct ImportFiles: Command {
+    static let name = "import-files"
+    static let abstract = "Move a file store (factors, used steps, recovery codes, failure counts) into the database."
+    // `--config FILE`: the configuration naming the database (backend = postgresql); also
+    // accepted before the subcommand's name (`pam-totpd --config FILE import-files DIR`).
+    static let specs: [ArgumentSpec] = [.argument("DIR", "The file store's directory (e.g. /var/lib/pam-totp)."), PamTOTPD.configSpec]
 
-    // `--config FILE` is pam-totpd's own option (`pam-totpd import-files --config FILE DIR`
-    // parses it there): the configuration naming the database (backend = postgresql).
-    @ParentCommand var daemon: PamTOTPD
+    let directory: String
+    let config: String?
 
-    @Argument(help: ArgumentHelp("The file store's directory (e.g. /var/lib/pam-totp).", valueName: "DIR"))
-    var directory: String
+    init(_ arguments: Arguments) throws {
+        directory = try arguments.required("DIR")
+        config = arguments.string("--config")
+    }
 
     func run() throws {
         let (files, store): (Store, PostgresStore)
@@ -78,7 +85,7 @@ struct ImportFiles: ParsableCommand {
     /// The file store to read and the database to write, or why not.
     func open() throws -> (Store, PostgresStore) {
         guard geteuid() == 0 else { throw DaemonError("must run as root (it reads the root-only store)") }
-        guard let config = daemon.config else { throw DaemonError("import-files needs --config FILE (backend = postgresql)") }
+        guard let config else { throw DaemonError("import-files needs --config FILE (backend = postgresql)") }
         let site = try PamTOTPD.siteOptions(config)
         guard site.backend == .postgresql else { throw DaemonError("\(config) does not say backend = postgresql") }
         let store = try PamTOTPD.fleetStore(site: site, configPath: config, workers: 1)

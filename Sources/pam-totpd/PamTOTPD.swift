@@ -1,9 +1,9 @@
-import ArgumentParser
 import CLibc
 import FleetStore
 import Glibc
 import Logging
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -16,23 +16,54 @@ import NIOPosix
 /// pam-totpd: answers pam_totp.so for callers without root (screen lockers) over a Unix socket
 /// (docs/ARCHITECTURE.md, section 5.2). All policy is MFAAdmin's DaemonService; this is transport.
 @main
-struct PamTOTPD: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "pam-totpd",
-        abstract: "Answer pam_totp.so for callers without root (screen lockers) over a Unix socket.",
-        discussion: """
-            Runs in the foreground as root. Under systemd socket activation (LISTEN_FDS) it serves \
-            the socket it is given and exits after a minute without connections. With \
-            backend = postgresql it serves the fleet's database instead of this host's files. \
-            See pam-totpd(8).
-            """,
-        subcommands: [InitDatabase.self, ImportFiles.self])
+struct PamTOTPD: Command {
+    static let name = "pam-totpd"
+    static let abstract = "Answer pam_totp.so for callers without root (screen lockers) over a Unix socket."
+    static let discussion = """
+        Runs in the foreground as root. Under systemd socket activation (LISTEN_FDS) it serves \
+        the socket it is given and exits after a minute without connections. With \
+        backend = postgresql it serves the fleet's database instead of this host's files. \
+        See pam-totpd(8).
+        """
+    static let configSpec = ArgumentSpec.option("--config", "FILE", "The configuration file (default /etc/security/pam_totp.conf).")
+    static let specs: [ArgumentSpec] = [
+        configSpec,
+        .option("--socket", "PATH", "The socket to listen on (default: the configuration's socket, else /run/pam-totp/socket)."),
+    ]
 
-    @Option(name: .long, help: ArgumentHelp("The configuration file (default /etc/security/pam_totp.conf).", valueName: "FILE"))
-    var config: String?
+    static let program = Program(name: name, abstract: abstract, discussion: discussion, root: PamTOTPD.self, rootIsSubcommand: false,
+                                 subcommands: [InitDatabase.self, ImportFiles.self])
 
-    @Option(name: .long, help: ArgumentHelp("The socket to listen on (default: the configuration's socket, else /run/pam-totp/socket).", valueName: "PATH"))
-    var socket: String?
+    static func main() {
+        program.main(configBeforeSubcommandAfterIt(Array(CommandLine.arguments.dropFirst())))
+    }
+
+    /// `pam-totpd --config FILE import-files DIR` as `pam-totpd import-files --config FILE DIR`.
+    static func configBeforeSubcommandAfterIt(_ arguments: [String]) -> [String] {
+        var moved: [String] = []
+        var i = 0
+        while i < arguments.count {
+            if arguments[i] == "--config", i + 1 < arguments.count {
+                moved += [arguments[i], arguments[i + 1]]
+                i += 2
+            } else if arguments[i].hasPrefix("--config=") {
+                moved.append(arguments[i])
+                i += 1
+            } else {
+                break
+            }
+        }
+        guard !moved.isEmpty, i < arguments.count, program.subcommands.contains(where: { $0.name == arguments[i] }) else { return arguments }
+        return [arguments[i]] + moved + arguments[(i + 1)...]
+    }
+
+    let config: String?
+    let socket: String?
+
+    init(_ arguments: Arguments) {
+        config = arguments.string("--config")
+        socket = arguments.string("--socket")
+    }
 
     func run() throws {
         SyslogLogHandler.bootstrap()

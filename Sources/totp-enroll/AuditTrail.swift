@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -12,21 +12,25 @@ import MFAWire
 /// enrolment, removal, new recovery codes, unlock, purge and import, with the database role of
 /// the host or admin that did it. The daemon's role needs pam_totp_admin (an admin daemon,
 /// docs/FLEET.md). Never a code or a secret: the trail holds none.
-struct AuditTrail: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "audit",
-        abstract: "Show the fleet's audit trail: logins, lockouts and enrolment changes (root, fleet mode).",
-        discussion: """
+struct AuditTrail: Command {
+    static let name = "audit"
+    static let abstract = "Show the fleet's audit trail: logins, lockouts and enrolment changes (root, fleet mode)."
+    static let discussion = """
             Oldest first. TIME is Unix seconds, a UTC date (2026-11-24) or date and time \
             (2026-11-24T09:30:00Z), or an age (90m, 12h, 7d). The daemon asked (socket= of the \
             configuration, --config FILE) must run with a role that has pam_totp_admin.
-            """)
+            """
+    static let specs = AuditQuery.specs + [JSONOutputOption.spec, ConfigFileOption.spec]
 
-    @OptionGroup var query: AuditQuery
+    let query: AuditQuery
+    let output: JSONOutputOption
+    let site: ConfigFileOption
 
-    @OptionGroup var output: JSONOutputOption
-
-    @OptionGroup var site: ConfigFileOption
+    init(_ arguments: Arguments) throws {
+        query = try AuditQuery(arguments)
+        output = JSONOutputOption(arguments)
+        site = ConfigFileOption(arguments)
+    }
 
     func run() throws {
         try Self.requireRoot()
@@ -126,20 +130,24 @@ struct AuditTrail: ParsableCommand {
 }
 
 /// `--user`, `--since` and `--limit` of `audit`: which events, checked before anything is asked.
-struct AuditQuery: ParsableArguments {
-    @Option(help: ArgumentHelp("Only this user's events (the account may already be deleted).", valueName: "NAME"))
-    var user: String?
+struct AuditQuery {
+    static let specs: [ArgumentSpec] = [
+        .option("--user", "NAME", "Only this user's events (the account may already be deleted)."),
+        .option("--since", "TIME", "Only events at or after this time."),
+        .option("--limit", "N", "At most this many events (default: all)."),
+    ]
 
-    @Option(help: ArgumentHelp("Only events at or after this time.", valueName: "TIME"))
-    var since: String?
+    let user: String?
+    let since: String?
+    let limit: Int?
 
-    @Option(help: ArgumentHelp("At most this many events (default: all).", valueName: "N"))
-    var limit: Int?
-
-    mutating func validate() throws {
-        if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
+    init(_ arguments: Arguments) throws {
+        user = arguments.string("--user")
+        since = arguments.string("--since")
+        limit = try arguments.integer("--limit", Int.self)
+        if let limit, limit < 1 { throw UsageError("--limit must be at least 1") }
         if let since, AuditTrail.parseTime(since, now: Int64(time(nil))) == nil {
-            throw ValidationError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)")
+            throw UsageError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)")
         }
     }
 }

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -8,17 +8,23 @@ import MFASystem
 import MFAWire
 
 /// `totp-enroll code`: prints the current code for a secret, like `oathtool --totp`.
-struct Code: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Print the TOTP code for a secret (like oathtool --totp).")
+struct Code: Command {
+    static let name = "code"
+    static let abstract = "Print the TOTP code for a secret (like oathtool --totp)."
+    static let specs: [ArgumentSpec] = [
+        .option("--secret", "BASE32", "The Base32 secret, or - to read it from standard input.", required: true),
+        .option("--time", "UNIX_SECONDS", "Unix time to compute the code for (default: now)."),
+    ] + OTPOptions.specs
 
-    @Option(help: ArgumentHelp("The Base32 secret, or - to read it from standard input.", valueName: "BASE32"))
-    var secret: String
+    let secret: String
+    let time: Int64?
+    let otp: OTPOptions
 
-    @Option(help: ArgumentHelp("Unix time to compute the code for (default: now).", valueName: "UNIX_SECONDS"))
-    var time: Int64?
-
-    @OptionGroup var otp: OTPOptions
+    init(_ arguments: Arguments) throws {
+        secret = try arguments.required("--secret")
+        time = try arguments.integer("--time", Int64.self)
+        otp = try OTPOptions(arguments)
+    }
 
     func run() throws {
         try Privilege.dropPermanently()  // nothing here touches the store

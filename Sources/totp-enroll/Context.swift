@@ -1,7 +1,7 @@
-import ArgumentParser
 import CLibc
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -10,36 +10,44 @@ import MFAWire
 
 /// `--user` and `--store`, shared by the subcommands that act on a user's factors. Both are
 /// for root only (real uid 0); everyone else acts for themselves on the configured store.
-struct TargetOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("Act for this user (root only).", valueName: "NAME"))
+struct TargetOptions {
+    static let specs: [ArgumentSpec] = [
+        .option("--user", "NAME", "Act for this user (root only)."),
+        .option("--store", "DIR", "Use this store directory instead of the configured one, /var/lib/pam-totp by default (root only)."),
+        .option("--config", "FILE", "Read this configuration file instead of /etc/security/pam_totp.conf (root only)."),
+    ]
+
     var user: String?
-
-    @Option(help: ArgumentHelp("Use this store directory instead of the configured one, /var/lib/pam-totp by default (root only).",
-                               valueName: "DIR"))
     var store: String?
-
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf (root only).", valueName: "FILE"))
     var config: String?
+
+    init(_ arguments: Arguments) {
+        user = arguments.string("--user")
+        store = arguments.string("--store")
+        config = arguments.string("--config")
+    }
 
     func context() throws -> CallerContext { try CallerContext(user: user, store: store, config: config) }
 }
 
 /// `--config FILE` of the root-only commands (`audit`, `policy`, `unlock`, `purge`).
-struct ConfigFileOption: ParsableArguments {
-    @Option(help: ArgumentHelp("Read this configuration file instead of /etc/security/pam_totp.conf.", valueName: "FILE"))
+struct ConfigFileOption {
+    static let spec = ArgumentSpec.option("--config", "FILE", "Read this configuration file instead of /etc/security/pam_totp.conf.")
     var config: String?
+    init(_ arguments: Arguments) { config = arguments.string("--config") }
 }
 
 /// `--json` of `status` and `audit`.
-struct JSONOutputOption: ParsableArguments {
-    @Flag(help: "One JSON document on standard output, for scripts and monitoring.")
-    var json = false
+struct JSONOutputOption {
+    static let spec = ArgumentSpec.flag("--json", "One JSON document on standard output, for scripts and monitoring.")
+    var json: Bool
+    init(_ arguments: Arguments) { json = arguments.flag("--json") }
 }
 
-extension ParsableCommand {
+extension Command {
     /// The commands for root only (real uid 0) refuse everyone else with one line.
     static func requireRoot() throws {
-        guard getuid() == 0 else { throw CLIError("\(_commandName) is for root only") }
+        guard getuid() == 0 else { throw CLIError("\(name) is for root only") }
     }
 }
 

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -9,17 +9,22 @@ import MFAWire
 
 /// `totp-enroll enroll`: generate (or take) a secret, show it, and save the factor only after
 /// a valid code proves the authenticator has it.
-struct Enroll: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Enrol a new TOTP factor (the default subcommand).",
-        discussion: """
-            Prints the QR code, the Base32 key and the otpauth:// URI, then asks for a code \
-            from your authenticator app (3 tries). The factor is saved only after a valid code.
-            """)
+struct Enroll: Command {
+    static let name = "enroll"
+    static let abstract = "Enrol a new TOTP factor (the default subcommand)."
+    static let discussion = """
+        Prints the QR code, the Base32 key and the otpauth:// URI, then asks for a code \
+        from your authenticator app (3 tries). The factor is saved only after a valid code.
+        """
+    static let specs = NewFactorOptions.specs + OTPOptions.specs
 
-    @OptionGroup var new: NewFactorOptions
+    let new: NewFactorOptions
+    let otp: OTPOptions
 
-    @OptionGroup var otp: OTPOptions
+    init(_ arguments: Arguments) throws {
+        new = try NewFactorOptions(arguments)
+        otp = try OTPOptions(arguments)
+    }
 
     func run() throws {
         let parameters = try otp.parameters()
@@ -32,31 +37,31 @@ struct Enroll: ParsableCommand {
 
 /// `totp-enroll add-hotp`: a counter-based factor (RFC 4226) from a hardware token or an app,
 /// saved only after the code for its counter proves the token has the secret.
-struct AddHOTP: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "add-hotp",
-        abstract: "Enrol a counter-based (HOTP) factor: a hardware token or an app in HOTP mode.",
-        discussion: """
-            Give the token's secret with --secret (or let one be generated and shown as an \
-            otpauth://hotp/ URI for an app), then the code the token shows for --counter (its \
-            next button press; 0 for a new token). The factor is saved only after that code, \
-            with the token's counter past it: that code never logs in.
-            """)
+struct AddHOTP: Command {
+    static let name = "add-hotp"
+    static let abstract = "Enrol a counter-based (HOTP) factor: a hardware token or an app in HOTP mode."
+    static let discussion = """
+        Give the token's secret with --secret (or let one be generated and shown as an \
+        otpauth://hotp/ URI for an app), then the code the token shows for --counter (its \
+        next button press; 0 for a new token). The factor is saved only after that code, \
+        with the token's counter past it: that code never logs in.
+        """
+    static let specs = NewFactorOptions.specs + [
+        HashAlgorithm.spec, digitsSpec,
+        .option("--counter", "N", "The counter of the code you will type (the token's next one; 0 for a new token)."),
+    ]
 
-    @OptionGroup var new: NewFactorOptions
+    let new: NewFactorOptions
+    let algorithm: HashAlgorithm
+    let digits: Int
+    let counter: UInt64
 
-    @Option(help: "HMAC algorithm: sha1, sha256 or sha512.")
-    var algorithm: HashAlgorithm = .sha1
-
-    @Option(help: "Code length: 6, 7 or 8 digits.")
-    var digits: Int = 6
-
-    @Option(help: ArgumentHelp("The counter of the code you will type (the token's next one; 0 for a new token).", valueName: "N"))
-    var counter: UInt64 = 0
-
-    mutating func validate() throws {
-        guard OTPParameters.digitsRange.contains(digits) else { throw ValidationError("--digits must be 6, 7 or 8") }
-        guard counter < HOTPWindow.maxCounter else { throw ValidationError("--counter must be below 2^48") }
+    init(_ arguments: Arguments) throws {
+        new = try NewFactorOptions(arguments)
+        algorithm = try HashAlgorithm.option(arguments)
+        digits = try digitsOption(arguments)
+        counter = try arguments.integer("--counter", UInt64.self) ?? 0
+        guard counter < HOTPWindow.maxCounter else { throw UsageError("--counter must be below 2^48") }
     }
 
     func run() throws {
@@ -104,29 +109,30 @@ enum NewFactorKind {
 
 /// The options every new factor takes (`enroll`, `add-hotp`), and the enrolment they share:
 /// checks, proof of the caller, the secret shown, the code that proves it, one commit.
-struct NewFactorOptions: ParsableArguments {
+struct NewFactorOptions {
     static let maxTries = 3
     static let deadlineSeconds: Int64 = 300
 
-    @OptionGroup var target: TargetOptions
+    static let specs = TargetOptions.specs + FactorNameOptions.specs + [
+        .option("--secret", "BASE32", "Use this Base32 secret instead of generating one; - reads it from standard input."),
+        .option("--code", "CODE", "Finish with this code instead of asking for one."),
+    ] + SecretDisplayOptions.specs
 
-    @OptionGroup var naming: FactorNameOptions
+    let target: TargetOptions
+    let naming: FactorNameOptions
+    let secret: String?
+    let code: String?
+    let display: SecretDisplayOptions
 
-    @Option(help: ArgumentHelp("Use this Base32 secret instead of generating one; - reads it from standard input.", valueName: "BASE32"))
-    var secret: String?
-
-    @Option(help: ArgumentHelp("Finish with this code instead of asking for one.", valueName: "CODE"))
-    var code: String?
-
-    @OptionGroup var display: SecretDisplayOptions
-
-    mutating func validate() throws {
+    init(_ arguments: Arguments) throws {
+        target = TargetOptions(arguments)
+        naming = try FactorNameOptions(arguments)
+        secret = arguments.string("--secret")
+        code = arguments.string("--code")
+        display = try SecretDisplayOptions(arguments)
         if display.quiet {
-            guard secret != nil else { throw ValidationError("--quiet needs --secret: a generated key would never be shown") }
-            guard display.files.isEmpty else { throw ValidationError("--quiet writes no secret: leave out --qr-svg and --qr-png") }
-        }
-        if let name = naming.name {
-            do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) }
+            guard secret != nil else { throw UsageError("--quiet needs --secret: a generated key would never be shown") }
+            guard display.files.isEmpty else { throw UsageError("--quiet writes no secret: leave out --qr-svg and --qr-png") }
         }
     }
 
@@ -208,12 +214,19 @@ struct NewFactorOptions: ParsableArguments {
 }
 
 /// `--name` and `--issuer` of `enroll`: what the factor is called in `list`, in logs and in the app.
-struct FactorNameOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("A name for this factor, shown by `list` and in logs (default USER@HOST).", valueName: "LABEL"))
-    var name: String?
+struct FactorNameOptions {
+    static let specs: [ArgumentSpec] = [
+        .option("--name", "LABEL", "A name for this factor, shown by `list` and in logs (default USER@HOST)."),
+        .option("--issuer", "TEXT", "Issuer shown by the authenticator app (default: this host's name)."),
+    ]
 
-    @Option(help: ArgumentHelp("Issuer shown by the authenticator app (default: this host's name).", valueName: "TEXT"))
-    var issuer: String?
+    let name: String?
+    let issuer: String?
+
+    init(_ arguments: Arguments) throws {
+        name = try newFactorName(arguments)
+        issuer = arguments.string("--issuer")
+    }
 
     /// The factor's label: --name, else USER@HOST.
     func label(user: String, host: String) -> String { name ?? user + "@" + host }
@@ -228,18 +241,25 @@ struct FactorNameOptions: ParsableArguments {
 }
 
 /// `--qr`, `--quiet`, `--qr-svg` and `--qr-png` of `enroll`: how the new secret is shown.
-struct SecretDisplayOptions: ParsableArguments {
-    @Option(help: "How to show the QR code in the terminal: utf8 (half blocks) or ansi (two cells a module), both in explicit black on white, readable on light and dark terminals; none.")
-    var qr: QRStyle = .utf8
+struct SecretDisplayOptions {
+    static let specs: [ArgumentSpec] = [
+        .option("--qr", "qr", "How to show the QR code in the terminal: utf8 (half blocks) or ansi (two cells a module), both in explicit black on white, readable on light and dark terminals; none."),
+        .flag("--quiet", "Print no secret (no QR code, key or URI) and offer no recovery codes: for scripts that give --secret and --code."),
+        .option("--qr-svg", "FILE", "Also write the QR code to this new SVG file (never overwritten)."),
+        .option("--qr-png", "FILE", "Also write the QR code to this new PNG file (never overwritten)."),
+    ]
 
-    @Flag(help: "Print no secret (no QR code, key or URI) and offer no recovery codes: for scripts that give --secret and --code.")
-    var quiet = false
+    let qr: QRStyle
+    let quiet: Bool
+    let qrSVG: String?
+    let qrPNG: String?
 
-    @Option(name: .customLong("qr-svg"), help: ArgumentHelp("Also write the QR code to this new SVG file (never overwritten).", valueName: "FILE"))
-    var qrSVG: String?
-
-    @Option(name: .customLong("qr-png"), help: ArgumentHelp("Also write the QR code to this new PNG file (never overwritten).", valueName: "FILE"))
-    var qrPNG: String?
+    init(_ arguments: Arguments) throws {
+        qr = try arguments.choice("--qr", QRStyle.allCases.map(\.rawValue)).flatMap(QRStyle.init(rawValue:)) ?? .utf8
+        quiet = arguments.flag("--quiet")
+        qrSVG = arguments.string("--qr-svg")
+        qrPNG = arguments.string("--qr-png")
+    }
 
     /// The QR files asked for, SVG first.
     var files: [String] { [qrSVG, qrPNG].compactMap { $0 } }
@@ -282,6 +302,13 @@ func hostName() -> String {
     guard gethostname(&buf, buf.count - 1) == 0 else { return "localhost" }
     let name = String(cString: buf)
     return name.isEmpty ? "localhost" : name
+}
+
+/// `--name LABEL` of a command that makes factors: checked as every new factor's label is.
+func newFactorName(_ arguments: Arguments) throws -> String? {
+    guard let name = arguments.string("--name") else { return nil }
+    do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw UsageError(CLIError(error).description) }
+    return name
 }
 
 func warn(_ text: String) {

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -11,30 +11,30 @@ import MFAWire
 /// pam_totp without a new QR code. The secret becomes a factor, the scratch codes become
 /// recovery codes, and the file's settings are mapped to pam_totp's module options (printed as
 /// suggestions: those options apply to every user). The file itself is left alone.
-struct ImportGoogleAuthenticator: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "import-google-authenticator",
-        abstract: "Import a ~/.google_authenticator file (TOTP mode) as a factor and recovery codes.",
-        discussion: """
+struct ImportGoogleAuthenticator: Command {
+    static let name = "import-google-authenticator"
+    static let abstract = "Import a ~/.google_authenticator file (TOTP mode) as a factor and recovery codes."
+    static let discussion = """
             Reads FILE (default: the user's ~/.google_authenticator), which must be a regular \
             file owned by the user and not writable by group or other, and adds its secret as a \
             factor (SHA-1, 6 digits, its STEP_SIZE) and its scratch codes as recovery codes \
             (replacing existing ones). Prints how each setting maps to pam_totp. HOTP-mode files \
             are refused. Never prints the secret or the codes; does not change or delete FILE.
-            """)
+            """
 
     static let defaultLabel = "google-authenticator"
 
-    @Argument(help: ArgumentHelp("The file to import (default: the user's ~/.google_authenticator).", valueName: "FILE"))
-    var file: String?
+    static let specs: [ArgumentSpec] = [.argument("FILE", "The file to import (default: the user's ~/.google_authenticator).", required: false)]
+        + TargetOptions.specs + [.option("--name", "LABEL", "A name for the new factor (default: google-authenticator).")]
 
-    @OptionGroup var target: TargetOptions
+    let file: String?
+    let target: TargetOptions
+    let name: String?
 
-    @Option(help: ArgumentHelp("A name for the new factor (default: google-authenticator).", valueName: "LABEL"))
-    var name: String?
-
-    mutating func validate() throws {
-        if let name { do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+    init(_ arguments: Arguments) throws {
+        file = arguments.argument("FILE")
+        target = TargetOptions(arguments)
+        name = try newFactorName(arguments)
     }
 
     func run() throws {

@@ -1,7 +1,7 @@
-import ArgumentParser
 import CLibCrypto
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -11,11 +11,10 @@ import MFAWire
 /// `totp-enroll import-pskc`: hardware tokens from a vendor's RFC 6030 (PSKC) file, each
 /// assigned to a user by its serial number. Everything is checked before anything is saved:
 /// the file's MACs, every assignment, every user, every key; then one commit per user and key.
-struct ImportPSKC: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "import-pskc",
-        abstract: "Import hardware tokens (HOTP/TOTP) from a PSKC file (RFC 6030), by serial number (root only).",
-        discussion: """
+struct ImportPSKC: Command {
+    static let name = "import-pskc"
+    static let abstract = "Import hardware tokens (HOTP/TOTP) from a PSKC file (RFC 6030), by serial number (root only)."
+    static let discussion = """
             Each --assign SERIAL=USER (or each SERIAL,USER line of --assign-file) makes the key \
             with that serial number (or Key Id) a factor of USER, named after the serial unless \
             --name is given; the factor keeps the key's serial number (its Key Id if it has \
@@ -25,39 +24,43 @@ struct ImportPSKC: ParsableCommand {
             named twice, an unknown user, an unsupported key, a name already in use) nothing \
             is imported. Keys of the file that are not assigned are ignored. Secrets are never \
             printed or logged.
-            """)
+            """
 
     static let maxSideFileSize = 64 * 1024
 
-    @Argument(help: ArgumentHelp("The PSKC file (XML).", valueName: "FILE"))
-    var file: String
+    static let specs: [ArgumentSpec] = [
+        .argument("FILE", "The PSKC file (XML)."),
+        .repeated("--assign", "SERIAL=USER", "Give the key with this serial number to this user (repeatable)."),
+        .option("--assign-file", "CSV", "Read the assignments from this file: SERIAL,USER lines; blank lines and # comments allowed."),
+        .option("--passphrase-file", "FILE", "The passphrase of a PBKDF2-encrypted file (one trailing newline is ignored)."),
+        .option("--key-file", "FILE", "The pre-shared key of an encrypted file, in hex (white space ignored)."),
+        .option("--name", "LABEL", "Name the new factors this instead of by their serial numbers."),
+        .option("--store", "DIR", "Use this store directory instead of the configured one."),
+        ConfigFileOption.spec,
+    ]
 
-    @Option(name: .customLong("assign"), help: ArgumentHelp("Give the key with this serial number to this user (repeatable).", valueName: "SERIAL=USER"))
-    var assign: [String] = []
+    let file: String
+    let assign: [String]
+    let assignFile: String?
+    let passphraseFile: String?
+    let keyFile: String?
+    let name: String?
+    let store: String?
+    let configFile: ConfigFileOption
 
-    @Option(name: .customLong("assign-file"), help: ArgumentHelp("Read the assignments from this file: SERIAL,USER lines; blank lines and # comments allowed.", valueName: "CSV"))
-    var assignFile: String?
-
-    @Option(name: .customLong("passphrase-file"), help: ArgumentHelp("The passphrase of a PBKDF2-encrypted file (one trailing newline is ignored).", valueName: "FILE"))
-    var passphraseFile: String?
-
-    @Option(name: .customLong("key-file"), help: ArgumentHelp("The pre-shared key of an encrypted file, in hex (white space ignored).", valueName: "FILE"))
-    var keyFile: String?
-
-    @Option(help: ArgumentHelp("Name the new factors this instead of by their serial numbers.", valueName: "LABEL"))
-    var name: String?
-
-    @Option(help: ArgumentHelp("Use this store directory instead of the configured one.", valueName: "DIR"))
-    var store: String?
-
-    @OptionGroup var configFile: ConfigFileOption
-
-    mutating func validate() throws {
+    init(_ arguments: Arguments) throws {
+        file = try arguments.required("FILE")
+        assign = arguments.strings("--assign")
+        assignFile = arguments.string("--assign-file")
+        passphraseFile = arguments.string("--passphrase-file")
+        keyFile = arguments.string("--key-file")
+        store = arguments.string("--store")
+        configFile = ConfigFileOption(arguments)
         guard assign.isEmpty != (assignFile == nil) else {
-            throw ValidationError("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)")
+            throw UsageError("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)")
         }
-        guard passphraseFile == nil || keyFile == nil else { throw ValidationError("give --passphrase-file or --key-file, not both") }
-        if let name { do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw ValidationError(CLIError(error).description) } }
+        guard passphraseFile == nil || keyFile == nil else { throw UsageError("give --passphrase-file or --key-file, not both") }
+        name = try newFactorName(arguments)
     }
 
     struct Assignment {

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -8,11 +8,14 @@ import MFASystem
 import MFAWire
 
 /// `totp-enroll list`: the user's factors and recovery-code count — never a secret.
-struct List: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "List your factors: label, algorithm/digits/period, created, last used (never the secret).")
+struct List: Command {
+    static let name = "list"
+    static let abstract = "List your factors: label, algorithm/digits/period, created, last used (never the secret)."
+    static let specs = TargetOptions.specs
 
-    @OptionGroup var target: TargetOptions
+    let target: TargetOptions
+
+    init(_ arguments: Arguments) { target = TargetOptions(arguments) }
 
     func run() throws {
         let context = try target.context()

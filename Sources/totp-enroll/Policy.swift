@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -11,13 +11,18 @@ import MFAWire
 /// user on that PAM service, and where each came from — the built-in default, the file's global
 /// part, a `[group]`/`[service]` section, the pam.d line, or the stricter of the file and the
 /// line (ARCHITECTURE rule 16). Root only: it reads another user's groups and every stack.
-struct Policy: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Show the policy pam_totp applies to a user on a PAM service, and where each setting came from (root only).")
+struct Policy: Command {
+    static let name = "policy"
+    static let abstract = "Show the policy pam_totp applies to a user on a PAM service, and where each setting came from (root only)."
+    static let specs = PolicyLoginOptions.specs + [ConfigFileOption.spec]
 
-    @OptionGroup var login: PolicyLoginOptions
+    let login: PolicyLoginOptions
+    let site: ConfigFileOption
 
-    @OptionGroup var site: ConfigFileOption
+    init(_ arguments: Arguments) throws {
+        login = try PolicyLoginOptions(arguments)
+        site = ConfigFileOption(arguments)
+    }
 
     func run() throws {
         try Self.requireRoot()
@@ -72,16 +77,22 @@ struct Policy: ParsableCommand {
 }
 
 /// `--user`, `--service` and `--arguments` of `policy`: the login whose policy is shown.
-struct PolicyLoginOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("The user.", valueName: "NAME"))
-    var user: String
+struct PolicyLoginOptions {
+    static let specs: [ArgumentSpec] = [
+        .option("--user", "NAME", "The user.", required: true),
+        .option("--service", "NAME", "The PAM service (a file in /etc/pam.d).", required: true),
+        .option("--arguments", "ARGS", "The pam_totp line's arguments to assume (default: those of the first pam_totp line of /etc/pam.d/SERVICE, includes followed)."),
+    ]
 
-    @Option(help: ArgumentHelp("The PAM service (a file in /etc/pam.d).", valueName: "NAME"))
-    var service: String
+    let user: String
+    let service: String
+    let arguments: String?
 
-    @Option(help: ArgumentHelp("The pam_totp line's arguments to assume (default: those of the first pam_totp line of /etc/pam.d/SERVICE, includes followed).",
-                               valueName: "ARGS"))
-    var arguments: String?
+    init(_ arguments: Arguments) throws {
+        user = try arguments.required("--user")
+        service = try arguments.required("--service")
+        self.arguments = arguments.string("--arguments")
+    }
 
     /// The pam_totp line assumed: --arguments, else the first of the service's stack (nil: none).
     func line() -> (arguments: [String], at: String)? {
@@ -96,7 +107,7 @@ enum PamStack {
     static func firstLine(naming module: String, service: String, depth: Int = 0) -> (arguments: [String], at: String)? {
         guard depth < 8, !service.contains("/") || service.hasPrefix("/") else { return nil }
         let path = service.hasPrefix("/") ? service : "/etc/pam.d/" + service
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        guard let text = readStackFile(path) else { return nil }
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
             var words = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
@@ -122,4 +133,25 @@ enum PamStack {
         }
         return nil
     }
+}
+
+/// A pam.d file's text (at most 1 MiB; nil if it cannot be read).
+func readStackFile(_ path: String) -> String? {
+    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    let limit = 1 << 20
+    var bytes = [UInt8](repeating: 0, count: limit)
+    var total = 0
+    while total < limit {
+        let n = bytes.withUnsafeMutableBytes { b -> Int in
+            guard let base = b.baseAddress else { return 0 }
+            return read(fd, base + total, limit - total)
+        }
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { return nil }
+        if n == 0 { break }
+        total += n
+    }
+    return String(decoding: bytes[..<total], as: UTF8.self)
 }

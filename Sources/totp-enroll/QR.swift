@@ -1,4 +1,3 @@
-import ArgumentParser
 import CQREncode
 import Glibc
 
@@ -27,8 +26,6 @@ struct QRMatrix {
 enum QRStyle: String, CaseIterable {
     case utf8, ansi, none
 }
-
-extension QRStyle: ExpressibleByArgument {}
 
 /// Renders with Unicode half blocks, two module rows per text line, with a 4-module quiet
 /// zone, in explicit colours: dark modules are drawn in black on a white background

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -10,12 +10,14 @@ import MFAWire
 /// `totp-enroll recovery-codes`: a new set of single-use codes, shown once; only their salted
 /// PBKDF2 hashes are stored. Replaces the previous set only once the new codes were written
 /// out; the TOTP secrets are not touched.
-struct RecoveryCodes: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "recovery-codes",
-        abstract: "Make 10 new single-use recovery codes (replacing any old ones) and show them once.")
+struct RecoveryCodes: Command {
+    static let name = "recovery-codes"
+    static let abstract = "Make 10 new single-use recovery codes (replacing any old ones) and show them once."
+    static let specs = TargetOptions.specs
 
-    @OptionGroup var target: TargetOptions
+    let target: TargetOptions
+
+    init(_ arguments: Arguments) { target = TargetOptions(arguments) }
 
     func run() throws {
         let context = try target.context()

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -10,17 +10,21 @@ import MFAWire
 /// `totp-enroll remove LABEL`: deletes one factor. Anyone but root re-authenticates first
 /// (password, and a current code from any factor), and can never remove their own last
 /// factor; root can (that is how an admin takes a user off two-factor logins).
-struct Remove: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Remove a factor (needs a current code from any factor, or root; never your own last factor).")
+struct Remove: Command {
+    static let name = "remove"
+    static let abstract = "Remove a factor (needs a current code from any factor, or root; never your own last factor)."
+    static let specs: [ArgumentSpec] = [.argument("label", "The label of the factor to remove (see `totp-enroll list`).")]
+        + TargetOptions.specs + [.option("--code", "CODE", "A current code from any of your factors (asked for if omitted).")]
 
-    @Argument(help: "The label of the factor to remove (see `totp-enroll list`).")
-    var label: String
+    let label: String
+    let target: TargetOptions
+    let code: String?
 
-    @OptionGroup var target: TargetOptions
-
-    @Option(help: ArgumentHelp("A current code from any of your factors (asked for if omitted).", valueName: "CODE"))
-    var code: String?
+    init(_ arguments: Arguments) throws {
+        label = try arguments.required("label")
+        target = TargetOptions(arguments)
+        code = arguments.string("--code")
+    }
 
     func run() throws {
         let context = try target.context()

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -11,20 +11,21 @@ import MFAWire
 /// (root, `--all`) for every enrolled user — factors (label, algorithm/digits/period, created,
 /// last used, learned clock drift), recovery codes left, consecutive failures and lockout.
 /// Never a secret, in any output form. Everything goes through the store interface.
-struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Show enrolment status: factors, drift, recovery codes, failures, lockout (never a secret).",
-        discussion: "Root sees any user (--user) or every enrolled user (--all); anyone else sees their own.")
+struct Status: Command {
+    static let name = "status"
+    static let abstract = "Show enrolment status: factors, drift, recovery codes, failures, lockout (never a secret)."
+    static let discussion = "Root sees any user (--user) or every enrolled user (--all); anyone else sees their own."
+    static let specs = TargetOptions.specs + [.flag("--all", "Every enrolled user in the store (root only)."), JSONOutputOption.spec]
 
-    @OptionGroup var target: TargetOptions
+    let target: TargetOptions
+    let all: Bool
+    let output: JSONOutputOption
 
-    @Flag(help: "Every enrolled user in the store (root only).")
-    var all = false
-
-    @OptionGroup var output: JSONOutputOption
-
-    mutating func validate() throws {
-        if all && target.user != nil { throw ValidationError("--all and --user exclude each other") }
+    init(_ arguments: Arguments) throws {
+        target = TargetOptions(arguments)
+        all = arguments.flag("--all")
+        output = JSONOutputOption(arguments)
+        if all && target.user != nil { throw UsageError("--all and --user exclude each other") }
     }
 
     func run() throws {

@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -8,20 +8,21 @@ import MFASystem
 import MFAWire
 
 @main
-struct TOTPEnroll: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "totp-enroll",
+enum TOTPEnroll {
+    static let program = Program(
+        name: "totp-enroll",
         abstract: "Enrol and manage TOTP second factors for pam_totp.",
         discussion: """
             Without a subcommand, runs `enroll`: generates a secret, shows it as a QR code, \
             and saves the factor only after you type a valid code from your authenticator app.
             """,
-        subcommands: [Enroll.self, AddHOTP.self, Code.self, List.self, Status.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self, ImportPSKC.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self],
-        defaultSubcommand: Enroll.self)
+        root: Enroll.self, rootIsSubcommand: true,
+        subcommands: [Enroll.self, AddHOTP.self, Code.self, List.self, Status.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self,
+                      ImportPSKC.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self])
 
     static func main() {
         Privilege.sanitize()
-        main(sharedOptionsAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
+        program.main(sharedOptionsAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
     }
 
     /// `totp-enroll --config F list` as `totp-enroll list --config F`: the options every
@@ -43,7 +44,7 @@ struct TOTPEnroll: ParsableCommand {
                 break
             }
         }
-        let names = configuration.subcommands.map { $0._commandName }
+        let names = program.subcommands.map { $0.name }
         guard !moved.isEmpty, i < arguments.count, names.contains(arguments[i]) else { return arguments }
         return [arguments[i]] + moved + arguments[(i + 1)...]
     }
@@ -58,30 +59,40 @@ struct CLIError: Error, CustomStringConvertible {
     static func text(_ error: MFAError) -> String { describe(error, for: .user).string }
 }
 
-/// Parses `--algorithm`.
-extension HashAlgorithm: ExpressibleByArgument {
-    public init?(argument: String) { self.init(name: Array(argument.utf8)) }
-    public static var allValueStrings: [String] { ["sha1", "sha256", "sha512"] }
+extension HashAlgorithm {
+    /// `--algorithm`: sha1 (the default), sha256 or sha512.
+    static func option(_ arguments: Arguments) throws -> HashAlgorithm {
+        guard let name = try arguments.choice("--algorithm", ["sha1", "sha256", "sha512"]) else { return .sha1 }
+        return HashAlgorithm(name: Array(name.utf8)) ?? .sha1
+    }
+    static let spec = ArgumentSpec.option("--algorithm", "algorithm", "HMAC algorithm: sha1, sha256 or sha512.")
 }
 
+/// `--digits`: 6 (the default), 7 or 8.
+func digitsOption(_ arguments: Arguments) throws -> Int {
+    let digits = try arguments.integer("--digits", Int.self) ?? 6
+    guard OTPParameters.digitsRange.contains(digits) else { throw UsageError("--digits must be 6, 7 or 8") }
+    return digits
+}
+let digitsSpec = ArgumentSpec.option("--digits", "digits", "Code length: 6, 7 or 8 digits.")
+
 /// The OTP parameters shared by `enroll` and `code`.
-struct OTPOptions: ParsableArguments {
-    @Option(help: "HMAC algorithm: sha1, sha256 or sha512.")
-    var algorithm: HashAlgorithm = .sha1
+struct OTPOptions {
+    static let specs = [HashAlgorithm.spec, digitsSpec, .option("--period", "period", "Time step in seconds (1-3600).")]
 
-    @Option(help: "Code length: 6, 7 or 8 digits.")
-    var digits: Int = 6
+    var algorithm: HashAlgorithm
+    var digits: Int
+    var period: UInt64
 
-    @Option(help: "Time step in seconds (1-3600).")
-    var period: UInt64 = 30
+    init(_ arguments: Arguments) throws {
+        algorithm = try HashAlgorithm.option(arguments)
+        digits = try digitsOption(arguments)
+        period = try arguments.integer("--period", UInt64.self) ?? 30
+        guard OTPParameters.periodRange.contains(period) else { throw UsageError("--period must be 1 to 3600") }
+    }
 
     func parameters() throws -> OTPParameters {
         do { return try OTPParameters(algorithm: algorithm, digits: digits, period: period) } catch { throw CLIError(error) }
-    }
-
-    mutating func validate() throws {
-        guard OTPParameters.digitsRange.contains(digits) else { throw ValidationError("--digits must be 6, 7 or 8") }
-        guard OTPParameters.periodRange.contains(period) else { throw ValidationError("--period must be 1 to 3600") }
     }
 }
 

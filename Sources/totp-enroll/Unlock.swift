@@ -1,6 +1,6 @@
-import ArgumentParser
 import Glibc
 import MFAAdmin
+import MFACommandLine
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
@@ -10,11 +10,13 @@ import MFAWire
 /// `totp-enroll unlock --user NAME`: clears a lockout, including the hard lock after 100
 /// consecutive failures that only an admin can lift. Root only.
 struct Unlock: NamedUserCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Clear a user's failure count and lockout (root only).")
+    static let name = "unlock"
+    static let abstract = "Clear a user's failure count and lockout (root only)."
     static let userHelp = "The user to unlock."
 
-    @OptionGroup var target: NamedUserOptions<Unlock>
+    let target: NamedUserOptions<Unlock>
+
+    init(_ arguments: Arguments) throws { target = try NamedUserOptions(arguments) }
 
     func run() throws {
         let context = try target.context()
@@ -34,12 +36,14 @@ struct Unlock: NamedUserCommand {
 /// state and lock file. Root only; run it when an account is deleted, so a new account that
 /// reuses the name starts with nothing.
 struct Purge: NamedUserCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Remove a user's record, state and lock file (root only; run it when deleting an account).")
+    static let name = "purge"
+    static let abstract = "Remove a user's record, state and lock file (root only; run it when deleting an account)."
     static let userHelp = "The user to purge (the account may already be deleted)."
     static let requireAccount = false
 
-    @OptionGroup var target: NamedUserOptions<Purge>
+    let target: NamedUserOptions<Purge>
+
+    init(_ arguments: Arguments) throws { target = try NamedUserOptions(arguments) }
 
     func run() throws {
         let context = try target.context()
@@ -56,7 +60,7 @@ struct Purge: NamedUserCommand {
 }
 
 /// A root-only command that acts on one user named with `--user NAME` (`unlock`, `purge`).
-protocol NamedUserCommand: ParsableCommand {
+protocol NamedUserCommand: Command {
     /// The help line of its `--user NAME`.
     static var userHelp: String { get }
     /// false: the account may already be deleted.
@@ -65,17 +69,25 @@ protocol NamedUserCommand: ParsableCommand {
 
 extension NamedUserCommand {
     static var requireAccount: Bool { true }
+    static var specs: [ArgumentSpec] { NamedUserOptions<Self>.specs }
 }
 
 /// `--user NAME`, `--store DIR` and `--config FILE` of a `NamedUserCommand`.
-struct NamedUserOptions<Command: NamedUserCommand>: ParsableArguments {
-    @Option(help: ArgumentHelp(Command.userHelp, valueName: "NAME"))
-    var user: String
+struct NamedUserOptions<Command: NamedUserCommand> {
+    static var specs: [ArgumentSpec] {
+        [.option("--user", "NAME", Command.userHelp, required: true),
+         .option("--store", "DIR", "Use this store directory instead of /var/lib/pam-totp."), ConfigFileOption.spec]
+    }
 
-    @Option(help: ArgumentHelp("Use this store directory instead of /var/lib/pam-totp.", valueName: "DIR"))
-    var store: String?
+    let user: String
+    let store: String?
+    let site: ConfigFileOption
 
-    @OptionGroup var site: ConfigFileOption
+    init(_ arguments: Arguments) throws {
+        user = try arguments.required("--user")
+        store = arguments.string("--store")
+        site = ConfigFileOption(arguments)
+    }
 
     /// Root only: the named user on the store.
     func context() throws -> CallerContext {

@@ -1,0 +1,318 @@
+import Glibc
+
+// The command lines of totp-enroll and pam-totpd: subcommands, options, flags and positional
+// arguments, their --help, and one "Error: " line with the usage for a mistake. Small on
+// purpose: a general argument parser pulled Foundation into both programs, about 8 MB each
+// (docs/ARCHITECTURE.md, section 3). Never built into the module.
+
+/// One option, flag or positional argument of a command, as parsed and as --help shows it.
+public struct ArgumentSpec: Sendable {
+    public enum Kind: Sendable { case option, repeatedOption, flag, positional }
+    /// `--user` for options and flags; the value's name (`label`, `FILE`) for a positional.
+    public let name: String
+    /// The value's name shown in help: `--user <NAME>`.
+    public let value: String
+    public let kind: Kind
+    public let help: String
+    /// An option that must be given, or a positional that must be there.
+    public let required: Bool
+
+    /// `--name VALUE`, given once (the last one given counts).
+    public static func option(_ name: String, _ value: String, _ help: String, required: Bool = false) -> ArgumentSpec {
+        ArgumentSpec(name: name, value: value, kind: .option, help: help, required: required)
+    }
+    /// `--name VALUE`, any number of times.
+    public static func repeated(_ name: String, _ value: String, _ help: String) -> ArgumentSpec {
+        ArgumentSpec(name: name, value: value, kind: .repeatedOption, help: help, required: false)
+    }
+    /// `--name`, no value.
+    public static func flag(_ name: String, _ help: String) -> ArgumentSpec {
+        ArgumentSpec(name: name, value: "", kind: .flag, help: help, required: false)
+    }
+    /// A positional argument, in the order given.
+    public static func argument(_ value: String, _ help: String, required: Bool = true) -> ArgumentSpec {
+        ArgumentSpec(name: value, value: value, kind: .positional, help: help, required: required)
+    }
+
+    /// `--user <NAME>`, `--json`, `<label>`.
+    var synopsis: String {
+        switch kind {
+        case .option, .repeatedOption: return name + " <" + value + ">"
+        case .flag: return name
+        case .positional: return "<" + value + ">"
+        }
+    }
+}
+
+/// A mistake on the command line: "Error: " and the message, the usage line, exit 64.
+public struct UsageError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Leave with this status and nothing more printed (what needed saying was said).
+public struct ExitCode: Error {
+    public let status: Int32
+    public init(_ status: Int32) { self.status = status }
+    public static let failure = ExitCode(1)
+}
+
+/// A command's arguments, parsed against its specs.
+public struct Arguments {
+    private var values: [String: [String]] = [:]
+    private var flags: Set<String> = []
+    private var positionals: [String: String] = [:]
+
+    public init(_ arguments: [String], specs: [ArgumentSpec]) throws(UsageError) {
+        var byName: [String: ArgumentSpec] = [:]
+        for spec in specs where spec.kind != .positional { byName[spec.name] = spec }
+        let positionalSpecs = specs.filter { $0.kind == .positional }
+        var given: [String] = []
+        var i = 0
+        var onlyPositionals = false
+        while i < arguments.count {
+            let a = arguments[i]
+            i += 1
+            if onlyPositionals || a == "-" || !a.hasPrefix("-") {
+                given.append(a)
+                continue
+            }
+            if a == "--" { onlyPositionals = true; continue }
+            var name = a
+            var inline: String? = nil
+            if let eq = a.firstIndex(of: "=") {
+                name = String(a[..<eq])
+                inline = String(a[a.index(after: eq)...])
+            }
+            guard let spec = byName[name] else { throw UsageError("Unknown option '\(name)'") }
+            switch spec.kind {
+            case .flag:
+                guard inline == nil else { throw UsageError("'\(name)' takes no value") }
+                flags.insert(name)
+            case .option, .repeatedOption:
+                let value: String
+                if let inline {
+                    value = inline
+                } else {
+                    guard i < arguments.count, !arguments[i].hasPrefix("--") else {
+                        throw UsageError("Missing value for '\(spec.synopsis)'")
+                    }
+                    value = arguments[i]
+                    i += 1
+                }
+                if spec.kind == .option { values[name] = [value] } else { values[name, default: []].append(value) }
+            case .positional:
+                break
+            }
+        }
+        guard given.count <= positionalSpecs.count else {
+            throw UsageError("Unexpected argument '\(given[positionalSpecs.count])'")
+        }
+        for (n, spec) in positionalSpecs.enumerated() {
+            if n < given.count { positionals[spec.name] = given[n] } else if spec.required {
+                throw UsageError("Missing expected argument '\(spec.synopsis)'")
+            }
+        }
+        for spec in specs where spec.required && spec.kind == .option && values[spec.name] == nil {
+            throw UsageError("Missing expected argument '\(spec.synopsis)'")
+        }
+    }
+
+    /// The value of `--name` (the last given), nil if not given.
+    public func string(_ name: String) -> String? { values[name]?.last }
+    /// Every value of a repeated option, in order.
+    public func strings(_ name: String) -> [String] { values[name] ?? [] }
+    public func flag(_ name: String) -> Bool { flags.contains(name) }
+    /// A positional argument by its value name, nil if not given.
+    public func argument(_ name: String) -> String? { positionals[name] }
+
+    /// A required option or positional (the parse already refused its absence).
+    public func required(_ name: String) throws(UsageError) -> String {
+        guard let v = values[name]?.last ?? positionals[name] else { throw UsageError("Missing expected argument '\(name)'") }
+        return v
+    }
+
+    /// The value of `--name` as a decimal integer of type T, nil if not given.
+    public func integer<T: FixedWidthInteger>(_ name: String, _ type: T.Type = T.self) throws(UsageError) -> T? {
+        guard let text = string(name) else { return nil }
+        guard let v = T(text, radix: 10) else { throw UsageError("The value '\(text)' is invalid for '\(name)': a whole number") }
+        return v
+    }
+
+    /// The value of `--name`, one of `choices`, nil if not given.
+    public func choice(_ name: String, _ choices: [String]) throws(UsageError) -> String? {
+        guard let text = string(name) else { return nil }
+        guard choices.contains(text) else {
+            throw UsageError("The value '\(text)' is invalid for '\(name)': one of \(choices.joined(separator: ", "))")
+        }
+        return text
+    }
+}
+
+/// A subcommand (or a program without subcommands): its name, help and arguments, and what
+/// it does.
+public protocol Command {
+    static var name: String { get }
+    static var abstract: String { get }
+    static var discussion: String { get }
+    static var specs: [ArgumentSpec] { get }
+    /// Reads the parsed arguments; a `UsageError` for values that do not go together.
+    init(_ arguments: Arguments) throws
+    func run() throws
+}
+
+extension Command {
+    public static var discussion: String { "" }
+}
+
+/// A program: its subcommands, the one run without a subcommand name, and its help.
+public struct Program {
+    public let name: String
+    public let abstract: String
+    public let discussion: String
+    /// What runs without a subcommand name: the program's own command (`pam-totpd`), or a
+    /// default subcommand (`totp-enroll` runs `enroll`).
+    public let root: Command.Type
+    public let rootIsSubcommand: Bool
+    public let subcommands: [Command.Type]
+
+    public init(name: String, abstract: String, discussion: String = "", root: Command.Type, rootIsSubcommand: Bool,
+                subcommands: [Command.Type]) {
+        self.name = name
+        self.abstract = abstract
+        self.discussion = discussion
+        self.root = root
+        self.rootIsSubcommand = rootIsSubcommand
+        self.subcommands = subcommands
+    }
+
+    func subcommand(named name: String) -> Command.Type? { subcommands.first { $0.name == name } }
+
+    /// The program's own command (not a default subcommand, which has a name of its own).
+    func isRoot(_ command: Command.Type) -> Bool { !rootIsSubcommand && ObjectIdentifier(command) == ObjectIdentifier(root) }
+
+    /// Parses `arguments` (without the program's name), runs the command, and exits: 0, 1 after
+    /// "Error: " and what failed, 64 after a usage error, or an `ExitCode`'s status.
+    public func main(_ arguments: [String]) -> Never {
+        var command = root
+        var rest = arguments
+        var path = name
+        if let first = rest.first {
+            if first == "help" {
+                print(rest.count > 1 ? (subcommand(named: rest[1]).map { help($0) } ?? topHelp()) : topHelp(), terminator: "")
+                exit(0)
+            }
+            if let sub = subcommand(named: first) {
+                command = sub
+                rest.removeFirst()
+                path = name + " " + sub.name
+            }
+        }
+        let isTop = path == name
+        if rest.prefix(while: { $0 != "--" }).contains(where: { $0 == "--help" || $0 == "-h" }) {
+            print(isTop ? topHelp() : help(command), terminator: "")
+            exit(0)
+        }
+        do {
+            let parsed = try Arguments(rest, specs: command.specs)
+            let instance = try command.init(parsed)
+            try instance.run()
+            exit(0)
+        } catch let e as UsageError {
+            let usage = isTop && rootIsSubcommand ? usageLine(command, path: name) : usageLine(command, path: path)
+            printToStandardError("Error: \(e.description)\nUsage: \(usage)\n  See '\(path) --help' for more information.\n")
+            exit(64)
+        } catch let e as ExitCode {
+            exit(e.status)
+        } catch {
+            printToStandardError("Error: \(error)\n")
+            exit(1)
+        }
+    }
+
+    func usageLine(_ command: Command.Type, path: String) -> String {
+        var parts = [path]
+        for spec in command.specs where spec.kind == .positional {
+            parts.append(spec.required ? spec.synopsis : "[" + spec.synopsis + "]")
+        }
+        for spec in command.specs where spec.kind != .positional {
+            let s = spec.kind == .repeatedOption ? spec.synopsis + " ..." : spec.synopsis
+            parts.append(spec.required ? s : "[" + s + "]")
+        }
+        if isRoot(command) && !subcommands.isEmpty { parts.append("[<subcommand>]") }
+        return parts.joined(separator: " ")
+    }
+
+    /// `PROGRAM SUBCOMMAND --help`.
+    public func help(_ command: Command.Type) -> String {
+        let path = isRoot(command) ? name : name + " " + command.name
+        var text = wrapped("OVERVIEW: " + command.abstract, indent: 0) + "\n\n"
+        if !command.discussion.isEmpty { text += wrapped(command.discussion, indent: 0) + "\n\n" }
+        text += "USAGE: " + usageLine(command, path: path) + "\n\n"
+        let positionals = command.specs.filter { $0.kind == .positional }
+        if !positionals.isEmpty {
+            text += "ARGUMENTS:\n" + positionals.map { entry($0.synopsis, $0.help) }.joined() + "\n"
+        }
+        text += "OPTIONS:\n"
+        text += command.specs.filter { $0.kind != .positional }.map { entry($0.synopsis, $0.help) }.joined()
+        text += entry("-h, --help", "Show help information.")
+        if isRoot(command) && !subcommands.isEmpty { text += subcommandList(defaultName: nil) }
+        return text
+    }
+
+    /// `PROGRAM --help`: the subcommands (for totp-enroll, with the default's options).
+    public func topHelp() -> String {
+        guard rootIsSubcommand else { return help(root) }
+        var text = wrapped("OVERVIEW: " + abstract, indent: 0) + "\n\n"
+        if !discussion.isEmpty { text += wrapped(discussion, indent: 0) + "\n\n" }
+        text += "USAGE: " + name + " <subcommand>\n"
+        text += subcommandList(defaultName: root.name)
+        text += "\n  See '\(name) help <subcommand>' for detailed help.\n"
+        return text
+    }
+
+    func subcommandList(defaultName: String?) -> String {
+        "\nSUBCOMMANDS:\n" + subcommands.map { entry($0.name == defaultName ? $0.name + " (default)" : $0.name, $0.abstract) }.joined()
+    }
+
+    /// One help entry: the name in a column, the text wrapped beside it.
+    func entry(_ name: String, _ help: String) -> String {
+        let column = 30
+        let head = "  " + name
+        let body = wrapped(help, indent: column)
+        if head.count + 2 <= column {
+            return head + String(repeating: " ", count: column - head.count) + body.drop { $0 == " " } + "\n"
+        }
+        return head + "\n" + body + "\n"
+    }
+
+    /// `text` wrapped at 80 columns, each line indented by `indent` spaces.
+    func wrapped(_ text: String, indent: Int) -> String {
+        var lines: [String] = []
+        for paragraph in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            var line = ""
+            for word in paragraph.split(separator: " ") {
+                if !line.isEmpty && indent + line.count + 1 + word.count > 80 {
+                    lines.append(String(repeating: " ", count: indent) + line)
+                    line = ""
+                }
+                line += (line.isEmpty ? "" : " ") + word
+            }
+            lines.append(String(repeating: " ", count: indent) + line)
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Writes `text` to standard error as it is (no buffering behind standard output's).
+public func printToStandardError(_ text: String) {
+    fflush(nil)
+    var bytes = Array(text.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { return }
+        offset += n
+    }
+}
