@@ -71,8 +71,6 @@ var products: [Product] = [
 var dependencies: [Package.Dependency] = []
 
 if !embedded {
-    dependencies.append(.package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"))
-    dependencies.append(.package(url: "https://github.com/apple/swift-log", exact: "1.16.2"))
     targets += [
         .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
         // OpenSSL's libcrypto (Debian: libssl3), loaded at run time by import-pskc for an encrypted
@@ -96,16 +94,12 @@ if !embedded {
                 "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
             ],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),
-        // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): SwiftNIO transport,
-        // swift-log to syslog; every rule is MFAAdmin's DaemonService.
+        // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): a poll(2) loop
+        // and worker threads, syslog; every rule is MFAAdmin's DaemonService.
         .executableTarget(
             name: "pam-totpd",
             dependencies: library + [
                 "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "FleetStore",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)],
             linkerSettings: [.unsafeFlags(hardenedLinking)]),

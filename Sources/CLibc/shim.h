@@ -49,6 +49,12 @@ static inline int clibc_openat(int dirfd, const char *path, int flags, unsigned 
 static inline int clibc_open(const char *path, int flags, unsigned int mode) {
     CLIBC_SYSCALL(openat, open(path, flags, (mode_t)mode), AT_FDCWD, path, flags, (mode_t)mode);
 }
+// pam-totpd's server (never the module): accept4(2) and eventfd(2), whose wrappers need
+// _GNU_SOURCE; each descriptor non-blocking and close-on-exec from the start.
+static inline int clibc_accept_nonblocking(int fd) {
+    return (int)syscall(SYS_accept4, fd, (void *)0, (void *)0, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
+static inline int clibc_eventfd_nonblocking(void) { return (int)syscall(SYS_eventfd2, 0, O_NONBLOCK | O_CLOEXEC); }
 // errno is a macro over a thread-local; read it in one place.
 static inline int clibc_errno(void) { return errno; }
 // explicit_bzero is not always visible through the module importer with this feature set; a

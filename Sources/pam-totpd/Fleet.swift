@@ -1,6 +1,5 @@
 import FleetStore
 import Glibc
-import Logging
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -24,8 +23,8 @@ struct InitDatabase: Command {
     init(_ arguments: Arguments) throws { admin = try arguments.required("--admin") }
 
     func run() throws {
-        SyslogLogHandler.bootstrap()
-        let logger = Logger(label: "pam-totpd")
+        Logger.bootstrap()
+        let logger = Logger()
         let checked = checkConninfo(admin)
         if let error = checked.error {
             printError("--admin is not a valid CONNINFO: \(error)")

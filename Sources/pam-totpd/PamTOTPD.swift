@@ -1,7 +1,6 @@
 import CLibc
 import FleetStore
 import Glibc
-import Logging
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -9,9 +8,6 @@ import MFAFileStore
 import MFAPolicy
 import MFASystem
 import MFAWire
-import NIOConcurrencyHelpers
-import NIOCore
-import NIOPosix
 
 /// pam-totpd: answers pam_totp.so for callers without root (screen lockers) over a Unix socket
 /// (docs/ARCHITECTURE.md, section 5.2). All policy is MFAAdmin's DaemonService; this is transport.
@@ -66,8 +62,8 @@ struct PamTOTPD: Command {
     }
 
     func run() throws {
-        SyslogLogHandler.bootstrap()
-        let logger = Logger(label: "pam-totpd")
+        Logger.bootstrap()
+        let logger = Logger()
         do {
             guard geteuid() == 0 else { throw DaemonError("must run as root (it reads the root-only store)") }
             let site = try Self.siteOptions(config)
@@ -77,7 +73,7 @@ struct PamTOTPD: Command {
             }
             var limits = Self.limits()
             let activated = Self.activatedSocket()
-            if activated != nil { limits.idleExit = .seconds(60) }
+            if activated != nil { limits.idleExitSeconds = 60 }
             let backend = try Self.backend(site: site, configPath: config, workers: limits.workers)
             try Self.serve(backend, limits: limits, socketPath: socketPath, activated: activated, logger: logger)
         } catch let e as DaemonError {
@@ -133,45 +129,47 @@ struct PamTOTPD: Command {
         }
     }
 
-    /// Listens (on the socket systemd passed, or on `socketPath`) and answers until closed.
+    /// Listens (on the socket systemd passed, or on `socketPath`) and answers until idle.
     static func serve(_ backend: Backend, limits: Limits, socketPath: String, activated: CInt?, logger: Logger) throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let pool = NIOThreadPool(numberOfThreads: limits.workers)
-        pool.start()
-        let state = ServerState(limits: limits, handle: backend.handle, handleAdmin: backend.handleAdmin, pool: pool, logger: logger)
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.backlog, value: 512)
-            .childChannelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
-            .childChannelInitializer { channel in
-                channel.pipeline.addHandler(RequestHandler(state: state))
-            }
-        let server: Channel
-        do {
-            if let fd = activated {
-                server = try bootstrap.withBoundSocket(fd).wait()
-            } else {
-                try Self.prepare(socketPath)
-                server = try bootstrap.bind(unixDomainSocketPath: socketPath).wait()
-                // Every local user may connect; each request is authorised by SO_PEERCRED.
-                guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(Errno.current.text.string)") }
-            }
-        } catch let error as DaemonError {
-            throw error
-        } catch {
-            throw DaemonError("cannot listen on \(socketPath): \(error)")
+        let listener: CInt
+        if let fd = activated {
+            listener = fd
+        } else {
+            try Self.prepare(socketPath)
+            listener = try Self.listen(socketPath)
+            // Every local user may connect; each request is authorised by SO_PEERCRED.
+            guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(Errno.current.text.string)") }
         }
+        let state = ServerState(limits: limits, handle: backend.handle, handleAdmin: backend.handleAdmin,
+                                pool: WorkerPool(threads: limits.workers), logger: logger)
+        let server = try Server(state: state, listener: listener)
         logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (\(backend.name))")
-        if let idle = limits.idleExit {
-            group.next().scheduleRepeatedTask(initialDelay: .seconds(10), delay: .seconds(10)) { _ in
-                if state.isIdle(for: idle) {
-                    logger.info("idle for a minute: exiting (systemd starts pam-totpd again on the next connection)")
-                    server.close(promise: nil)
-                }
-            }
+        server.run()
+    }
+
+    /// A listening Unix stream socket at `path` (backlog 512).
+    static func listen(_ path: String) throws -> CInt {
+        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw DaemonError("cannot listen on \(path): \(Errno.current.text.string)") }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            throw DaemonError("the socket path is too long: \(path)")
         }
-        try server.closeFuture.wait()
-        try? pool.syncShutdownGracefully()
-        try? group.syncShutdownGracefully()
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, Glibc.listen(fd, 512) == 0 else {
+            let e = Errno.current
+            close(fd)
+            throw DaemonError("cannot listen on \(path): \(e.text.string)")
+        }
+        return fd
     }
 
     /// The daemon's settings: `--config FILE` (required to exist), else the default file if
@@ -210,7 +208,7 @@ struct PamTOTPD: Command {
         if let error = checked.error { throw DaemonError("postgresql = CONNINFO is not valid: \(error)") }
         if let warning = conninfoTLSWarning(conninfo) {
             printError("warning: " + warning)
-            Logger(label: "pam-totpd").warning("\(warning)")
+            Logger().warning("\(warning)")
         }
         if checked.hasPassword && site.postgresqlFile == nil {  // postgresql_file: its own root-only mode was checked
             let path = configPath ?? String(decoding: ModuleOptions.defaultConfigFile, as: UTF8.self)

@@ -1,20 +1,18 @@
+import CLibc
 import Glibc
-import Logging
 import MFAAdmin
 import MFACrypto
 import MFAFileStore
 import MFAPolicy
 import MFASystem
 import MFAWire
-import NIOConcurrencyHelpers
-import NIOCore
-import NIOPosix
+import Synchronization
 
 /// The limits that keep one caller from stopping the daemon answering others
 /// (docs/ARCHITECTURE.md, section 5.2). Memory per connection is bounded by `maxFrameSize`.
 struct Limits {
     /// From accept to a complete request: a slow or half-open client is closed after this.
-    var requestTimeout: TimeAmount = .seconds(5)
+    var requestTimeoutMilliseconds: Int64 = 5_000
     /// Open connections in all; beyond it a new connection is closed at once.
     var maxConnections = 4096
     /// Open connections per uid other than root: one user's flood cannot use up the rest. A
@@ -40,7 +38,7 @@ struct Limits {
     var workers = 4
     /// Under socket activation: exit after this long without a connection (systemd starts
     /// the daemon again on the next one). nil: never.
-    var idleExit: TimeAmount? = nil
+    var idleExitSeconds: Int64? = nil
 }
 
 /// A count with limits (open connections, queued requests): `total` in all, of which callers
@@ -93,78 +91,70 @@ typealias RequestHandlerFunction = (DaemonRequest, PeerCredentials, Int64) -> (r
 /// One enrolment-management request (totp-enroll, AdminProtocol): DaemonService.handleAdmin.
 typealias AdminHandlerFunction = (AdminRequest, PeerCredentials, Int64) -> (reply: AdminReply, log: Message)
 
-/// Shared by every connection: the counters, the service and the worker pool.
+/// Shared by every connection and worker: the counters, the service and the worker pool.
 final class ServerState: @unchecked Sendable {
     let limits: Limits
     let handle: RequestHandlerFunction
     let handleAdmin: AdminHandlerFunction
-    let pool: NIOThreadPool
+    let pool: WorkerPool
     let logger: Logger
-    private let lock = NIOLock()
-    private var connections: Quota
-    private var queue: Quota
-    private var lastActivity = NIODeadline.now()
-    /// Accounts a worker is answering a request for, and the requests waiting for each.
-    private var busyAccounts: [[UInt8]: [() -> Void]] = [:]
-    private var logBudget = LogBudget()
+    private struct Counters {
+        var connections: Quota
+        var queue: Quota
+        /// Accounts a worker is answering a request for, and the requests waiting for each.
+        var busyAccounts: [[UInt8]: [@Sendable () -> Void]] = [:]
+        var logBudget = LogBudget()
+    }
+    private let counters: Mutex<Counters>
 
     init(limits: Limits, handle: @escaping RequestHandlerFunction, handleAdmin: @escaping AdminHandlerFunction,
-         pool: NIOThreadPool, logger: Logger) {
+         pool: WorkerPool, logger: Logger) {
         self.limits = limits
         self.handle = handle
         self.handleAdmin = handleAdmin
         self.pool = pool
         self.logger = logger
-        connections = Quota(total: limits.maxConnections, forRootOnly: limits.connectionsForRootOnly, perUser: limits.maxConnectionsPerUser)
-        queue = Quota(total: limits.maxQueued, forRootOnly: limits.queuedForRootOnly, perUser: limits.maxQueuedPerUser)
+        counters = Mutex(Counters(
+            connections: Quota(total: limits.maxConnections, forRootOnly: limits.connectionsForRootOnly, perUser: limits.maxConnectionsPerUser),
+            queue: Quota(total: limits.maxQueued, forRootOnly: limits.queuedForRootOnly, perUser: limits.maxQueuedPerUser)))
     }
 
     /// A new connection from `uid`: false if it is over a limit (then it is closed at once).
-    func admit(uid: UInt32) -> Bool {
-        lock.withLock {
-            lastActivity = .now()
-            return connections.take(uid: uid)
-        }
-    }
+    func admit(uid: UInt32) -> Bool { counters.withLock { $0.connections.take(uid: uid) } }
 
-    func release(uid: UInt32) {
-        lock.withLock {
-            connections.give(uid: uid)
-            lastActivity = .now()
-        }
-    }
+    func release(uid: UInt32) { counters.withLock { $0.connections.give(uid: uid) } }
 
-    func enqueue(uid: UInt32) -> Bool {
-        lock.withLock { queue.take(uid: uid) }
-    }
+    /// Idle: no connection open and no request with a worker (one whose caller has hung up
+    /// is still finished before the daemon exits).
+    var isIdle: Bool { counters.withLock { $0.connections.used == 0 && $0.queue.used == 0 } }
 
-    func dequeue(uid: UInt32) {
-        lock.withLock { queue.give(uid: uid) }
-    }
+    func enqueue(uid: UInt32) -> Bool { counters.withLock { $0.queue.take(uid: uid) } }
+
+    func dequeue(uid: UInt32) { counters.withLock { $0.queue.give(uid: uid) } }
 
     /// Runs `start` now if no worker is answering a request for `account`, else after the
     /// ones before it; `start` must call `finished(account:)` when its work is done. One
     /// account's stuck store lock (a stopped su holding it) then delays only that account.
-    func serialize(account: [UInt8], _ start: @escaping () -> Void) {
-        let now: Bool = lock.withLock {
-            if busyAccounts[account] != nil {
-                busyAccounts[account, default: []].append(start)
+    func serialize(account: [UInt8], _ start: @escaping @Sendable () -> Void) {
+        let now: Bool = counters.withLock {
+            if $0.busyAccounts[account] != nil {
+                $0.busyAccounts[account, default: []].append(start)
                 return false
             }
-            busyAccounts[account] = []
+            $0.busyAccounts[account] = []
             return true
         }
         if now { start() }
     }
 
     func finished(account: [UInt8]) {
-        let next: (() -> Void)? = lock.withLock {
-            guard var waiting = busyAccounts[account], !waiting.isEmpty else {
-                busyAccounts[account] = nil
+        let next: (@Sendable () -> Void)? = counters.withLock {
+            guard var waiting = $0.busyAccounts[account], !waiting.isEmpty else {
+                $0.busyAccounts[account] = nil
                 return nil
             }
             let first = waiting.removeFirst()
-            busyAccounts[account] = waiting
+            $0.busyAccounts[account] = waiting
             return first
         }
         next?()
@@ -173,17 +163,12 @@ final class ServerState: @unchecked Sendable {
     /// Logs a line a caller charged to `uid` caused: root's always; any other uid's within
     /// its budget (`LogBudget`), with one summary line for what a minute suppressed.
     func log(_ level: Logger.Level, uid: UInt32, _ line: @autoclosure () -> String) {
-        guard uid != 0 else { logger.log(level: level, "\(line())"); return }
-        let (allowed, summary) = lock.withLock {
-            logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
+        guard uid != 0 else { logger.log(level: level, line()); return }
+        let (allowed, summary) = counters.withLock {
+            $0.logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
         }
-        if let summary { logger.warning("\(summary)") }
-        if allowed { logger.log(level: level, "\(line())") }
-    }
-
-    /// Idle: no connection open and none for `idle`.
-    func isIdle(for idle: TimeAmount) -> Bool {
-        lock.withLock { connections.used == 0 && NIODeadline.now() - lastActivity >= idle }
+        if let summary { logger.warning(summary) }
+        if allowed { logger.log(level: level, line()) }
     }
 }
 
@@ -233,14 +218,14 @@ func monotonicSeconds() -> Int64 {
 final class SubordinateIDs: @unchecked Sendable {
     static let shared = SubordinateIDs(path: "/etc/subuid")
     let path: String
-    private let lock = NIOLock()
+    private let lock = Mutex<Void>(())
     private var stamp: (ino_t, off_t, Int, Int) = (0, -1, 0, 0)
     private var ranges: [(first: UInt32, count: UInt32, owner: UInt32)] = []
 
     init(path: String) { self.path = path }
 
     func owner(of uid: UInt32) -> UInt32? {
-        lock.withLock {
+        lock.withLock { _ in
             reloadIfChanged()
             for r in ranges where uid >= r.first && UInt64(uid) < UInt64(r.first) + UInt64(r.count) { return r.owner }
             return nil
@@ -276,95 +261,323 @@ final class SubordinateIDs: @unchecked Sendable {
     }
 }
 
-/// One connection: one request frame in, one reply out, then closed.
-final class RequestHandler: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
+/// The worker threads: store operations (file I/O, fsync, a per-user lock of up to 5 s, a
+/// database round trip) run here, never on the thread that accepts and reads.
+final class WorkerPool: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    private var ready = pthread_cond_t()
+    /// Guarded by `mutex`.
+    private var jobs: [@Sendable () -> Void] = []
+    private var next = 0
 
-    let state: ServerState
-    private var received: [UInt8] = []
-    private var expected: Int? = nil
-    private var peer: PeerCred? = nil
+    init(threads: Int) {
+        pthread_mutex_init(&mutex, nil)
+        pthread_cond_init(&ready, nil)
+        for _ in 0..<max(1, threads) {
+            var thread = pthread_t()
+            let box = Unmanaged.passRetained(self).toOpaque()
+            let made = pthread_create(&thread, nil, { raw in
+                guard let raw else { return nil }
+                Unmanaged<WorkerPool>.fromOpaque(raw).takeRetainedValue().work()
+            }, box)
+            if made == 0 { pthread_detach(thread) } else { Unmanaged<WorkerPool>.fromOpaque(box).release() }
+        }
+    }
+
+    /// Runs `job` on a worker as soon as one is free, in the order given.
+    func run(_ job: @escaping @Sendable () -> Void) {
+        pthread_mutex_lock(&mutex)
+        jobs.append(job)
+        pthread_cond_signal(&ready)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    private func work() -> Never {
+        while true {
+            pthread_mutex_lock(&mutex)
+            while next == jobs.count { pthread_cond_wait(&ready, &mutex) }
+            let job = jobs[next]
+            next += 1
+            if next == jobs.count {
+                jobs.removeAll(keepingCapacity: true)
+                next = 0
+            }
+            pthread_mutex_unlock(&mutex)
+            job()
+        }
+    }
+}
+
+/// One connection: one request frame in, one reply out, then closed. Owned by the server's
+/// thread; a worker only reads `isClosed` and hands its reply back through `Server.complete`.
+final class Connection: @unchecked Sendable {
+    let fd: Int32
+    let peer: PeerCred
     /// Whom this connection's share of the limits is charged to (`chargedUID`).
-    private var charged: UInt32 = 0
-    private var admitted = false
-    private var answered = false
-    private var timeout: Scheduled<Void>? = nil
+    let charged: UInt32
+    /// Monotonic milliseconds by which the whole request must be in.
+    let deadline: Int64
+    var received: [UInt8] = []
+    var expected: Int? = nil
+    /// Set once the request is complete (or refused): later bytes are ignored.
+    var answered = false
+    var reply: [UInt8] = []
+    var written = 0
+    private let closed = Atomic<Bool>(false)
 
-    init(state: ServerState) { self.state = state }
-
-    func channelActive(context: ChannelHandlerContext) {
-        let channel = context.channel
-        timeout = context.eventLoop.scheduleTask(in: state.limits.requestTimeout) {
-            channel.close(promise: nil)
-        }
-        // The caller's credentials, from the kernel.
-        guard let provider = channel as? SocketOptionProvider else { channel.close(promise: nil); return }
-        let future: EventLoopFuture<PeerCred> = provider.unsafeGetSocketOption(
-            level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(SO_PEERCRED))
-        future.whenComplete { result in
-            switch result {
-            case .success(let cred):
-                self.peer = cred
-                guard channel.isActive else { return }  // gone already: nothing to count
-                self.charged = Self.chargedUID(cred)
-                if self.state.admit(uid: self.charged) {
-                    self.admitted = true
-                    self.process(context: context)  // a request that arrived with the connection
-                } else {
-                    self.state.log(.warning, uid: self.charged,
-                                   "refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(self.charged)): too many open connections")
-                    channel.close(promise: nil)
-                }
-            case .failure:
-                channel.close(promise: nil)
-            }
-        }
-        context.fireChannelActive()
+    init(fd: Int32, peer: PeerCred, charged: UInt32, deadline: Int64) {
+        self.fd = fd
+        self.peer = peer
+        self.charged = charged
+        self.deadline = deadline
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
-        timeout?.cancel()
-        if admitted { state.release(uid: charged) }
-        admitted = false
-        context.fireChannelInactive()
-    }
+    /// The caller is gone (it hung up, or its deadline passed): nothing more is sent.
+    var isClosed: Bool { closed.load(ordering: .acquiring) }
+    func markClosed() { closed.store(true, ordering: .releasing) }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        var buffer = unwrapInboundIn(data)
-        guard !answered else { return }
-        let limit = expected ?? DaemonProtocol.headerSize
-        // Never hold more than one frame: bytes beyond it are a protocol error.
-        let room = max(0, (expected ?? DaemonProtocol.maxFrameSize) - received.count)
-        guard buffer.readableBytes <= room, let bytes = buffer.readBytes(length: buffer.readableBytes) else {
-            malformed(context, "more bytes than one request")
-            return
-        }
-        received += bytes
-        if expected == nil && received.count >= limit {
-            let header = received.prefix(DaemonProtocol.headerSize)
-            guard let total = DaemonProtocol.frameLength(header: header, reply: false)
-                    ?? DaemonProtocol.adminFrameLength(header: header, reply: false) else {
-                malformed(context, "not a request")
-                return
-            }
-            expected = total
-            if received.count > total { malformed(context, "more bytes than one request"); return }
-        }
-        process(context: context)
-    }
-
-    private func malformed(_ context: ChannelHandlerContext, _ why: String) {
-        answered = true
-        wipeReceived()
-        // Before the caller is known it is charged to no uid (never root's unlimited share).
-        state.log(.warning, uid: admitted ? charged : UInt32.max, "malformed request from uid \(peer.map { String($0.uid) } ?? "?"): \(why)")
-        context.close(promise: nil)
-    }
-
-    private func wipeReceived() {
+    func wipeReceived() {
         for i in received.indices { received[i] = 0 }
         received = []
+    }
+}
+
+/// The listening socket and its connections, served by one thread with poll(2): accept, the
+/// caller's credentials from the kernel, reading one frame, the work handed to the pool, the
+/// reply written back. (SwiftNIO did this before, at about 140,000 instructions a request and
+/// 2.3 MB of the program: docs/benchmarks.md, "Daemon".)
+final class Server: @unchecked Sendable {
+    let state: ServerState
+    let listener: Int32
+    /// Written by a worker when a reply is ready; the server thread wakes and sends it.
+    private let wake: Int32
+    private let done = Mutex<[(Connection, [UInt8])]>([])
+    private var connections: [Int32: Connection] = [:]
+    /// In order of their deadlines (every connection gets the same time): the oldest first.
+    private var deadlines: [Connection] = []
+    private var deadlinesHead = 0
+    private var lastActivity = monotonicMilliseconds()
+    /// accept(2) ran out of descriptors: the listener is not polled until one is closed.
+    private var acceptPaused = false
+
+    init(state: ServerState, listener: Int32) throws {
+        self.state = state
+        self.listener = listener
+        wake = clibc_eventfd_nonblocking()
+        guard wake >= 0 else { throw DaemonError("cannot create an eventfd: \(Errno.current.text.string)") }
+        _ = fcntl(listener, F_SETFL, fcntl(listener, F_GETFL) | O_NONBLOCK)
+    }
+
+    /// Serves until idle for `idleExitSeconds` (socket activation), else for ever.
+    func run() {
+        var fds: [pollfd] = []
+        var polled: [Connection?] = []
+        while true {
+            fds.removeAll(keepingCapacity: true)
+            polled.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: wake, events: Int16(POLLIN), revents: 0))
+            polled.append(nil)
+            if !acceptPaused {
+                fds.append(pollfd(fd: listener, events: Int16(POLLIN), revents: 0))
+                polled.append(nil)
+            }
+            for c in connections.values {
+                // A connection whose request is with a worker is still read: its hang-up is
+                // noticed (an admin request whose caller has gone is not carried out).
+                fds.append(pollfd(fd: c.fd, events: Int16(c.reply.isEmpty ? POLLIN : POLLOUT), revents: 0))
+                polled.append(c)
+            }
+            let now = monotonicMilliseconds()
+            var timeout: Int64 = 10_000
+            if let first = nextDeadline() { timeout = min(timeout, max(0, first - now)) }
+            let n = poll(&fds, nfds_t(fds.count), Int32(timeout))
+            if n < 0 && errno != EINTR { state.logger.error("poll failed: \(Errno.current.text.string)"); return }
+            if n > 0 {
+                for (i, p) in fds.enumerated() where p.revents != 0 {
+                    if let c = polled[i] {
+                        if connections[c.fd] === c { service(c, events: p.revents) }
+                    } else if p.fd == wake {
+                        drainCompletions()
+                    } else {
+                        acceptAll()
+                    }
+                }
+            }
+            expire(now: monotonicMilliseconds())
+            if let idle = state.limits.idleExitSeconds, connections.isEmpty, state.isIdle,
+               monotonicMilliseconds() - lastActivity >= idle * 1000 {
+                state.logger.info("idle for a minute: exiting (systemd starts pam-totpd again on the next connection)")
+                return
+            }
+        }
+    }
+
+    private func nextDeadline() -> Int64? {
+        while deadlinesHead < deadlines.count {
+            let c = deadlines[deadlinesHead]
+            if connections[c.fd] === c && !c.answered { return c.deadline }
+            deadlinesHead += 1
+        }
+        deadlines.removeAll(keepingCapacity: true)
+        deadlinesHead = 0
+        return nil
+    }
+
+    /// Closes every connection whose request is not complete by its deadline.
+    private func expire(now: Int64) {
+        while let first = nextDeadline(), first <= now {
+            let c = deadlines[deadlinesHead]
+            deadlinesHead += 1
+            close(c)
+        }
+    }
+
+    /// Accepts what is waiting, at most 16 (then the connections already open are read: a
+    /// flood of connections waiting in the backlog does not starve requests already in).
+    private func acceptAll() {
+        for _ in 0..<16 {
+            let fd = clibc_accept_nonblocking(listener)
+            if fd < 0 {
+                let e = errno
+                if e == EMFILE || e == ENFILE {
+                    acceptPaused = true
+                    state.logger.warning("out of file descriptors: not accepting until a connection closes")
+                }
+                return
+            }
+            lastActivity = monotonicMilliseconds()
+            // The caller's credentials, from the kernel.
+            var cred = PeerCred()
+            var size = socklen_t(MemoryLayout<PeerCred>.size)
+            guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0 else { Glibc.close(fd); continue }
+            let charged = Self.chargedUID(cred)
+            guard state.admit(uid: charged) else {
+                state.log(.warning, uid: charged,
+                          "refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(charged)): too many open connections")
+                Glibc.close(fd)
+                continue
+            }
+            let c = Connection(fd: fd, peer: cred, charged: charged,
+                               deadline: monotonicMilliseconds() + state.limits.requestTimeoutMilliseconds)
+            connections[fd] = c
+            deadlines.append(c)
+        }
+    }
+
+    private func service(_ c: Connection, events: Int16) {
+        if !c.reply.isEmpty {
+            if events & Int16(POLLOUT | POLLERR | POLLHUP) != 0 { write(c) }
+            return
+        }
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        let n = buffer.withUnsafeMutableBytes { read(c.fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EAGAIN || errno == EINTR { return }
+            close(c)
+            return
+        }
+        if n == 0 { close(c); return }  // the caller hung up
+        if c.answered { return }  // bytes after the request (or after a refusal): ignored
+        // Never hold more than one frame: bytes beyond it are a protocol error.
+        let room = max(0, (c.expected ?? DaemonProtocol.maxFrameSize) - c.received.count)
+        guard n <= room else { malformed(c, "more bytes than one request"); return }
+        c.received += buffer[0..<n]
+        for i in 0..<n { buffer[i] = 0 }
+        if c.expected == nil && c.received.count >= DaemonProtocol.headerSize {
+            let header = c.received.prefix(DaemonProtocol.headerSize)
+            guard let total = DaemonProtocol.frameLength(header: header, reply: false)
+                    ?? DaemonProtocol.adminFrameLength(header: header, reply: false) else {
+                malformed(c, "not a request")
+                return
+            }
+            c.expected = total
+            if c.received.count > total { malformed(c, "more bytes than one request"); return }
+        }
+        if let expected = c.expected, c.received.count == expected { dispatch(c) }
+    }
+
+    private func malformed(_ c: Connection, _ why: String) {
+        c.answered = true
+        c.wipeReceived()
+        state.log(.warning, uid: c.charged, "malformed request from uid \(c.peer.uid): \(why)")
+        close(c)
+    }
+
+    /// The whole frame is in: the work on a worker thread, the reply back on this one.
+    private func dispatch(_ c: Connection) {
+        c.answered = true
+        let frame = c.received
+        c.wipeReceived()
+        let state = self.state
+        let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
+        let charged = c.charged
+        guard state.enqueue(uid: charged) else {
+            state.log(.warning, uid: charged, "busy: refused a request from uid \(c.peer.uid) (charged to uid \(charged))")
+            send(c, admin ? AdminReply.failed(.daemon("busy")).encoded() : DaemonReply.outcome(.failed(.daemon("busy"))).encoded())
+            return
+        }
+        let credentials = PeerCredentials(uid: c.peer.uid, pid: UInt32(bitPattern: c.peer.pid))
+        let account = Self.account(of: frame, admin: admin)
+        state.serialize(account: account) { [self] in
+            state.pool.run { [self] in
+                var frame = frame
+                let bytes = admin ? Self.answerAdmin(frame, credentials, connection: c, charged: charged, state: state)
+                                  : Self.answer(frame, credentials, charged: charged, state: state)
+                for i in frame.indices { frame[i] = 0 }
+                state.dequeue(uid: charged)
+                state.finished(account: account)
+                complete(c, bytes)
+            }
+        }
+    }
+
+    /// From a worker: the reply for `c`, sent by the server's thread.
+    private func complete(_ c: Connection, _ bytes: [UInt8]) {
+        done.withLock { $0.append((c, bytes)) }
+        var one: UInt64 = 1
+        _ = Glibc.write(wake, &one, 8)
+    }
+
+    private func drainCompletions() {
+        var count: UInt64 = 0
+        _ = read(wake, &count, 8)
+        let ready = done.withLock { list -> [(Connection, [UInt8])] in
+            let all = list
+            list.removeAll()
+            return all
+        }
+        for (c, bytes) in ready where connections[c.fd] === c { send(c, bytes) }
+    }
+
+    private func send(_ c: Connection, _ bytes: [UInt8]) {
+        c.reply = bytes
+        c.written = 0
+        write(c)
+    }
+
+    private func write(_ c: Connection) {
+        while c.written < c.reply.count {
+            // MSG_NOSIGNAL: a caller that has hung up is EPIPE here, not a SIGPIPE that ends the daemon.
+            let n = c.reply.withUnsafeBytes { Glibc.send(c.fd, $0.baseAddress.map { $0 + c.written }, $0.count - c.written, Int32(MSG_NOSIGNAL)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN { return }  // the rest when the socket has room
+                break
+            }
+            c.written += n
+        }
+        close(c)
+    }
+
+    private func close(_ c: Connection) {
+        guard connections[c.fd] === c else { return }
+        connections[c.fd] = nil
+        c.markClosed()
+        c.wipeReceived()
+        Glibc.close(c.fd)
+        state.release(uid: c.charged)
+        lastActivity = monotonicMilliseconds()
+        acceptPaused = false
     }
 
     /// Whom a connection's share of the limits (connections, queue) is charged to: the uid the
@@ -382,7 +595,7 @@ final class RequestHandler: ChannelInboundHandler {
         guard cred.uid == 0, cred.pid > 0 else { return cred.uid }
         let fd = open("/proc/\(cred.pid)/status", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return 0 }
-        defer { close(fd) }
+        defer { Glibc.close(fd) }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let n = read(fd, &buffer, buffer.count)
         guard n > 0 else { return 0 }
@@ -392,46 +605,6 @@ final class RequestHandler: ChannelInboundHandler {
             return UInt32(String(decoding: real, as: UTF8.self)) ?? 0
         }
         return 0
-    }
-
-    /// Once the whole frame is in and the caller is known: the work on a worker thread, the
-    /// reply back on the event loop.
-    private func process(context: ChannelHandlerContext) {
-        guard !answered, admitted, let peer, let expected, received.count == expected else { return }
-        answered = true
-        timeout?.cancel()
-        let frame = received
-        wipeReceived()
-        let channel = context.channel
-        let state = self.state
-        let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
-        let charged = self.charged
-        guard state.enqueue(uid: charged) else {
-            state.log(.warning, uid: charged, "busy: refused a request from uid \(peer.uid) (charged to uid \(charged))")
-            send(channel, admin ? AdminReply.failed(.daemon("busy")).encoded() : DaemonReply.outcome(.failed(.daemon("busy"))).encoded())
-            return
-        }
-        let credentials = PeerCredentials(uid: peer.uid, pid: UInt32(bitPattern: peer.pid))
-        let account = Self.account(of: frame, admin: admin)
-        let eventLoop = context.eventLoop
-        state.serialize(account: account) {
-            let work = state.pool.runIfActive(eventLoop: eventLoop) { () -> [UInt8] in
-                defer { state.dequeue(uid: charged) }
-                var frame = frame
-                defer { for i in frame.indices { frame[i] = 0 } }
-                return admin ? Self.answerAdmin(frame, credentials, channel: channel, charged: charged, state: state)
-                             : Self.answer(frame, credentials, charged: charged, state: state)
-            }
-            work.whenComplete { result in
-                state.finished(account: account)
-                switch result {
-                case .success(let bytes): self.send(channel, bytes)
-                case .failure:
-                    self.send(channel, admin ? AdminReply.failed(.daemon("shutting down")).encoded()
-                                             : DaemonReply.outcome(.failed(.daemon("shutting down"))).encoded())
-                }
-            }
-        }
     }
 
     /// The account a request is about, to give each account at most one worker at a time
@@ -460,12 +633,12 @@ final class RequestHandler: ChannelInboundHandler {
     }
 
     /// An enrolment-management request (totp-enroll) on a worker.
-    static func answerAdmin(_ frame: [UInt8], _ credentials: PeerCredentials, channel: Channel, charged: UInt32,
+    static func answerAdmin(_ frame: [UInt8], _ credentials: PeerCredentials, connection: Connection, charged: UInt32,
                             state: ServerState) -> [UInt8] {
         // The caller gave up while this waited for a worker (its deadline is 5 s, queue
         // included): a change made now would be reported to no one, and totp-enroll has
         // already told its user that it failed. Do nothing, as it said.
-        guard channel.isActive else {
+        guard !connection.isClosed else {
             state.log(.warning, uid: charged,
                       "dropped an admin request from uid \(credentials.uid) pid \(credentials.pid): the caller had gone before a worker was free")
             return AdminReply.failed(.daemon("the caller had gone")).encoded()
@@ -484,14 +657,10 @@ final class RequestHandler: ChannelInboundHandler {
         }
         return reply.encoded()
     }
+}
 
-    private func send(_ channel: Channel, _ bytes: [UInt8]) {
-        var buffer = channel.allocator.buffer(capacity: bytes.count)
-        buffer.writeBytes(bytes)
-        channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: Error) {
-        context.close(promise: nil)
-    }
+func monotonicMilliseconds() -> Int64 {
+    var t = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return Int64(t.tv_sec) * 1000 + Int64(t.tv_nsec) / 1_000_000
 }

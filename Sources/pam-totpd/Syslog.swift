@@ -1,37 +1,32 @@
 import CLibc
 import Glibc
-import Logging
 
-/// swift-log to syslog, facility authpriv, like the module (pam_syslog) and totp-enroll. Lines
+/// Lines to syslog, facility authpriv, like the module (pam_syslog) and totp-enroll. Lines
 /// carry what was asked and decided, never an answer, code or secret (DaemonService builds
 /// them). Start-up errors also go to stderr.
-struct SyslogLogHandler: LogHandler {
-    var metadata: Logger.Metadata = [:]
-    var metadataProvider: Logger.MetadataProvider? = nil
-    var logLevel: Logger.Level = .info
+struct Logger: Sendable {
+    enum Level: Sendable {
+        case info, notice, warning, error
 
-    static func bootstrap() {
-        openlog("pam-totpd", LOG_PID, LOG_AUTHPRIV)
-        LoggingSystem.bootstrap { _ in SyslogLogHandler() }
-    }
-
-    func log(event: LogEvent) {
-        let priority: Int32
-        switch event.level {
-        case .trace, .debug: priority = LOG_DEBUG
-        case .info: priority = LOG_INFO
-        case .notice: priority = LOG_NOTICE
-        case .warning: priority = LOG_WARNING
-        case .error: priority = LOG_ERR
-        case .critical: priority = LOG_CRIT
+        var priority: Int32 {
+            switch self {
+            case .info: return LOG_INFO
+            case .notice: return LOG_NOTICE
+            case .warning: return LOG_WARNING
+            case .error: return LOG_ERR
+            }
         }
-        clibc_syslog(priority, event.message.description)
     }
 
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
+    /// Opens the log as pam-totpd's (once, before the first line). openlog keeps the pointer
+    /// it is given: the name is copied to memory that lives as long as the process.
+    static func bootstrap() { openlog(strdup("pam-totpd"), LOG_PID, LOG_AUTHPRIV) }
+
+    func log(level: Level, _ line: String) { clibc_syslog(level.priority, line) }
+    func info(_ line: String) { log(level: .info, line) }
+    func notice(_ line: String) { log(level: .notice, line) }
+    func warning(_ line: String) { log(level: .warning, line) }
+    func error(_ line: String) { log(level: .error, line) }
 }
 
 /// One line on stderr (start-up errors, next to the syslog line).

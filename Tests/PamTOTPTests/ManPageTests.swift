@@ -258,7 +258,7 @@ extension ManPageTests {
         }
         let server = try String(contentsOf: packageRoot.appendingPathComponent("Sources/pam-totpd/Server.swift"), encoding: .utf8)
         let limits = try section("LIMITS", of: text).joined(separator: " ")
-        for (field, phrase) in [("requestTimeout: TimeAmount = .seconds(5)", "5 s after it was accepted"),
+        for (field, phrase) in [("requestTimeoutMilliseconds: Int64 = 5_000", "5 s after it was accepted"),
                                 ("maxConnections = 4096", "4096 in all"), ("maxConnectionsPerUser = 64", "64 open connections per uid"),
                                 ("maxQueued = 256", "more than 256 requests waiting"), ("workers = 4", "4 worker threads"),
                                 ("maxQueuedPerUser = 8", "more than 8 of one uid other than root")] {
