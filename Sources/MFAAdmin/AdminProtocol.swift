@@ -46,6 +46,7 @@ extension DaemonProtocol {
     public static var adminReplyMagic: [UInt8] { [0x50, 0x54, 0x42, 0x31] }    // "PTB1"
 
     /// The whole frame's length of an admin request (or reply), like `frameLength(header:reply:)`.
+    @inlinable
     public static func adminFrameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
         frameLength(header: header, magic: reply ? adminReplyMagic : adminRequestMagic)
     }

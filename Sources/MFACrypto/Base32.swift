@@ -40,7 +40,7 @@ public enum Base32 {
         String(decoding: encode(bytes, padding: padding), as: UTF8.self)
     }
 
-    static func value(_ c: UInt8) -> UInt32? {
+    @usableFromInline static func value(_ c: UInt8) -> UInt32? {
         switch c {
         case 0x41...0x5A: return UInt32(c &- 0x41)        // A-Z
         case 0x61...0x7A: return UInt32(c &- 0x61)        // a-z
@@ -49,6 +49,8 @@ public enum Base32 {
         }
     }
 
+    /// @inlinable: specialised in the caller's target for its collection (record parsing).
+    @inlinable
     public static func decode(_ text: some Collection<UInt8>) throws(MFAError) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(text.count * 5 / 8)

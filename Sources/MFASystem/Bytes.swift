@@ -3,16 +3,19 @@ import CLibc
 // Small byte helpers shared by the parsers. Everything works on [UInt8]: the module runs in
 // Embedded Swift, where String processing beyond ASCII would pull in Unicode tables.
 
-package enum ASCII {
-    package static let zero: UInt8 = 0x30, nine: UInt8 = 0x39
-    package static let space: UInt8 = 0x20, tab: UInt8 = 0x09, newline: UInt8 = 0x0A
-    package static let equals: UInt8 = 0x3D, percent: UInt8 = 0x25
+// The parsers' generic helpers below are @inlinable: callers in other targets (the record
+// parser, pam-totpd) get them specialised for their collection instead of a protocol call per
+// byte (the record parse in pam-totpd cost 89,000 instructions a request that way).
+@usableFromInline package enum ASCII {
+    @usableFromInline package static let zero: UInt8 = 0x30, nine: UInt8 = 0x39
+    @usableFromInline package static let space: UInt8 = 0x20, tab: UInt8 = 0x09, newline: UInt8 = 0x0A
+    @usableFromInline package static let equals: UInt8 = 0x3D, percent: UInt8 = 0x25
 
-    package static func isDigit(_ b: UInt8) -> Bool { b >= zero && b <= nine }
+    @inlinable package static func isDigit(_ b: UInt8) -> Bool { b >= zero && b <= nine }
 }
 
 /// The bytes of a literal. Literals stay in read-only data; an array is made only per call.
-@inline(__always)
+@inlinable @inline(__always)
 package func bytes(_ s: StaticString) -> UnsafeBufferPointer<UInt8> {
     UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
 }
@@ -22,6 +25,7 @@ package func bytes(_ s: StaticString) -> UnsafeBufferPointer<UInt8> {
 public func literal(_ s: StaticString) -> [UInt8] { Array(bytes(s)) }
 
 /// True when `a` holds exactly the bytes of the literal `s`.
+@inlinable
 package func equals(_ a: some Collection<UInt8>, _ s: StaticString) -> Bool {
     a.elementsEqual(bytes(s))
 }
@@ -33,6 +37,7 @@ extension Array where Element == UInt8 {
 
 /// Parses an unsigned decimal without sign, spaces or leading '+'; nil on any other byte,
 /// on empty input, or when the value would exceed `limit`.
+@inlinable
 package func parseDecimal(_ bytes: some Collection<UInt8>, limit: UInt64) -> UInt64? {
     if bytes.isEmpty || bytes.count > 20 { return nil }
     var value: UInt64 = 0
@@ -96,7 +101,7 @@ public func wipe(_ bytes: inout [UInt8]) {
     bytes.removeAll()
 }
 
-package enum Hex {
+@usableFromInline package enum Hex {
     /// The lower-case hex digit of a nibble (computed, not a global table: see Base32.symbol).
     @inline(__always)
     package static func digit(_ v: UInt8) -> UInt8 {
@@ -114,7 +119,7 @@ package enum Hex {
         return out
     }
 
-    package static func nibble(_ c: UInt8) -> UInt8? {
+    @inlinable package static func nibble(_ c: UInt8) -> UInt8? {
         switch c {
         case 0x30...0x39: return c &- 0x30
         case 0x61...0x66: return c &- 0x61 &+ 10
@@ -123,7 +128,7 @@ package enum Hex {
         }
     }
 
-    package static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
+    @inlinable package static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
         if text.count % 2 != 0 { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(text.count / 2)
@@ -167,7 +172,7 @@ package enum Percent {
     package static func upper(_ c: UInt8) -> UInt8 { c >= 0x61 && c <= 0x7A ? c &- 0x20 : c }
 
     /// Strict decoding: '%' must be followed by two hex digits.
-    package static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
+    @inlinable package static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
         var out: [UInt8] = []
         var it = text.makeIterator()
         while let c = it.next() {

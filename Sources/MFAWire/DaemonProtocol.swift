@@ -38,14 +38,23 @@ public enum DaemonProtocol {
 
     /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
     /// start a frame of the expected kind within `maxFrameSize`.
+    @inlinable
     public static func frameLength(header: some Collection<UInt8>, reply: Bool) -> Int? {
         frameLength(header: header, magic: reply ? replyMagic : requestMagic)
     }
 
     /// The frame's length if its header starts with `expected` (either protocol's magics).
+    /// @inlinable: the generic part (the header's bytes) is specialised in the caller's target
+    /// (pam-totpd reads every frame through it); the checks are not generic.
+    @inlinable
     public static func frameLength(header: some Collection<UInt8>, magic expected: [UInt8]) -> Int? {
         guard header.count >= headerSize else { return nil }
-        var r = Reader(Array(header.prefix(headerSize)))
+        return frameLength(headerBytes: Array(header.prefix(headerSize)), magic: expected)
+    }
+
+    @usableFromInline
+    static func frameLength(headerBytes: [UInt8], magic expected: [UInt8]) -> Int? {
+        var r = Reader(headerBytes)
         guard let magic = r.bytes(4), magic == expected, let length = r.u16() else { return nil }
         let total = headerSize + Int(length)
         return total <= maxFrameSize ? total : nil

@@ -506,8 +506,9 @@ final class Server: @unchecked Sendable {
     /// The whole frame is in: the work on a worker thread, the reply back on this one.
     private func dispatch(_ c: Connection) {
         c.answered = true
-        let frame = c.received
+        var frame = c.received
         c.wipeReceived()
+        defer { for i in frame.indices { frame[i] = 0 } }
         let state = self.state
         let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
         let charged = c.charged
@@ -517,13 +518,14 @@ final class Server: @unchecked Sendable {
             return
         }
         let credentials = PeerCredentials(uid: c.peer.uid, pid: UInt32(bitPattern: c.peer.pid))
-        let account = Self.account(of: frame, admin: admin)
+        // Decoded once, here: the account it is about orders the work (`serialize`).
+        let request = admin ? nil : try? DaemonRequest.decode(frame)
+        let adminRequest = admin ? try? AdminRequest.decode(frame) : nil
+        let account = (admin ? adminRequest?.user : request?.user) ?? []
         state.serialize(account: account) { [self] in
             state.pool.run { [self] in
-                var frame = frame
-                let bytes = admin ? Self.answerAdmin(frame, credentials, connection: c, charged: charged, state: state)
-                                  : Self.answer(frame, credentials, charged: charged, state: state)
-                for i in frame.indices { frame[i] = 0 }
+                let bytes = admin ? Self.answerAdmin(adminRequest, credentials, connection: c, charged: charged, state: state)
+                                  : Self.answer(request, credentials, charged: charged, state: state)
                 state.dequeue(uid: charged)
                 state.finished(account: account)
                 complete(c, bytes)
@@ -607,19 +609,9 @@ final class Server: @unchecked Sendable {
         return 0
     }
 
-    /// The account a request is about, to give each account at most one worker at a time
-    /// (`ServerState.serialize`); an undecodable request or an account listing: the empty name.
-    static func account(of frame: [UInt8], admin: Bool) -> [UInt8] {
-        if admin { return ((try? AdminRequest.decode(frame))?.user) ?? [] }
-        return (try? DaemonRequest.decode(frame))?.user ?? []
-    }
-
-    /// A module request on a worker: decoded, answered, logged.
-    static func answer(_ frame: [UInt8], _ credentials: PeerCredentials, charged: UInt32, state: ServerState) -> [UInt8] {
-        let request: DaemonRequest
-        do {
-            request = try DaemonRequest.decode(frame)
-        } catch {
+    /// A module request on a worker (nil: it did not decode): answered, logged.
+    static func answer(_ request: DaemonRequest?, _ credentials: PeerCredentials, charged: UInt32, state: ServerState) -> [UInt8] {
+        guard let request else {
             state.log(.warning, uid: charged, "malformed request from uid \(credentials.uid) pid \(credentials.pid)")
             return DaemonReply.outcome(.failed(.malformed("request"))).encoded()
         }
@@ -633,7 +625,7 @@ final class Server: @unchecked Sendable {
     }
 
     /// An enrolment-management request (totp-enroll) on a worker.
-    static func answerAdmin(_ frame: [UInt8], _ credentials: PeerCredentials, connection: Connection, charged: UInt32,
+    static func answerAdmin(_ request: AdminRequest?, _ credentials: PeerCredentials, connection: Connection, charged: UInt32,
                             state: ServerState) -> [UInt8] {
         // The caller gave up while this waited for a worker (its deadline is 5 s, queue
         // included): a change made now would be reported to no one, and totp-enroll has
@@ -643,10 +635,7 @@ final class Server: @unchecked Sendable {
                       "dropped an admin request from uid \(credentials.uid) pid \(credentials.pid): the caller had gone before a worker was free")
             return AdminReply.failed(.daemon("the caller had gone")).encoded()
         }
-        let request: AdminRequest
-        do {
-            request = try AdminRequest.decode(frame)
-        } catch {
+        guard let request else {
             state.log(.warning, uid: charged, "malformed admin request from uid \(credentials.uid) pid \(credentials.pid)")
             return AdminReply.failed(.malformed("admin request")).encoded()
         }
