@@ -442,6 +442,32 @@ if [[ -n $PAM_TOTPD ]]; then
         "setpriv --reuid $BENCH_USER --regid $BENCH_GID --clear-groups pamtester $(svc userfloor) $BENCH_USER authenticate <$TMP/code_ok" \
         >"$TMP/hff.out" 2>&1 || die "hyperfine failed for the user floor: $(tail -5 "$TMP/hff.out")"
     read -r DPATH[floorwall] DPATH[floorsd] < <(sed -n 2p "$TMP/hff.csv" | awk -F, '{ printf "%.4f %.4f\n", $2 * 1000, $3 * 1000 }')
+    # Daemon-side instructions per request: a second pam-totpd under callgrind (a copy without
+    # DWARF, which this valgrind cannot read), answering 5 and then 25 requests; the difference
+    # over 20 leaves out its start and exit. Every request from a restored store.
+    strip -g -o "$SOCKDIR/pam-totpd.cg" "$PAM_TOTPD"
+    write_service daemoncg "auth required $OUR_SO socket=$SOCKDIR/cg.socket adjacent_intervals=5"
+    daemon_instructions() { # daemon_instructions REQUESTS ok|wrong
+        rm -f "$SOCKDIR/cg.socket" "$SOCKDIR/cg.log"
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$SOCKDIR/cg.log" \
+            "$SOCKDIR/pam-totpd.cg" --config "$TMP/daemon.conf" --socket "$SOCKDIR/cg.socket" >/dev/null 2>&1 &
+        local pid=$! i n
+        for _ in $(seq 300); do [[ -S $SOCKDIR/cg.socket ]] && break; sleep 0.1; done
+        [[ -S $SOCKDIR/cg.socket ]] || die "pam-totpd under callgrind did not create its socket"
+        for i in $(seq "$1"); do
+            reset_state
+            as_user pamtester "$(svc daemoncg)" "$BENCH_USER" authenticate <"$TMP/code_$2" >/dev/null 2>&1 || true
+        done
+        kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+        n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$SOCKDIR/cg.log")
+        [[ $n =~ ^[0-9]+$ ]] || die "no callgrind count for pam-totpd ($1 requests, $2)"
+        echo "$n"
+    }
+    for p in ok wrong; do
+        log "callgrind: pam-totpd, ${p/ok/success} path, 5 and 25 requests"
+        a=$(daemon_instructions 5 "$p"); b=$(daemon_instructions 25 "$p")
+        DPATH[dinstr,$p]=$(((b - a) / 20))
+    done
 fi
 
 # ---------------------------------------------------------------- report
@@ -571,22 +597,26 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
         echo "| module-side instructions, wrong code, above floor | 0 | $d_wrong | ${ABOVE[ours,wrong]} | $(ratio "$d_wrong" "${ABOVE[ours,wrong]}") |"
         echo "| wall time, success (ms/run, mean ± sd) | $(fmt_sd "${DPATH[floorwall]}" "${DPATH[floorsd]}") | $(fmt_sd "${DPATH[wall]}" "${DPATH[sd]}") | $(fmt_sd "${WALL[ours,ok]}" "${SD[ours,ok]}") | $(ratio "${DPATH[wall]}" "${WALL[ours,ok]}") |"
         echo
-        echo "Daemon-side CPU per request (all its threads' on-CPU time, success path, $RUNS runs + 5 warm-up): $(awk -v n="${DPATH[cpu_ns]}" 'BEGIN { printf "%.1f", n / 1000 }') µs."
+        echo "Daemon side, per request: CPU (all its threads' on-CPU time, success path, $RUNS runs + 5 warm-up)" \
+            "$(awk -v n="${DPATH[cpu_ns]}" 'BEGIN { printf "%.1f", n / 1000 }') µs; instructions (callgrind, the difference between 25 and 5 requests," \
+            "over 20) ${DPATH[dinstr,ok]} on the success path, ${DPATH[dinstr,wrong]} for a wrong code."
         echo
         d_empty=$(sub_ "${DPATH[instr,emptymod,ok]}" "${DPATH[instr,userfloor,ok]}")
         echo "Of the success path's $d_ok, $d_empty is what loading any second module costs above pam_permit.so (an empty C"
         echo "module built by this script, run the same way); the remaining $(sub_ "$d_ok" "$d_empty") is pam_totp's: its size and imports"
         echo "(libpam loads modules with RTLD_NOW), options, the prompt, the round trip and the syslog line."
         echo
-        echo "Target: module-side instructions above the floor for the round trip ≤ 50 K: $d_ok → $(met "$d_ok" 50000)."
+        echo "Targets (issue 22): module-side instructions above the floor for the round trip ≤ 60 K: $d_ok → $(met "$d_ok" 60000);" \
+            "daemon side ≤ 100 K instructions: ${DPATH[dinstr,ok]} → $(met "${DPATH[dinstr,ok]}" 100000), and ≤ 150 µs CPU:" \
+            "$(awk -v n="${DPATH[cpu_ns]}" 'BEGIN { printf "%.1f", n / 1000 }') µs → $(met "${DPATH[cpu_ns]}" 150000)."
     fi
     echo
     echo "## Targets"
     echo
     echo "Against google-authenticator with the same protections (the last column):"
     echo
-    echo "- Instructions above floor, success path ≤ 1.0× (aim 0.5×): $r_ok → $(met "$r_ok" 1.0) (aim 0.5×: $(met "$r_ok" 0.5))"
-    echo "- Instructions above floor, wrong code ≤ 0.05×: $r_wrong → $(met "$r_wrong" 0.05)"
+    echo "- Instructions above floor, success path ≤ 0.6× (aim 0.5×): $r_ok → $(met "$r_ok" 0.6) (aim 0.5×: $(met "$r_ok" 0.5))"
+    echo "- Instructions above floor, wrong code ≤ 0.01×: $r_wrong → $(met "$r_wrong" 0.01)"
     echo "- pam_totp.so ≤ 200 KB ($SO_TARGET_BYTES bytes): ${SIZE[ours]} bytes → $(met "${SIZE[ours]}" "$SO_TARGET_BYTES")"
     echo "- In-process verification at window 5 ≤ 2× the HMACs it computes: \`TOTPVerifier.match\` ${VERIFY[match]} instructions," \
         "11 HMACs ${VERIFY[hmacs]}: $r_verify× → $(met "$r_verify" 2)"
