@@ -393,6 +393,8 @@ if [[ -n $PAM_TOTPD ]]; then
     DAEMON_PID=$!
     for _ in $(seq 100); do [[ -S $SOCKDIR/socket ]] && break; sleep 0.1; done
     [[ -S $SOCKDIR/socket ]] || die "pam-totpd did not create its socket: $(tail -3 "$TMP/daemon.log")"
+    proc_kb() { awk -v k="$1:" '$1 == k { print $2 }' /proc/"$DAEMON_PID"/status; }
+    DPATH[rss_idle]=$(proc_kb VmRSS)
     write_service userfloor "auth required pam_permit.so"
     # What loading any second module costs above pam_permit.so (it is not pam_totp's work): an
     # empty C module, built here, that only returns PAM_SUCCESS.
@@ -437,6 +439,8 @@ if [[ -n $PAM_TOTPD ]]; then
         >"$TMP/hfd.out" 2>&1 || die "hyperfine failed for the daemon path: $(tail -5 "$TMP/hfd.out")"
     after=$(daemon_cpu_ns)
     DPATH[cpu_ns]=$(((after - before) / (RUNS + 5)))
+    DPATH[rss_after]=$(proc_kb VmRSS)
+    DPATH[rss_peak]=$(proc_kb VmHWM)
     read -r DPATH[wall] DPATH[sd] < <(sed -n 2p "$TMP/hfd.csv" | awk -F, '{ printf "%.4f %.4f\n", $2 * 1000, $3 * 1000 }')
     hyperfine --style none --runs "$RUNS" --warmup 5 --prepare "$TMP/reset.sh" --export-csv "$TMP/hff.csv" \
         "setpriv --reuid $BENCH_USER --regid $BENCH_GID --clear-groups pamtester $(svc userfloor) $BENCH_USER authenticate <$TMP/code_ok" \
@@ -602,6 +606,9 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
             "over 20) ${DPATH[dinstr,ok]} on the success path, ${DPATH[dinstr,wrong]} for a wrong code."
         echo
         d_empty=$(sub_ "${DPATH[instr,emptymod,ok]}" "${DPATH[instr,userfloor,ok]}")
+        echo "pam-totpd's memory (file store): RSS ${DPATH[rss_idle]} KB idle after start, ${DPATH[rss_after]} KB after the timed runs, peak ${DPATH[rss_peak]} KB."
+        echo "The module's added RSS in the calling process is the peak RSS row of the first table (pam_totp minus the floor)."
+        echo
         echo "Of the success path's $d_ok, $d_empty is what loading any second module costs above pam_permit.so (an empty C"
         echo "module built by this script, run the same way); the remaining $(sub_ "$d_ok" "$d_empty") is pam_totp's: its size and imports"
         echo "(libpam loads modules with RTLD_NOW), options, the prompt, the round trip and the syslog line."

@@ -315,8 +315,8 @@ final class Connection: @unchecked Sendable {
     let peer: PeerCred
     /// Whom this connection's share of the limits is charged to (`chargedUID`).
     let charged: UInt32
-    /// Monotonic milliseconds by which the whole request must be in.
-    let deadline: Int64
+    /// Tells this connection from an earlier one with the same descriptor.
+    let serial: UInt64
     var received: [UInt8] = []
     var expected: Int? = nil
     /// Set once the request is complete (or refused): later bytes are ignored.
@@ -325,11 +325,11 @@ final class Connection: @unchecked Sendable {
     var written = 0
     private let closed = Atomic<Bool>(false)
 
-    init(fd: Int32, peer: PeerCred, charged: UInt32, deadline: Int64) {
+    init(fd: Int32, peer: PeerCred, charged: UInt32, serial: UInt64) {
         self.fd = fd
         self.peer = peer
         self.charged = charged
-        self.deadline = deadline
+        self.serial = serial
     }
 
     /// The caller is gone (it hung up, or its deadline passed): nothing more is sent.
@@ -354,8 +354,11 @@ final class Server: @unchecked Sendable {
     private let done = Mutex<[(Connection, [UInt8])]>([])
     private var connections: [Int32: Connection] = [:]
     /// In order of their deadlines (every connection gets the same time): the oldest first.
-    private var deadlines: [Connection] = []
+    /// Small entries, not the connections: one that is closed is freed at once, whatever
+    /// still waits before it (an always-unfinished request kept every connection alive).
+    private var deadlines: [(deadline: Int64, fd: Int32, serial: UInt64)] = []
     private var deadlinesHead = 0
+    private var serials: UInt64 = 0
     private var lastActivity = monotonicMilliseconds()
     /// accept(2) ran out of descriptors: the listener is not polled until one is closed.
     private var acceptPaused = false
@@ -389,7 +392,7 @@ final class Server: @unchecked Sendable {
             }
             let now = monotonicMilliseconds()
             var timeout: Int64 = 10_000
-            if let first = nextDeadline() { timeout = min(timeout, max(0, first - now)) }
+            if let (_, first) = nextDeadline() { timeout = min(timeout, max(0, first - now)) }
             let n = poll(&fds, nfds_t(fds.count), Int32(timeout))
             if n < 0 && errno != EINTR { state.logger.error("poll failed: \(Errno.current.text.string)"); return }
             if n > 0 {
@@ -412,10 +415,16 @@ final class Server: @unchecked Sendable {
         }
     }
 
-    private func nextDeadline() -> Int64? {
+    /// The open, unfinished connection with the nearest deadline, and that deadline.
+    private func nextDeadline() -> (Connection, Int64)? {
+        // The entries before the head are done with: dropped once they are half the list.
+        if deadlinesHead >= 64 && deadlinesHead * 2 >= deadlines.count {
+            deadlines.removeFirst(deadlinesHead)
+            deadlinesHead = 0
+        }
         while deadlinesHead < deadlines.count {
-            let c = deadlines[deadlinesHead]
-            if connections[c.fd] === c && !c.answered { return c.deadline }
+            let entry = deadlines[deadlinesHead]
+            if let c = connections[entry.fd], c.serial == entry.serial, !c.answered { return (c, entry.deadline) }
             deadlinesHead += 1
         }
         deadlines.removeAll(keepingCapacity: true)
@@ -425,8 +434,7 @@ final class Server: @unchecked Sendable {
 
     /// Closes every connection whose request is not complete by its deadline.
     private func expire(now: Int64) {
-        while let first = nextDeadline(), first <= now {
-            let c = deadlines[deadlinesHead]
+        while let (c, deadline) = nextDeadline(), deadline <= now {
             deadlinesHead += 1
             close(c)
         }
@@ -457,10 +465,11 @@ final class Server: @unchecked Sendable {
                 Glibc.close(fd)
                 continue
             }
-            let c = Connection(fd: fd, peer: cred, charged: charged,
-                               deadline: monotonicMilliseconds() + state.limits.requestTimeoutMilliseconds)
+            serials += 1
+            let deadline = monotonicMilliseconds() + state.limits.requestTimeoutMilliseconds
+            let c = Connection(fd: fd, peer: cred, charged: charged, serial: serials)
             connections[fd] = c
-            deadlines.append(c)
+            deadlines.append((deadline, fd, serials))
         }
     }
 

@@ -164,6 +164,47 @@ final class DaemonTests: XCTestCase {
         XCTAssertEqual(try ask(try request()).reply, .outcome(.unenrolled))
     }
 
+    /// A client that always keeps one request unfinished (a new one every 2 s, each closed by
+    /// the 5 s deadline) while 40,000 other connections come and go: the daemon's memory stays
+    /// flat. Its list of deadlines kept every connection it had ever accepted as long as an
+    /// unfinished one stood before the end of the list (about 110 bytes each, never freed).
+    func testAnAlwaysWaitingClientDoesNotMakeTheDaemonKeepEveryConnection() throws {
+        let pid = try XCTUnwrap(daemon.process?.processIdentifier)
+        func rssKB() -> Int {
+            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        }
+        let path = daemon.socketPath
+        // Warm up: the daemon's buffers and tables at their working size.
+        for _ in 0..<2_000 {
+            let fd = Self.connectTo(path)
+            if fd >= 0 { _ = Self.send(fd, Array("GARBAGE!".utf8)); close(fd) }
+        }
+        let before = rssKB()
+        XCTAssertGreaterThan(before, 0)
+        let stop = Date().addingTimeInterval(60)
+        var slow: [Int32] = []
+        defer { slow.forEach { close($0) } }
+        let workers = DispatchQueue(label: "churn", attributes: .concurrent)
+        let group = DispatchGroup()
+        for _ in 0..<4 {
+            workers.async(group: group) {
+                for _ in 0..<10_000 where Date() < stop {
+                    let fd = Self.connectTo(path)
+                    if fd >= 0 { _ = Self.send(fd, Array("GARBAGE!".utf8)); close(fd) }
+                }
+            }
+        }
+        while group.wait(timeout: .now() + 2) == .timedOut {
+            let fd = Self.connectTo(path)
+            if fd >= 0 { slow.append(fd) }
+        }
+        let after = rssKB()
+        XCTAssertLessThan(after - before, 2_048, "RSS \(before) KB before 40,000 connections, \(after) KB after")
+        XCTAssertEqual(try ask(try request()).reply, .outcome(.unenrolled), "still answering")
+    }
+
     /// One user holding connections open cannot use up the daemon: beyond 64 per uid new ones
     /// are closed at once, while root (and every other user) is still served.
     func testOneUsersFloodIsCappedPerUser() throws {
