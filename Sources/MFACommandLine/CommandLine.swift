@@ -118,6 +118,23 @@ public struct Arguments {
         }
     }
 
+    /// True when `-h` or `--help` stands where an option may (not as an option's value, not
+    /// after `--`): `remove --code -h LABEL` is a code, not a request for help.
+    public static func asksForHelp(_ arguments: [String], specs: [ArgumentSpec]) -> Bool {
+        var i = 0
+        while i < arguments.count {
+            let a = arguments[i]
+            i += 1
+            if a == "--" { return false }
+            if a == "-h" || a == "--help" { return true }
+            if a.hasPrefix("--"), !a.contains("="),
+               let spec = specs.first(where: { $0.name == a }), spec.kind == .option || spec.kind == .repeatedOption {
+                i += 1  // its value
+            }
+        }
+        return false
+    }
+
     /// The value of `--name` (the last given), nil if not given.
     public func string(_ name: String) -> String? { values[name]?.last }
     /// Every value of a repeated option, in order.
@@ -209,7 +226,7 @@ public struct Program {
             }
         }
         let isTop = path == name
-        if rest.prefix(while: { $0 != "--" }).contains(where: { $0 == "--help" || $0 == "-h" }) {
+        if Arguments.asksForHelp(rest, specs: command.specs) {
             print(isTop ? topHelp() : help(command), terminator: "")
             exit(0)
         }

@@ -141,10 +141,10 @@ struct PamTOTPD: Command {
             guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(Errno.current.text.string)") }
         }
         let state = ServerState(limits: limits, handle: backend.handle, handleAdmin: backend.handleAdmin,
-                                pool: WorkerPool(threads: limits.workers), logger: logger)
+                                pool: try WorkerPool(threads: limits.workers), logger: logger)
         let server = try Server(state: state, listener: listener)
         logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (\(backend.name))")
-        server.run()
+        try server.run()
     }
 
     /// A listening Unix stream socket at `path` (backlog 512).

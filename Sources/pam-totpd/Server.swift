@@ -266,13 +266,15 @@ final class SubordinateIDs: @unchecked Sendable {
 final class WorkerPool: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
     private var ready = pthread_cond_t()
-    /// Guarded by `mutex`.
+    /// Guarded by `mutex`. A job is removed when a worker takes it (the list is at most the
+    /// queue's limit long), so a finished job's request and connection are freed at once.
     private var jobs: [@Sendable () -> Void] = []
-    private var next = 0
 
-    init(threads: Int) {
+    /// Starts the threads; throws if none could be started (no request would ever be answered).
+    init(threads: Int) throws {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&ready, nil)
+        var started = 0
         for _ in 0..<max(1, threads) {
             var thread = pthread_t()
             let box = Unmanaged.passRetained(self).toOpaque()
@@ -280,8 +282,14 @@ final class WorkerPool: @unchecked Sendable {
                 guard let raw else { return nil }
                 Unmanaged<WorkerPool>.fromOpaque(raw).takeRetainedValue().work()
             }, box)
-            if made == 0 { pthread_detach(thread) } else { Unmanaged<WorkerPool>.fromOpaque(box).release() }
+            if made == 0 {
+                pthread_detach(thread)
+                started += 1
+            } else {
+                Unmanaged<WorkerPool>.fromOpaque(box).release()
+            }
         }
+        guard started > 0 else { throw DaemonError("cannot start a worker thread") }
     }
 
     /// Runs `job` on a worker as soon as one is free, in the order given.
@@ -295,13 +303,8 @@ final class WorkerPool: @unchecked Sendable {
     private func work() -> Never {
         while true {
             pthread_mutex_lock(&mutex)
-            while next == jobs.count { pthread_cond_wait(&ready, &mutex) }
-            let job = jobs[next]
-            next += 1
-            if next == jobs.count {
-                jobs.removeAll(keepingCapacity: true)
-                next = 0
-            }
+            while jobs.isEmpty { pthread_cond_wait(&ready, &mutex) }
+            let job = jobs.removeFirst()
             pthread_mutex_unlock(&mutex)
             job()
         }
@@ -360,8 +363,9 @@ final class Server: @unchecked Sendable {
     private var deadlinesHead = 0
     private var serials: UInt64 = 0
     private var lastActivity = monotonicMilliseconds()
-    /// accept(2) ran out of descriptors: the listener is not polled until one is closed.
-    private var acceptPaused = false
+    /// accept(2) ran out of descriptors (EMFILE, or ENFILE for the whole system): the listener
+    /// is not polled until this monotonic time, or until a connection closes.
+    private var acceptPausedUntil: Int64 = 0
 
     init(state: ServerState, listener: Int32) throws {
         self.state = state
@@ -371,8 +375,9 @@ final class Server: @unchecked Sendable {
         _ = fcntl(listener, F_SETFL, fcntl(listener, F_GETFL) | O_NONBLOCK)
     }
 
-    /// Serves until idle for `idleExitSeconds` (socket activation), else for ever.
-    func run() {
+    /// Serves until idle for `idleExitSeconds` (socket activation), else for ever; throws if
+    /// poll(2) itself fails.
+    func run() throws {
         var fds: [pollfd] = []
         var polled: [Connection?] = []
         while true {
@@ -380,7 +385,8 @@ final class Server: @unchecked Sendable {
             polled.removeAll(keepingCapacity: true)
             fds.append(pollfd(fd: wake, events: Int16(POLLIN), revents: 0))
             polled.append(nil)
-            if !acceptPaused {
+            let now = monotonicMilliseconds()
+            if now >= acceptPausedUntil {
                 fds.append(pollfd(fd: listener, events: Int16(POLLIN), revents: 0))
                 polled.append(nil)
             }
@@ -390,11 +396,11 @@ final class Server: @unchecked Sendable {
                 fds.append(pollfd(fd: c.fd, events: Int16(c.reply.isEmpty ? POLLIN : POLLOUT), revents: 0))
                 polled.append(c)
             }
-            let now = monotonicMilliseconds()
             var timeout: Int64 = 10_000
             if let (_, first) = nextDeadline() { timeout = min(timeout, max(0, first - now)) }
+            if now < acceptPausedUntil { timeout = min(timeout, acceptPausedUntil - now) }
             let n = poll(&fds, nfds_t(fds.count), Int32(timeout))
-            if n < 0 && errno != EINTR { state.logger.error("poll failed: \(Errno.current.text.string)"); return }
+            if n < 0 && errno != EINTR { throw DaemonError("poll failed: \(Errno.current.text.string)") }
             if n > 0 {
                 for (i, p) in fds.enumerated() where p.revents != 0 {
                     if let c = polled[i] {
@@ -448,8 +454,9 @@ final class Server: @unchecked Sendable {
             if fd < 0 {
                 let e = errno
                 if e == EMFILE || e == ENFILE {
-                    acceptPaused = true
-                    state.logger.warning("out of file descriptors: not accepting until a connection closes")
+                    // Tried again in 250 ms, or as soon as a connection closes.
+                    acceptPausedUntil = monotonicMilliseconds() + 250
+                    state.logger.warning("out of file descriptors: accepting again in 250 ms or when a connection closes")
                 }
                 return
             }
@@ -588,7 +595,7 @@ final class Server: @unchecked Sendable {
         Glibc.close(c.fd)
         state.release(uid: c.charged)
         lastActivity = monotonicMilliseconds()
-        acceptPaused = false
+        acceptPausedUntil = 0
     }
 
     /// Whom a connection's share of the limits (connections, queue) is charged to: the uid the

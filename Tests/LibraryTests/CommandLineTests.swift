@@ -30,6 +30,17 @@ final class CommandLineTests: XCTestCase {
         XCTAssertFalse(try Arguments(["--", "--json"], specs: specs).flag("--json"))
     }
 
+    /// `-h` asks for help only where an option may stand: as an option's value it is a value
+    /// (`totp-enroll remove --code -h LABEL` printed help and exited 0 without removing anything).
+    func testHelpIsAskedOnlyWhereAnOptionMayStand() {
+        XCTAssertTrue(Arguments.asksForHelp(["--help"], specs: specs))
+        XCTAssertTrue(Arguments.asksForHelp(["f.xml", "--json", "-h"], specs: specs))
+        XCTAssertFalse(Arguments.asksForHelp(["--user", "-h", "f.xml"], specs: specs))
+        XCTAssertFalse(Arguments.asksForHelp(["--user", "--help"], specs: specs))
+        XCTAssertFalse(Arguments.asksForHelp(["--", "--help"], specs: specs))
+        XCTAssertTrue(Arguments.asksForHelp(["--user=x", "--help"], specs: specs))
+    }
+
     func testMistakesAreRefusedByName() {
         func refused(_ arguments: [String], _ specs: [ArgumentSpec]? = nil) -> String {
             do { _ = try Arguments(arguments, specs: specs ?? self.specs); return "accepted" } catch { return error.description }

@@ -205,6 +205,29 @@ final class DaemonTests: XCTestCase {
         XCTAssertEqual(try ask(try request()).reply, .outcome(.unenrolled), "still answering")
     }
 
+    /// accept(2) failing with EMFILE while no connection was open stopped the daemon accepting
+    /// for good (it waited for a connection to close; review finding). It tries again shortly.
+    func testRunningOutOfDescriptorsOnlyPausesAccepting() throws {
+        let pid = try XCTUnwrap(daemon.process?.processIdentifier)
+        let limits = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+        let line = try XCTUnwrap(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
+        let fields = line.split(separator: " ").filter { !$0.isEmpty }
+        let (soft, hard) = (String(fields[3]), String(fields[4]))
+        // No room for another descriptor: the limit is the lowest number not in use.
+        let open = Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").compactMap { Int($0) })
+        let lowestFree = (0...).first { !open.contains($0) } ?? 0
+        XCTAssertEqual(try runCommand(["prlimit", "--pid", "\(pid)", "--nofile=\(lowestFree):\(hard)"]).status, 0)
+        let refused = Self.connectTo(daemon.socketPath)
+        XCTAssertGreaterThanOrEqual(refused, 0)
+        _ = Self.send(refused, try request())
+        XCTAssertEqual(Self.readAll(refused, timeout: 1_000) ?? [], [], "no reply while out of descriptors")
+        close(refused)
+        XCTAssertEqual(try runCommand(["prlimit", "--pid", "\(pid)", "--nofile=\(soft):\(hard)"]).status, 0)
+        let (reply, seconds) = try ask(try request())
+        XCTAssertEqual(reply, .outcome(.unenrolled))
+        XCTAssertLessThan(seconds, 2, "accepting again soon after descriptors are free")
+    }
+
     /// One user holding connections open cannot use up the daemon: beyond 64 per uid new ones
     /// are closed at once, while root (and every other user) is still served.
     func testOneUsersFloodIsCappedPerUser() throws {
