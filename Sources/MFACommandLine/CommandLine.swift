@@ -192,15 +192,40 @@ public struct Program {
     public let root: Command.Type
     public let rootIsSubcommand: Bool
     public let subcommands: [Command.Type]
+    /// Options (each with a value) that every subcommand takes and that may also be given
+    /// before the subcommand's name: `totp-enroll --config F list` is `totp-enroll list --config F`.
+    public let optionsBeforeSubcommand: [String]
 
     public init(name: String, abstract: String, discussion: String = "", root: Command.Type, rootIsSubcommand: Bool,
-                subcommands: [Command.Type]) {
+                subcommands: [Command.Type], optionsBeforeSubcommand: [String] = []) {
         self.name = name
         self.abstract = abstract
         self.discussion = discussion
         self.root = root
         self.rootIsSubcommand = rootIsSubcommand
         self.subcommands = subcommands
+        self.optionsBeforeSubcommand = optionsBeforeSubcommand
+    }
+
+    /// `arguments` with the `optionsBeforeSubcommand` (and their values) that come before a
+    /// subcommand's name moved after it; anything else is left as typed.
+    func movingOptionsAfterSubcommand(_ arguments: [String]) -> [String] {
+        var moved: [String] = []
+        var i = 0
+        while i < arguments.count {
+            let a = arguments[i]
+            if optionsBeforeSubcommand.contains(a), i + 1 < arguments.count {
+                moved += [a, arguments[i + 1]]
+                i += 2
+            } else if optionsBeforeSubcommand.contains(where: { a.hasPrefix($0 + "=") }) {
+                moved.append(a)
+                i += 1
+            } else {
+                break
+            }
+        }
+        guard !moved.isEmpty, i < arguments.count, subcommand(named: arguments[i]) != nil else { return arguments }
+        return [arguments[i]] + moved + arguments[(i + 1)...]
     }
 
     func subcommand(named name: String) -> Command.Type? { subcommands.first { $0.name == name } }
@@ -212,7 +237,7 @@ public struct Program {
     /// "Error: " and what failed, 64 after a usage error, or an `ExitCode`'s status.
     public func main(_ arguments: [String]) -> Never {
         var command = root
-        var rest = arguments
+        var rest = movingOptionsAfterSubcommand(arguments)
         var path = name
         if let first = rest.first {
             if first == "help" {
@@ -236,8 +261,7 @@ public struct Program {
             try instance.run()
             exit(0)
         } catch let e as UsageError {
-            let usage = isTop && rootIsSubcommand ? usageLine(command, path: name) : usageLine(command, path: path)
-            printToStandardError("Error: \(e.description)\nUsage: \(usage)\n  See '\(path) --help' for more information.\n")
+            printToStandardError("Error: \(e.description)\nUsage: \(usageLine(command, path: path))\n  See '\(path) --help' for more information.\n")
             exit(64)
         } catch let e as ExitCode {
             exit(e.status)

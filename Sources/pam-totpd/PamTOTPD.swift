@@ -28,29 +28,10 @@ struct PamTOTPD: Command {
     ]
 
     static let program = Program(name: name, abstract: abstract, discussion: discussion, root: PamTOTPD.self, rootIsSubcommand: false,
-                                 subcommands: [InitDatabase.self, ImportFiles.self])
+                                 subcommands: [InitDatabase.self, ImportFiles.self], optionsBeforeSubcommand: ["--config"])
 
     static func main() {
-        program.main(configBeforeSubcommandAfterIt(Array(CommandLine.arguments.dropFirst())))
-    }
-
-    /// `pam-totpd --config FILE import-files DIR` as `pam-totpd import-files --config FILE DIR`.
-    static func configBeforeSubcommandAfterIt(_ arguments: [String]) -> [String] {
-        var moved: [String] = []
-        var i = 0
-        while i < arguments.count {
-            if arguments[i] == "--config", i + 1 < arguments.count {
-                moved += [arguments[i], arguments[i + 1]]
-                i += 2
-            } else if arguments[i].hasPrefix("--config=") {
-                moved.append(arguments[i])
-                i += 1
-            } else {
-                break
-            }
-        }
-        guard !moved.isEmpty, i < arguments.count, program.subcommands.contains(where: { $0.name == arguments[i] }) else { return arguments }
-        return [arguments[i]] + moved + arguments[(i + 1)...]
+        program.main(Array(CommandLine.arguments.dropFirst()))
     }
 
     let config: String?

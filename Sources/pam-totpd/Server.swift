@@ -206,11 +206,7 @@ struct LogBudget {
     }
 }
 
-func monotonicSeconds() -> Int64 {
-    var t = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &t)
-    return Int64(t.tv_sec)
-}
+func monotonicSeconds() -> Int64 { monotonicMilliseconds() / 1000 }
 
 /// Which user a uid in a subordinate range belongs to (/etc/subuid: `owner:first:count`, owner a
 /// name or a uid): a user with newuidmap (rootless containers) appears to the daemon as many
@@ -322,6 +318,8 @@ final class Connection: @unchecked Sendable {
     let serial: UInt64
     var received: [UInt8] = []
     var expected: Int? = nil
+    /// An admin request (totp-enroll), known from the header with `expected`.
+    var admin = false
     /// Set once the request is complete (or refused): later bytes are ignored.
     var answered = false
     var reply: [UInt8] = []
@@ -363,6 +361,8 @@ final class Server: @unchecked Sendable {
     private var deadlinesHead = 0
     private var serials: UInt64 = 0
     private var lastActivity = monotonicMilliseconds()
+    /// One read's bytes (wiped after each read).
+    private var readBuffer = [UInt8](repeating: 0, count: 2048)
     /// accept(2) ran out of descriptors (EMFILE, or ENFILE for the whole system): the listener
     /// is not polled until this monotonic time, or until a connection closes.
     private var acceptPausedUntil: Int64 = 0
@@ -485,8 +485,9 @@ final class Server: @unchecked Sendable {
             if events & Int16(POLLOUT | POLLERR | POLLHUP) != 0 { write(c) }
             return
         }
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        let n = buffer.withUnsafeMutableBytes { read(c.fd, $0.baseAddress, $0.count) }
+        let n = readBuffer.withUnsafeMutableBytes { read(c.fd, $0.baseAddress, $0.count) }
+        // What was read may be an answer: not left in the buffer for the next read.
+        defer { for i in 0..<max(0, n) { readBuffer[i] = 0 } }
         if n < 0 {
             if errno == EAGAIN || errno == EINTR { return }
             close(c)
@@ -497,17 +498,19 @@ final class Server: @unchecked Sendable {
         // Never hold more than one frame: bytes beyond it are a protocol error.
         let room = max(0, (c.expected ?? DaemonProtocol.maxFrameSize) - c.received.count)
         guard n <= room else { malformed(c, "more bytes than one request"); return }
-        c.received += buffer[0..<n]
-        for i in 0..<n { buffer[i] = 0 }
+        c.received += readBuffer[0..<n]
         if c.expected == nil && c.received.count >= DaemonProtocol.headerSize {
             let header = c.received.prefix(DaemonProtocol.headerSize)
-            guard let total = DaemonProtocol.frameLength(header: header, reply: false)
-                    ?? DaemonProtocol.adminFrameLength(header: header, reply: false) else {
+            if let total = DaemonProtocol.frameLength(header: header, reply: false) {
+                c.expected = total
+            } else if let total = DaemonProtocol.adminFrameLength(header: header, reply: false) {
+                c.expected = total
+                c.admin = true
+            } else {
                 malformed(c, "not a request")
                 return
             }
-            c.expected = total
-            if c.received.count > total { malformed(c, "more bytes than one request"); return }
+            if let total = c.expected, c.received.count > total { malformed(c, "more bytes than one request"); return }
         }
         if let expected = c.expected, c.received.count == expected { dispatch(c) }
     }
@@ -526,7 +529,7 @@ final class Server: @unchecked Sendable {
         c.wipeReceived()
         defer { for i in frame.indices { frame[i] = 0 } }
         let state = self.state
-        let admin = DaemonProtocol.adminFrameLength(header: frame.prefix(DaemonProtocol.headerSize), reply: false) != nil
+        let admin = c.admin
         let charged = c.charged
         guard state.enqueue(uid: charged) else {
             state.log(.warning, uid: charged, "busy: refused a request from uid \(c.peer.uid) (charged to uid \(charged))")

@@ -18,35 +18,12 @@ enum TOTPEnroll {
             """,
         root: Enroll.self, rootIsSubcommand: true,
         subcommands: [Enroll.self, AddHOTP.self, Code.self, List.self, Status.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self,
-                      ImportPSKC.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self])
+                      ImportPSKC.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self],
+        optionsBeforeSubcommand: ["--config", "--store", "--user"])
 
     static func main() {
         Privilege.sanitize()
-        program.main(sharedOptionsAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
-    }
-
-    /// `totp-enroll --config F list` as `totp-enroll list --config F`: the options every
-    /// subcommand shares (`--config`, `--store`, `--user`, each with its value) may come
-    /// before the subcommand's name; they are moved after it. Anything else is left as typed.
-    static func sharedOptionsAfterSubcommand(_ arguments: [String]) -> [String] {
-        let shared = ["--config", "--store", "--user"]
-        var moved: [String] = []
-        var i = 0
-        while i < arguments.count {
-            let a = arguments[i]
-            if shared.contains(a), i + 1 < arguments.count {
-                moved += [a, arguments[i + 1]]
-                i += 2
-            } else if shared.contains(where: { a.hasPrefix($0 + "=") }) {
-                moved.append(a)
-                i += 1
-            } else {
-                break
-            }
-        }
-        let names = program.subcommands.map { $0.name }
-        guard !moved.isEmpty, i < arguments.count, names.contains(arguments[i]) else { return arguments }
-        return [arguments[i]] + moved + arguments[(i + 1)...]
+        program.main(Array(CommandLine.arguments.dropFirst()))
     }
 }
 
