@@ -1,6 +1,6 @@
 # pam_totp — see README.md. Two builds from one Package.swift (docs/ARCHITECTURE.md, section 3):
-#   .build-embedded/  the shipped pam_totp.so, Embedded Swift (libc + libpam only)
-#   .build/           totp-enroll (release, static Swift stdlib) and the test suite
+#   .build-embedded/  what ships: pam_totp.so, pam-totpd and totp-enroll, Embedded Swift (no Swift runtime)
+#   .build/           the test suite (and a normal build of everything, for development)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -30,8 +30,12 @@ LINTIAN     ?= yes
 
 EMBEDDED_SO := .build-embedded/release/libpam_totp.so
 STRIPPED_SO := .build-embedded/pam_totp.so
-ENROLL_BIN  := .build/release/totp-enroll
-DAEMON_BIN  := .build/release/pam-totpd
+ENROLL_BIN  := .build-embedded/release/totp-enroll
+DAEMON_BIN  := .build-embedded/release/pam-totpd
+# Embedded Swift's Unicode tables (String comparison and hashing normalise), a static archive of
+# the toolchain's: the programs link it, the module needs none.
+EMBEDDED_LIBDIR = $(shell $(SWIFTC) -print-target-info | sed -n 's/.*"runtimeResourcePath": "\(.*\)".*/\1/p')/embedded/$(shell $(SWIFTC) -print-target-info | sed -n '0,/"triple"/s/.*"triple": "\(.*\)".*/\1/p')
+EMBEDDED_LINK = -Xlinker -L$(EMBEDDED_LIBDIR) -Xlinker -lswiftUnicodeDataTables
 VERIFY_BENCH := .build-embedded/release/verify-bench
 
 # libFuzzer (make fuzz): one binary, every target; the library's sources and Fuzz/*.swift compiled
@@ -83,7 +87,7 @@ module: $(STRIPPED_SO)
 
 # Bench only, never installed: TOTPVerifier.match behind a fixed symbol name, built like the module.
 $(VERIFY_BENCH): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources/*/module.modulemap Tests/VerifyBench/*.swift)
-	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product verify-bench
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product verify-bench $(EMBEDDED_LINK)
 
 $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources/*/*.map Sources/*/module.modulemap)
 	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam_totp --disable-local-rpath
@@ -91,10 +95,10 @@ $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources
 	strip --strip-all --remove-section=.comment --remove-section=.note.gnu.gold-version -o $@ $(EMBEDDED_SO)
 
 enroll:
-	$(SWIFT) build -c release --scratch-path .build --product totp-enroll --static-swift-stdlib
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product totp-enroll $(EMBEDDED_LINK)
 
 daemon:
-	$(SWIFT) build -c release --scratch-path .build --product pam-totpd --static-swift-stdlib
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam-totpd $(EMBEDDED_LINK)
 
 install: deps all
 	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DOCDIR)/pam.d
@@ -124,7 +128,7 @@ install: deps all
 	# The tool's own PAM service; an existing (admin-edited) one is kept.
 	[ -e $(DESTDIR)$(PAMCONFDIR)/totp-enroll ] || install -D -m 0644 pam.d/totp-enroll $(DESTDIR)$(PAMCONFDIR)/totp-enroll
 	@# Run what was installed: the module loads with only libc/libpam, the CLI computes RFC 6238's first vector.
-	@if ldd $(DESTDIR)$(PAMDIR)/pam_totp.so | grep -qi swift; then echo "pam_totp.so links a Swift library" >&2; exit 1; fi
+	@if ldd $(DESTDIR)$(PAMDIR)/pam_totp.so $(DESTDIR)$(SBINDIR)/pam-totpd $(DESTDIR)$(BINDIR)/totp-enroll | grep -qi swift; then echo "a binary links a Swift library" >&2; exit 1; fi
 	@test "$$($(DESTDIR)$(BINDIR)/totp-enroll code --secret GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ --time 59 --digits 8)" = 94287082
 	@$(DESTDIR)$(SBINDIR)/pam-totpd --help >/dev/null
 	@if [ -n "$(DESTDIR)" ]; then \
@@ -156,9 +160,8 @@ uninstall:
 
 # Every test: the library's unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
-check: test-deps module fuzz-smoke
-	$(SWIFT) build --scratch-path .build --product pam-totpd
-	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
+check: test-deps module daemon enroll fuzz-smoke
+	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) PAM_TOTPD=$(abspath $(DAEMON_BIN)) TOTP_ENROLL=$(abspath $(ENROLL_BIN)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
 	@# One plain closing line from XCTest's final summary: "Executed N tests, with [S tests skipped and] F failures".
 	@summary=$$(grep -E '^\s*Executed [0-9]+ tests?, with' .build-test.log | tail -1); \
 	  n=$$(sed -E 's/.*Executed ([0-9]+) tests?.*/\1/' <<<"$$summary"); \

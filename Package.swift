@@ -62,47 +62,64 @@ var targets: [Target] = [
     // HMACs behind two fixed symbol names for callgrind. Built in both modes, so `make bench`
     // measures the Embedded code that ships.
     .executableTarget(
-        name: "verify-bench", dependencies: ["MFASystem", "MFACrypto", "CLibc"], path: "Tests/VerifyBench",
+        name: "verify-bench", dependencies: ["MFASystem", "MFACrypto", "MFACommandLine", "CLibc"], path: "Tests/VerifyBench",
         swiftSettings: embeddedSwift),
+]
+// The programs and what only they use, in both builds: the Embedded one is what ships
+// (docs/ARCHITECTURE.md, section 3: no Swift runtime in the binaries, under 1 MB each instead of
+// 7-9 MB); the normal one is for development and the tests' own use of the library.
+let daemonSwift: [SwiftSetting] = embedded ? embeddedSwift : []
+let daemonLinker: [LinkerSetting] = [.linkedLibrary("m", .when(platforms: embedded ? [.linux] : [])), .unsafeFlags(hardenedLinking + (embedded ? [
+    // As for the module: drop what pam-totpd does not reach, fold identical functions.
+    "-Xlinker", "--gc-sections", "-use-ld=lld", "-Xlinker", "--icf=all",
+] : []))]
+targets += [
+    // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
+    // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
+    .target(name: "CLibPQ", path: "Sources/CLibPQ", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
+    .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
+    // OpenSSL's libcrypto (Debian: libssl3), loaded at run time by import-pskc for an encrypted
+    // file (AES-CBC, PBKDF2): no package dependency on a TLS library. totp-enroll only; the
+    // module, pam-totpd and the library targets never load it.
+    .target(name: "CLibCrypto", path: "Sources/CLibCrypto", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
+    // Enrolment management between processes, never built into the module: the admin
+    // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
+    // Authenticator files.
+    .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"], swiftSettings: daemonSwift),
+    // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
+    // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
+    .target(name: "MFACommandLine", dependencies: ["CLibc"], swiftSettings: daemonSwift),
+    .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ"],
+            swiftSettings: daemonSwift + [.swiftLanguageMode(.v5)]),
+    // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): a poll(2) loop
+    // and worker threads, syslog; every rule is MFAAdmin's DaemonService.
+    .executableTarget(
+        name: "pam-totpd",
+        dependencies: library + [
+            "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "FleetStore",
+        ],
+        swiftSettings: daemonSwift + [.swiftLanguageMode(.v5)],
+        linkerSettings: daemonLinker),
+    // Set-uid root (docs/ARCHITECTURE.md, section 4.3): enrolment and day-2 changes.
+    .executableTarget(
+        name: "totp-enroll",
+        dependencies: library + [
+            "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
+        ],
+        swiftSettings: daemonSwift,
+        // libpam (re-authentication) and libqrencode: the module maps' autolinking is not
+        // honoured by Embedded Swift, so both are named here.
+        linkerSettings: daemonLinker + [.linkedLibrary("pam"), .linkedLibrary("qrencode")]),
 ]
 var products: [Product] = [
     .library(name: "pam_totp", type: .dynamic, targets: ["PamTOTP"]),
+    .executable(name: "pam-totpd", targets: ["pam-totpd"]),
+    .executable(name: "totp-enroll", targets: ["totp-enroll"]),
 ]
 var dependencies: [Package.Dependency] = []
 
 if !embedded {
     targets += [
-        .systemLibrary(name: "CQREncode", path: "Sources/CQREncode"),
-        // OpenSSL's libcrypto (Debian: libssl3), loaded at run time by import-pskc for an encrypted
-        // file (AES-CBC, PBKDF2): no package dependency on a TLS library. totp-enroll only; the
-        // module, pam-totpd and the library targets never load it.
-        .target(name: "CLibCrypto", path: "Sources/CLibCrypto", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
-        // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
-        // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
-        .target(name: "CLibPQ", path: "Sources/CLibPQ", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
-        // Enrolment management between processes, never built into the module: the admin
-        // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
-        // Authenticator files.
-        .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"]),
-        // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
-        // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
-        .target(name: "MFACommandLine", dependencies: ["CLibc"]),
-        .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ"], swiftSettings: [.swiftLanguageMode(.v5)]),
-        .executableTarget(
-            name: "totp-enroll",
-            dependencies: library + [
-                "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
-            ],
-            linkerSettings: [.unsafeFlags(hardenedLinking)]),
-        // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): a poll(2) loop
-        // and worker threads, syslog; every rule is MFAAdmin's DaemonService.
-        .executableTarget(
-            name: "pam-totpd",
-            dependencies: library + [
-                "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "FleetStore",
-            ],
-            swiftSettings: [.swiftLanguageMode(.v5)],
-            linkerSettings: [.unsafeFlags(hardenedLinking)]),
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: library, path: "Tests/StoreWriter"),
@@ -110,8 +127,6 @@ if !embedded {
         .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "MFACommandLine", "TestSupport", "FleetStore", "CLibCrypto"]),
         .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
     ]
-    products.append(.executable(name: "totp-enroll", targets: ["totp-enroll"]))
-    products.append(.executable(name: "pam-totpd", targets: ["pam-totpd"]))
 }
 
 let package = Package(

@@ -375,12 +375,12 @@ struct FuzzedCommand: Command {
         .argument("FILE", "a file", required: false), .option("--user", "NAME", "a user"), .repeated("--assign", "SERIAL=USER", "repeatable"),
         .flag("--json", "a flag"), .option("--digits", "N", "a number"), .option("--qr", "STYLE", "a choice"),
     ]
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         _ = try arguments.integer("--digits", Int.self)
         _ = try arguments.integer("--digits", UInt64.self)
         _ = try arguments.choice("--qr", ["utf8", "ansi", "none"])
     }
-    func run() throws {}
+    func run() throws(CommandError) {}
 }
 
 func fuzzCommandLine(_ data: [UInt8]) {
@@ -395,8 +395,9 @@ func fuzzCommandLine(_ data: [UInt8]) {
     } catch {
         if error.description.isEmpty { violated("cli", "a refusal without a message") }
     }
-    let program = Program(name: "fuzz", abstract: arguments.first ?? "", root: FuzzedCommand.self, rootIsSubcommand: true,
-                          subcommands: [FuzzedCommand.self])
+    let command = Subcommand(FuzzedCommand.self)
+    let program = Program(name: "fuzz", abstract: arguments.first ?? "", root: command, rootIsSubcommand: true,
+                          subcommands: [command])
     _ = program.topHelp()
-    _ = program.help(FuzzedCommand.self)
+    _ = program.help(command)
 }

@@ -159,6 +159,24 @@ printf '%s\n' "$SECRET" |
 [[ -n $(dir_hash "$TMP/store") ]] || die "$TOTP_ENROLL reported success but left $TMP/store empty"
 ENROLLED_WITH="\`totp-enroll --user $BENCH_USER --store DIR --name bench --secret - --code CODE --qr none\` under \`faketime\`, $(((now - ENROL_AT) / 60)) min back"
 
+svc() { printf '%s%s' "$SERVICE_PREFIX" "$1"; }
+write_service() { # write_service MODULE LINE
+    local f
+    f=/etc/pam.d/$(svc "$1")
+    PAMD_FILES+=("$f")
+    printf '# temporary, written by scripts/bench.sh\n%s\n' "$2" >"$f"
+}
+
+# A returning user, not one logging in for the first time since enrolment: one login before the
+# pristine copy, under faketime halfway between the enrolment and now (WARM_AT). The store then
+# holds the user's state file (its first login creates it; later ones update it in place), and
+# the measured logins, with the current code, are past the step this login used.
+WARM_AT=$((ENROL_AT + ENROL_STEPS_BACK / 2 * 30))
+write_service warmup "auth required $OUR_SO store=$TMP/store adjacent_intervals=5"
+oathtool --totp -b --now "@$WARM_AT" "$SECRET" |
+    faketime "@$WARM_AT" pamtester "$(svc warmup)" "$BENCH_USER" authenticate >"$TMP/warmup.out" 2>&1 ||
+    die "the warm-up login (faketime @$WARM_AT) failed: $(tail -3 "$TMP/warmup.out")"
+
 # Pristine copies: every measured run starts from the same state (both pam_totp and the guarded
 # google-authenticator record the last accepted code and the attempts; restoring keeps replay
 # guard and rate limits out of the numbers).
@@ -192,13 +210,6 @@ while oathtool --totp -b -w 1600 "$SECRET" "$wrong" >/dev/null 2>&1; do
 done
 printf '%s\n' "$wrong" >"$TMP/code_wrong"
 
-svc() { printf '%s%s' "$SERVICE_PREFIX" "$1"; }
-write_service() { # write_service MODULE LINE
-    local f
-    f=/etc/pam.d/$(svc "$1")
-    PAMD_FILES+=("$f")
-    printf '# temporary, written by scripts/bench.sh\n%s\n' "$2" >"$f"
-}
 write_service floor   "auth required pam_permit.so"
 write_service ours    "auth required $OUR_SO store=$TMP/store adjacent_intervals=5"
 write_service theirs  "auth required pam_google_authenticator.so secret=$TMP/ga/\${USER} user=root"
@@ -529,7 +540,8 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
     echo "  - floor: \`auth required pam_permit.so\`"
     echo "  - pam_totp: \`auth required pam_totp.so store=DIR adjacent_intervals=5\` (root-owned 0700 store), which always refuses a"
     echo "    used code, counts failures in the store and accepts 11 codes (T−5 … T+5). The user was enrolled through \`totp-enroll\` only,"
-    echo "    with the clock set back by \`faketime\` so that the step its enrolment marks as used lies before every measured login."
+    echo "    with the clock set back by \`faketime\` so that the step its enrolment marks as used lies before every measured login,"
+    echo "    then logged in once (3 min back, \`faketime\`) before the pristine copy: every measured login is a returning user's, whose state file exists."
     echo "  - google-authenticator: \`auth required pam_google_authenticator.so secret=DIR/\${USER} user=root\`; the file holds the secret and"
     echo "    \`\" TOTP_AUTH\` only (no RATE_LIMIT, no DISALLOW_REUSE, default window of 3 codes, default skew search), so it never rewrites it."
     echo "  - google-authenticator with the same protections (the targets' reference): the same line, another file that also holds"

@@ -174,6 +174,10 @@ check "with pam-totp-fleet, pam-totpd loads libpq and tries the database" fleet_
 if in_root apt-get remove -y -qq pam-totp-fleet >"$WORK/remove-fleet.log" 2>&1; then pass "apt removes pam-totp-fleet, pam-totp stays"
 else tail -5 "$WORK/remove-fleet.log"; fail "apt removes pam-totp-fleet, pam-totp stays"; fi
 rm -f "$R/etc/pam_totp/fleet-test.conf"
+# The base package at most 8 MB installed (issue 21: it was 34 MB, each program carrying a
+# static Swift runtime; the programs are Embedded Swift now).
+check "pam-totp's Installed-Size is at most 8 MB (8192 KiB)" \
+    bash -c '[ "$(dpkg-deb -f "$0" Installed-Size)" -le 8192 ]' "$NEW"
 echo "deb-test: installed sizes: pam-totp $(dpkg-deb -f "$NEW" Installed-Size) KiB, pam-totp-fleet $(dpkg-deb -f "$FLEET" Installed-Size) KiB"
 
 # --- prerm refuses while a stack the profile does not manage names the module

@@ -22,6 +22,11 @@
 #include <dlfcn.h>
 #include <syslog.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -51,6 +56,11 @@ static inline int clibc_open(const char *path, int flags, unsigned int mode) {
 }
 // pam-totpd's server (never the module): accept4(2) and eventfd(2), whose wrappers need
 // _GNU_SOURCE; each descriptor non-blocking and close-on-exec from the start.
+// SIG_IGN and SIG_DFL are casts in a macro, which Swift cannot import.
+static inline __sighandler_t clibc_sig_ign(void) { return SIG_IGN; }
+static inline __sighandler_t clibc_sig_dfl(void) { return SIG_DFL; }
+// fcntl with an int argument (F_GETFL, F_SETFL, F_SETFD).
+static inline int clibc_fcntl_int(int fd, int cmd, int arg) { return fcntl(fd, cmd, arg); }
 static inline int clibc_accept_nonblocking(int fd) {
     return (int)syscall(SYS_accept4, fd, (void *)0, (void *)0, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }

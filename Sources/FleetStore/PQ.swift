@@ -1,5 +1,5 @@
 import CLibPQ
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACrypto
 import MFAFileStore
@@ -178,7 +178,7 @@ public final class PQConnection: @unchecked Sendable {
             var p = pollfd(fd: cpq_PQsocket(c), events: events, revents: 0)
             let rc = poll(&p, 1, Int32(min(left, 60_000)))
             if rc > 0 { return }
-            if rc < 0 && errno != EINTR {
+            if rc < 0 && clibc_errno() != EINTR {
                 throw PQError(message: what + ": poll failed", sqlState: nil, connectionLost: true, sent: true)
             }
         }
@@ -192,7 +192,7 @@ public final class PQConnection: @unchecked Sendable {
             throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false)
         }
         let deadline = monotonicMilliseconds() + Int64(timeoutMilliseconds ?? statementTimeoutMilliseconds + 500)
-        let literals = parameters.map(\.literal)
+        let literals = parameters.map { $0.literal }
         // Without parameters: the simple protocol, which also runs a script of several
         // statements (a migration).
         let sentOK: Int32 = literals.isEmpty ? cpq_PQsendQuery(c, sql) : withOptionalCStrings(literals) { values in

@@ -5,9 +5,7 @@ import MFAPolicy
 import MFASystem
 import MFAWire
 
-// Only totp-enroll imports these files; the module never does, so the Embedded build (the
-// shipped pam_totp.so) leaves the parser out. The code itself is Embedded-compatible.
-#if !hasFeature(Embedded)
+// Only totp-enroll imports these files; the module never does (MFAAdmin is not in its build).
 
 /// A `~/.google_authenticator` file (google-authenticator-libpam's FILEFORMAT): line 1 the
 /// Base32 secret; option lines `" NAME [args]`; scratch codes, eight digits each. Parsed
@@ -185,5 +183,3 @@ public struct GoogleAuthenticatorFile: Sendable {
         scratchCodes.removeAll()
     }
 }
-
-#endif

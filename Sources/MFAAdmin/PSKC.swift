@@ -2,7 +2,6 @@ import MFACrypto
 import MFASystem
 
 // Only totp-enroll imports PSKC files (import-pskc); the module never does.
-#if !hasFeature(Embedded)
 
 /// The block ciphers a PSKC file may encrypt its values with (XML Encryption's CBC modes; the
 /// IV is the first 16 bytes of the CipherValue, PKCS#7 padding).
@@ -524,5 +523,3 @@ public func base64Decode(_ text: [UInt8]) -> [UInt8]? {
     guard padding <= 2, bits < 6 else { return nil }  // 6 leftover bits: a lone character
     return out
 }
-
-#endif

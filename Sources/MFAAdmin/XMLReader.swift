@@ -1,7 +1,6 @@
 import MFASystem
 
 // Only totp-enroll reads XML (import-pskc); the module never does.
-#if !hasFeature(Embedded)
 
 /// One element of a small XML document: names by their local part (the prefix before ':' is
 /// dropped: PSKC files spell the same namespace with different prefixes, or none), its
@@ -381,5 +380,3 @@ private struct Parser {
         }
     }
 }
-
-#endif

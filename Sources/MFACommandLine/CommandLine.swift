@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 
 // The command lines of totp-enroll and pam-totpd: subcommands, options, flags and positional
 // arguments, their --help, and one "Error: " line with the usage for a mistake. Small on
@@ -50,11 +50,23 @@ public struct UsageError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// Leave with this status and nothing more printed (what needed saying was said).
-public struct ExitCode: Error {
-    public let status: Int32
-    public init(_ status: Int32) { self.status = status }
-    public static let failure = ExitCode(1)
+/// How a command fails, one type for every command so that `Program.main` handles each case
+/// without casting errors (which Embedded Swift, the programs' build, cannot do).
+public enum CommandError: Error, CustomStringConvertible {
+    /// Values that do not go together: "Error: ", the usage, exit 64.
+    case usage(UsageError)
+    /// Leave with this status and nothing more printed.
+    case exit(Int32)
+    /// "Error: " and this text, exit 1.
+    case failure(String)
+
+    public var description: String {
+        switch self {
+        case .usage(let e): return e.description
+        case .exit(let status): return "exit status \(status)"
+        case .failure(let text): return text
+        }
+    }
 }
 
 /// A command's arguments, parsed against its specs.
@@ -63,7 +75,7 @@ public struct Arguments {
     private var flags: Set<String> = []
     private var positionals: [String: String] = [:]
 
-    public init(_ arguments: [String], specs: [ArgumentSpec]) throws(UsageError) {
+    public init(_ arguments: [String], specs: [ArgumentSpec]) throws(CommandError) {
         var byName: [String: ArgumentSpec] = [:]
         for spec in specs where spec.kind != .positional { byName[spec.name] = spec }
         let positionalSpecs = specs.filter { $0.kind == .positional }
@@ -84,10 +96,10 @@ public struct Arguments {
                 name = String(a[..<eq])
                 inline = String(a[a.index(after: eq)...])
             }
-            guard let spec = byName[name] else { throw UsageError("Unknown option '\(name)'") }
+            guard let spec = byName[name] else { throw .usage(UsageError("Unknown option '\(name)'")) }
             switch spec.kind {
             case .flag:
-                guard inline == nil else { throw UsageError("'\(name)' takes no value") }
+                guard inline == nil else { throw .usage(UsageError("'\(name)' takes no value")) }
                 flags.insert(name)
             case .option, .repeatedOption:
                 let value: String
@@ -95,7 +107,7 @@ public struct Arguments {
                     value = inline
                 } else {
                     guard i < arguments.count, !arguments[i].hasPrefix("--") else {
-                        throw UsageError("Missing value for '\(spec.synopsis)'")
+                        throw .usage(UsageError("Missing value for '\(spec.synopsis)'"))
                     }
                     value = arguments[i]
                     i += 1
@@ -106,15 +118,15 @@ public struct Arguments {
             }
         }
         guard given.count <= positionalSpecs.count else {
-            throw UsageError("Unexpected argument '\(given[positionalSpecs.count])'")
+            throw .usage(UsageError("Unexpected argument '\(given[positionalSpecs.count])'"))
         }
         for (n, spec) in positionalSpecs.enumerated() {
             if n < given.count { positionals[spec.name] = given[n] } else if spec.required {
-                throw UsageError("Missing expected argument '\(spec.synopsis)'")
+                throw .usage(UsageError("Missing expected argument '\(spec.synopsis)'"))
             }
         }
         for spec in specs where spec.required && spec.kind == .option && values[spec.name] == nil {
-            throw UsageError("Missing expected argument '\(spec.synopsis)'")
+            throw .usage(UsageError("Missing expected argument '\(spec.synopsis)'"))
         }
     }
 
@@ -144,60 +156,77 @@ public struct Arguments {
     public func argument(_ name: String) -> String? { positionals[name] }
 
     /// A required option or positional (the parse already refused its absence).
-    public func required(_ name: String) throws(UsageError) -> String {
-        guard let v = values[name]?.last ?? positionals[name] else { throw UsageError("Missing expected argument '\(name)'") }
+    public func required(_ name: String) throws(CommandError) -> String {
+        guard let v = values[name]?.last ?? positionals[name] else { throw .usage(UsageError("Missing expected argument '\(name)'")) }
         return v
     }
 
     /// The value of `--name` as a decimal integer of type T, nil if not given.
-    public func integer<T: FixedWidthInteger>(_ name: String, _ type: T.Type = T.self) throws(UsageError) -> T? {
+    public func integer<T: FixedWidthInteger>(_ name: String, _ type: T.Type = T.self) throws(CommandError) -> T? {
         guard let text = string(name) else { return nil }
-        guard let v = T(text, radix: 10) else { throw UsageError("The value '\(text)' is invalid for '\(name)': a whole number") }
+        guard let v = T(text, radix: 10) else { throw .usage(UsageError("The value '\(text)' is invalid for '\(name)': a whole number")) }
         return v
     }
 
     /// The value of `--name`, one of `choices`, nil if not given.
-    public func choice(_ name: String, _ choices: [String]) throws(UsageError) -> String? {
+    public func choice(_ name: String, _ choices: [String]) throws(CommandError) -> String? {
         guard let text = string(name) else { return nil }
         guard choices.contains(text) else {
-            throw UsageError("The value '\(text)' is invalid for '\(name)': one of \(choices.joined(separator: ", "))")
+            throw .usage(UsageError("The value '\(text)' is invalid for '\(name)': one of \(choices.joined(separator: ", "))"))
         }
         return text
     }
 }
 
 /// A subcommand (or a program without subcommands): its name, help and arguments, and what
-/// it does.
+/// it does. Both programs are Embedded Swift, so errors are typed: one type, `CommandError`.
 public protocol Command {
     static var name: String { get }
     static var abstract: String { get }
     static var discussion: String { get }
     static var specs: [ArgumentSpec] { get }
-    /// Reads the parsed arguments; a `UsageError` for values that do not go together.
-    init(_ arguments: Arguments) throws
-    func run() throws
+    /// Reads the parsed arguments; a usage error for values that do not go together.
+    init(_ arguments: Arguments) throws(CommandError)
+    func run() throws(CommandError)
 }
 
 extension Command {
     public static var discussion: String { "" }
 }
 
+/// A command as the program keeps it: its help and how to run it on parsed arguments.
+public struct Subcommand: Sendable {
+    public let name: String
+    public let abstract: String
+    public let discussion: String
+    public let specs: [ArgumentSpec]
+    let run: @Sendable (Arguments) throws(CommandError) -> Void
+
+    public init<C: Command>(_ command: C.Type) {
+        name = C.name
+        abstract = C.abstract
+        discussion = C.discussion
+        specs = C.specs
+        run = { (arguments: Arguments) throws(CommandError) in try C(arguments).run() }
+    }
+}
+
 /// A program: its subcommands, the one run without a subcommand name, and its help.
-public struct Program {
+public struct Program: Sendable {
     public let name: String
     public let abstract: String
     public let discussion: String
     /// What runs without a subcommand name: the program's own command (`pam-totpd`), or a
     /// default subcommand (`totp-enroll` runs `enroll`).
-    public let root: Command.Type
+    public let root: Subcommand
     public let rootIsSubcommand: Bool
-    public let subcommands: [Command.Type]
+    public let subcommands: [Subcommand]
     /// Options (each with a value) that every subcommand takes and that may also be given
     /// before the subcommand's name: `totp-enroll --config F list` is `totp-enroll list --config F`.
     public let optionsBeforeSubcommand: [String]
 
-    public init(name: String, abstract: String, discussion: String = "", root: Command.Type, rootIsSubcommand: Bool,
-                subcommands: [Command.Type], optionsBeforeSubcommand: [String] = []) {
+    public init(name: String, abstract: String, discussion: String = "", root: Subcommand, rootIsSubcommand: Bool,
+                subcommands: [Subcommand], optionsBeforeSubcommand: [String] = []) {
         self.name = name
         self.abstract = abstract
         self.discussion = discussion
@@ -228,13 +257,13 @@ public struct Program {
         return [arguments[i]] + moved + arguments[(i + 1)...]
     }
 
-    func subcommand(named name: String) -> Command.Type? { subcommands.first { $0.name == name } }
+    func subcommand(named name: String) -> Subcommand? { subcommands.first { $0.name == name } }
 
     /// The program's own command (not a default subcommand, which has a name of its own).
-    func isRoot(_ command: Command.Type) -> Bool { !rootIsSubcommand && ObjectIdentifier(command) == ObjectIdentifier(root) }
+    func isRoot(_ command: Subcommand) -> Bool { !rootIsSubcommand && command.name == root.name }
 
     /// Parses `arguments` (without the program's name), runs the command, and exits: 0, 1 after
-    /// "Error: " and what failed, 64 after a usage error, or an `ExitCode`'s status.
+    /// "Error: " and what failed, 64 after a usage error, or the status of `CommandError.exit`.
     public func main(_ arguments: [String]) -> Never {
         var command = root
         var rest = movingOptionsAfterSubcommand(arguments)
@@ -255,23 +284,28 @@ public struct Program {
             print(isTop ? topHelp() : help(command), terminator: "")
             exit(0)
         }
-        do {
-            let parsed = try Arguments(rest, specs: command.specs)
-            let instance = try command.init(parsed)
-            try instance.run()
+        let failure: CommandError
+        do throws(CommandError) {
+            let parsed: Arguments
+            parsed = try Arguments(rest, specs: command.specs)
+            try command.run(parsed)
             exit(0)
-        } catch let e as UsageError {
+        } catch {
+            failure = error
+        }
+        switch failure {
+        case .usage(let e):
             printToStandardError("Error: \(e.description)\nUsage: \(usageLine(command, path: path))\n  See '\(path) --help' for more information.\n")
             exit(64)
-        } catch let e as ExitCode {
-            exit(e.status)
-        } catch {
-            printToStandardError("Error: \(error)\n")
+        case .exit(let status):
+            exit(status)
+        case .failure(let text):
+            printToStandardError("Error: \(text)\n")
             exit(1)
         }
     }
 
-    func usageLine(_ command: Command.Type, path: String) -> String {
+    func usageLine(_ command: Subcommand, path: String) -> String {
         var parts = [path]
         for spec in command.specs where spec.kind == .positional {
             parts.append(spec.required ? spec.synopsis : "[" + spec.synopsis + "]")
@@ -285,7 +319,7 @@ public struct Program {
     }
 
     /// `PROGRAM SUBCOMMAND --help`.
-    public func help(_ command: Command.Type) -> String {
+    public func help(_ command: Subcommand) -> String {
         let path = isRoot(command) ? name : name + " " + command.name
         var text = wrapped("OVERVIEW: " + command.abstract, indent: 0) + "\n\n"
         if !command.discussion.isEmpty { text += wrapped(command.discussion, indent: 0) + "\n\n" }
@@ -352,8 +386,39 @@ public func printToStandardError(_ text: String) {
     var offset = 0
     while offset < bytes.count {
         let n = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
-        if n < 0 && errno == EINTR { continue }
+        if n < 0 && clibc_errno() == EINTR { continue }
         guard n > 0 else { return }
         offset += n
     }
+}
+
+/// This process's arguments, argv[0] first. Embedded Swift (pam-totpd's build) has no
+/// `CommandLine`, and SwiftPM owns an executable target's C `main`, so they are read from
+/// /proc/self/cmdline: NUL-separated, as the kernel keeps them. Exits with status 1 and one line
+/// if they cannot be read (no /proc) or are over 1 MiB.
+public func processArguments() -> [[UInt8]] {
+    let limit = 1 << 20
+    let fd = clibc_open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0)
+    var bytes: [UInt8] = []
+    var ok = fd >= 0
+    if ok {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while bytes.count <= limit {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && clibc_errno() == EINTR { continue }
+            if n <= 0 { ok = n == 0; break }
+            bytes += buffer[0..<n]
+        }
+        close(fd)
+    }
+    guard ok, bytes.count <= limit else {
+        printToStandardError("Error: cannot read this program's arguments from /proc/self/cmdline\n")
+        exit(1)
+    }
+    var out: [[UInt8]] = [[]]
+    for b in bytes {
+        if b == 0 { out.append([]) } else { out[out.count - 1].append(b) }
+    }
+    if out.last?.isEmpty == true { out.removeLast() }
+    return out
 }

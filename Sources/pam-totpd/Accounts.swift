@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACrypto
 import MFAFileStore
@@ -90,16 +90,16 @@ final class AccountCache: @unchecked Sendable {
 
     /// A regular file's bytes, nil if it cannot be read or is over `limit`.
     static func readSmallFile(_ path: String, limit: Int) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = clibc_open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= limit else { return nil }
+        guard fstat(fd, &st) == 0, st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG), st.st_size <= limit else { return nil }
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; return nil }
+            if n < 0 { if clibc_errno() == EINTR { continue }; return nil }
             if n == 0 { break }
             out += chunk[0..<n]
             if out.count > limit { return nil }

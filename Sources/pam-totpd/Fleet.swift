@@ -1,5 +1,5 @@
 import FleetStore
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -20,20 +20,20 @@ struct InitDatabase: Command {
 
     let admin: String
 
-    init(_ arguments: Arguments) throws { admin = try arguments.required("--admin") }
+    init(_ arguments: Arguments) throws(CommandError) { admin = try arguments.required("--admin") }
 
-    func run() throws {
+    func run() throws(CommandError) {
         Logger.bootstrap()
         let logger = Logger()
         let checked = checkConninfo(admin)
         if let error = checked.error {
             printError("--admin is not a valid CONNINFO: \(error)")
-            throw ExitCode.failure
+            throw .exit(1)
         }
         // Every local user can read a command line (/proc/PID/cmdline) while it runs.
         if checked.hasPassword {
             printError("--admin must not hold a password (any local user can read a command line): use ~/.pgpass, PGPASSFILE, a client certificate or peer authentication")
-            throw ExitCode.failure
+            throw .exit(1)
         }
         let result: Result<(from: Int, to: Int), PQError>
         do throws(PQError) { result = .success(try Migrator.migrate(conninfo: admin)) } catch { result = .failure(error) }
@@ -46,7 +46,7 @@ struct InitDatabase: Command {
         case .failure(let e):
             printError("init-database failed: \(e.message)")
             logger.error("init-database failed: \(e.message)")
-            throw ExitCode.failure
+            throw .exit(1)
         }
     }
 }
@@ -62,27 +62,27 @@ struct ImportFiles: Command {
     let directory: String
     let config: String?
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         directory = try arguments.required("DIR")
         config = arguments.string("--config")
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let (files, store): (Store, PostgresStore)
-        do {
+        do throws(DaemonError) {
             (files, store) = try open()
-        } catch let e as DaemonError {
-            printError(e.text)
-            throw ExitCode.failure
+        } catch {
+            printError(error.text)
+            throw .exit(1)
         }
         let report = FileImport.run(from: files, directory: Array(directory.utf8), to: store)
         for line in report.lines { print("pam-totpd: " + line) }
         print("pam-totpd: imported \(report.imported) user(s), \(report.failed) failed")
-        if report.failed > 0 { throw ExitCode.failure }
+        if report.failed > 0 { throw .exit(1) }
     }
 
     /// The file store to read and the database to write, or why not.
-    func open() throws -> (Store, PostgresStore) {
+    func open() throws(DaemonError) -> (Store, PostgresStore) {
         guard geteuid() == 0 else { throw DaemonError("must run as root (it reads the root-only store)") }
         guard let config else { throw DaemonError("import-files needs --config FILE (backend = postgresql)") }
         let site = try PamTOTPD.siteOptions(config)

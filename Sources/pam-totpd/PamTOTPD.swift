@@ -1,6 +1,5 @@
 import CLibc
 import FleetStore
-import Glibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -27,11 +26,12 @@ struct PamTOTPD: Command {
         .option("--socket", "PATH", "The socket to listen on (default: the configuration's socket, else /run/pam-totp/socket)."),
     ]
 
-    static let program = Program(name: name, abstract: abstract, discussion: discussion, root: PamTOTPD.self, rootIsSubcommand: false,
-                                 subcommands: [InitDatabase.self, ImportFiles.self], optionsBeforeSubcommand: ["--config"])
+    static let program = Program(name: name, abstract: abstract, discussion: discussion, root: Subcommand(PamTOTPD.self),
+                                 rootIsSubcommand: false, subcommands: [Subcommand(InitDatabase.self), Subcommand(ImportFiles.self)],
+                                 optionsBeforeSubcommand: ["--config"])
 
     static func main() {
-        program.main(Array(CommandLine.arguments.dropFirst()))
+        program.main(processArguments().dropFirst().map { String(decoding: $0, as: UTF8.self) })
     }
 
     let config: String?
@@ -42,10 +42,10 @@ struct PamTOTPD: Command {
         socket = arguments.string("--socket")
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         Logger.bootstrap()
         let logger = Logger()
-        do {
+        do throws(DaemonError) {
             guard geteuid() == 0 else { throw DaemonError("must run as root (it reads the root-only store)") }
             let site = try Self.siteOptions(config)
             let socketPath = socket ?? String(decoding: site.socket, as: UTF8.self)
@@ -57,10 +57,10 @@ struct PamTOTPD: Command {
             if activated != nil { limits.idleExitSeconds = 60 }
             let backend = try Self.backend(site: site, configPath: config, workers: limits.workers)
             try Self.serve(backend, limits: limits, socketPath: socketPath, activated: activated, logger: logger)
-        } catch let e as DaemonError {
-            printError(e.text)
-            logger.error("\(e.text)")
-            throw ExitCode.failure
+        } catch {
+            printError(error.text)
+            logger.error("\(error.text)")
+            throw .exit(1)
         }
     }
 
@@ -95,7 +95,7 @@ struct PamTOTPD: Command {
         }
     }
 
-    static func backend(site: ModuleOptions, configPath: String?, workers: Int) throws -> Backend {
+    static func backend(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> Backend {
         switch site.backend {
         case .files:
             return Backend(DaemonService<Store>(site: site, openStore: Self.openStore),
@@ -111,7 +111,7 @@ struct PamTOTPD: Command {
     }
 
     /// Listens (on the socket systemd passed, or on `socketPath`) and answers until idle.
-    static func serve(_ backend: Backend, limits: Limits, socketPath: String, activated: CInt?, logger: Logger) throws {
+    static func serve(_ backend: Backend, limits: Limits, socketPath: String, activated: CInt?, logger: Logger) throws(DaemonError) {
         let listener: CInt
         if let fd = activated {
             listener = fd
@@ -129,8 +129,8 @@ struct PamTOTPD: Command {
     }
 
     /// A listening Unix stream socket at `path` (backlog 512).
-    static func listen(_ path: String) throws -> CInt {
-        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+    static func listen(_ path: String) throws(DaemonError) -> CInt {
+        let fd = CLibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw DaemonError("cannot listen on \(path): \(Errno.current.text.string)") }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -145,7 +145,7 @@ struct PamTOTPD: Command {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard bound == 0, Glibc.listen(fd, 512) == 0 else {
+        guard bound == 0, CLibc.listen(fd, 512) == 0 else {
             let e = Errno.current
             close(fd)
             throw DaemonError("cannot listen on \(path): \(e.text.string)")
@@ -155,7 +155,7 @@ struct PamTOTPD: Command {
 
     /// The daemon's settings: `--config FILE` (required to exist), else the default file if
     /// there is one. A broken or unsafe file is an error that says where.
-    static func siteOptions(_ config: String?) throws -> ModuleOptions {
+    static func siteOptions(_ config: String?) throws(DaemonError) -> ModuleOptions {
         var arguments: [[UInt8]] = []
         if let config { arguments.append(Array(("config=" + config).utf8)) }
         do throws(MFAError) {
@@ -170,7 +170,7 @@ struct PamTOTPD: Command {
 
     /// Fleet mode: the CONNINFO checked (libpq parses it; a password in it needs a root-only
     /// 0600 file), one connection made to prove the server is there, then the pool.
-    static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws -> PostgresStore {
+    static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> PostgresStore {
         if site.postgresql != nil && site.postgresqlFile != nil {
             throw DaemonError("set one of postgresql = CONNINFO and postgresql_file = PATH, not both")
         }
@@ -210,12 +210,12 @@ struct PamTOTPD: Command {
 
     /// The CONNINFO in `postgresql_file`: a regular file owned by root that nobody else may
     /// read or write (it may hold a password), one line of at most 4096 bytes.
-    static func credentialsFile(_ path: String) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw DaemonError("cannot open postgresql_file \(path) (errno \(errno))") }
+    static func credentialsFile(_ path: String) throws(DaemonError) -> [UInt8] {
+        let fd = clibc_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0)
+        guard fd >= 0 else { throw DaemonError("cannot open postgresql_file \(path) (\(Errno.current.text.string))") }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == 0, st.st_mode & 0o077 == 0 else {
+        guard fstat(fd, &st) == 0, st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG), st.st_uid == 0, st.st_mode & 0o077 == 0 else {
             throw DaemonError("postgresql_file \(path) must be a regular file owned by root with mode 0600 or 0400")
         }
         var bytes = [UInt8](repeating: 0, count: 4097)
@@ -244,22 +244,22 @@ struct PamTOTPD: Command {
         guard getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &size) == 0, type == CInt(SOCK_STREAM.rawValue),
               getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0, listening == 1,
               getsockopt(3, SOL_SOCKET, SO_DOMAIN, &domain, &size) == 0, domain == AF_UNIX else { return nil }
-        _ = fcntl(3, F_SETFD, FD_CLOEXEC)
+        _ = clibc_fcntl_int(3, F_SETFD, FD_CLOEXEC)
         return 3
     }
 
     /// The socket's directory (created 0755 if missing) and no stale socket in the way: an
     /// existing socket file is removed, anything else at the path is an error.
-    static func prepare(_ path: String) throws {
+    static func prepare(_ path: String) throws(DaemonError) {
         if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
             let dir = String(path[..<slash])
-            if mkdir(dir, 0o755) == 0 { _ = chmod(dir, 0o755) } else if errno != EEXIST {
+            if mkdir(dir, 0o755) == 0 { _ = chmod(dir, 0o755) } else if clibc_errno() != EEXIST {
                 throw DaemonError("cannot create \(dir): \(Errno.current.text.string)")
             }
         }
         var st = stat()
         if lstat(path, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFSOCK else { throw DaemonError("\(path) exists and is not a socket") }
+            guard st.st_mode & UInt32(S_IFMT) == UInt32(S_IFSOCK) else { throw DaemonError("\(path) exists and is not a socket") }
             guard unlink(path) == 0 else { throw DaemonError("cannot remove the old socket \(path): \(Errno.current.text.string)") }
         }
     }

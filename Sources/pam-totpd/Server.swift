@@ -1,5 +1,4 @@
 import CLibc
-import Glibc
 import MFAAdmin
 import MFACrypto
 import MFAFileStore
@@ -105,7 +104,7 @@ final class ServerState: @unchecked Sendable {
         var busyAccounts: [[UInt8]: [@Sendable () -> Void]] = [:]
         var logBudget = LogBudget()
     }
-    private let counters: Mutex<Counters>
+    private let counters: Locked<Counters>
 
     init(limits: Limits, handle: @escaping RequestHandlerFunction, handleAdmin: @escaping AdminHandlerFunction,
          pool: WorkerPool, logger: Logger) {
@@ -114,7 +113,7 @@ final class ServerState: @unchecked Sendable {
         self.handleAdmin = handleAdmin
         self.pool = pool
         self.logger = logger
-        counters = Mutex(Counters(
+        counters = Locked(Counters(
             connections: Quota(total: limits.maxConnections, forRootOnly: limits.connectionsForRootOnly, perUser: limits.maxConnectionsPerUser),
             queue: Quota(total: limits.maxQueued, forRootOnly: limits.queuedForRootOnly, perUser: limits.maxQueuedPerUser)))
     }
@@ -214,7 +213,7 @@ func monotonicSeconds() -> Int64 { monotonicMilliseconds() / 1000 }
 final class SubordinateIDs: @unchecked Sendable {
     static let shared = SubordinateIDs(path: "/etc/subuid")
     let path: String
-    private let lock = Mutex<Void>(())
+    private let lock = Locked<Void>(())
     private var stamp: (ino_t, off_t, Int, Int) = (0, -1, 0, 0)
     private var ranges: [(first: UInt32, count: UInt32, owner: UInt32)] = []
 
@@ -235,7 +234,7 @@ final class SubordinateIDs: @unchecked Sendable {
         guard now != stamp else { return }
         stamp = now
         ranges = []
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = clibc_open(path, O_RDONLY | O_CLOEXEC, 0)
         guard fd >= 0 else { return }
         defer { close(fd) }
         var bytes: [UInt8] = []
@@ -257,6 +256,31 @@ final class SubordinateIDs: @unchecked Sendable {
     }
 }
 
+/// A value behind a pthread mutex (Synchronization's Mutex is not in Embedded Swift for Linux,
+/// pam-totpd's build). The mutex lives in its own allocation, never moved.
+final class Locked<Value>: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return body(&value)
+    }
+}
+
 /// The worker threads: store operations (file I/O, fsync, a per-user lock of up to 5 s, a
 /// database round trip) run here, never on the thread that accepts and reads.
 final class WorkerPool: @unchecked Sendable {
@@ -267,7 +291,7 @@ final class WorkerPool: @unchecked Sendable {
     private var jobs: [@Sendable () -> Void] = []
 
     /// Starts the threads; throws if none could be started (no request would ever be answered).
-    init(threads: Int) throws {
+    init(threads: Int) throws(DaemonError) {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&ready, nil)
         var started = 0
@@ -352,7 +376,7 @@ final class Server: @unchecked Sendable {
     let listener: Int32
     /// Written by a worker when a reply is ready; the server thread wakes and sends it.
     private let wake: Int32
-    private let done = Mutex<[(Connection, [UInt8])]>([])
+    private let done = Locked<[(Connection, [UInt8])]>([])
     private var connections: [Int32: Connection] = [:]
     /// In order of their deadlines (every connection gets the same time): the oldest first.
     /// Small entries, not the connections: one that is closed is freed at once, whatever
@@ -367,17 +391,17 @@ final class Server: @unchecked Sendable {
     /// is not polled until this monotonic time, or until a connection closes.
     private var acceptPausedUntil: Int64 = 0
 
-    init(state: ServerState, listener: Int32) throws {
+    init(state: ServerState, listener: Int32) throws(DaemonError) {
         self.state = state
         self.listener = listener
         wake = clibc_eventfd_nonblocking()
         guard wake >= 0 else { throw DaemonError("cannot create an eventfd: \(Errno.current.text.string)") }
-        _ = fcntl(listener, F_SETFL, fcntl(listener, F_GETFL) | O_NONBLOCK)
+        _ = clibc_fcntl_int(listener, F_SETFL, clibc_fcntl_int(listener, F_GETFL, 0) | O_NONBLOCK)
     }
 
     /// Serves until idle for `idleExitSeconds` (socket activation), else for ever; throws if
     /// poll(2) itself fails.
-    func run() throws {
+    func run() throws(DaemonError) {
         var fds: [pollfd] = []
         var polled: [Connection?] = []
         while true {
@@ -400,7 +424,7 @@ final class Server: @unchecked Sendable {
             if let (_, first) = nextDeadline() { timeout = min(timeout, max(0, first - now)) }
             if now < acceptPausedUntil { timeout = min(timeout, acceptPausedUntil - now) }
             let n = poll(&fds, nfds_t(fds.count), Int32(timeout))
-            if n < 0 && errno != EINTR { throw DaemonError("poll failed: \(Errno.current.text.string)") }
+            if n < 0 && clibc_errno() != EINTR { throw DaemonError("poll failed: \(Errno.current.text.string)") }
             if n > 0 {
                 for (i, p) in fds.enumerated() where p.revents != 0 {
                     if let c = polled[i] {
@@ -452,7 +476,7 @@ final class Server: @unchecked Sendable {
         for _ in 0..<16 {
             let fd = clibc_accept_nonblocking(listener)
             if fd < 0 {
-                let e = errno
+                let e = clibc_errno()
                 if e == EMFILE || e == ENFILE {
                     // Tried again in 250 ms, or as soon as a connection closes.
                     acceptPausedUntil = monotonicMilliseconds() + 250
@@ -464,12 +488,12 @@ final class Server: @unchecked Sendable {
             // The caller's credentials, from the kernel.
             var cred = PeerCred()
             var size = socklen_t(MemoryLayout<PeerCred>.size)
-            guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0 else { Glibc.close(fd); continue }
+            guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0 else { CLibc.close(fd); continue }
             let charged = Self.chargedUID(cred)
             guard state.admit(uid: charged) else {
                 state.log(.warning, uid: charged,
                           "refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(charged)): too many open connections")
-                Glibc.close(fd)
+                CLibc.close(fd)
                 continue
             }
             serials += 1
@@ -489,7 +513,7 @@ final class Server: @unchecked Sendable {
         // What was read may be an answer: not left in the buffer for the next read.
         defer { for i in 0..<max(0, n) { readBuffer[i] = 0 } }
         if n < 0 {
-            if errno == EAGAIN || errno == EINTR { return }
+            if clibc_errno() == EAGAIN || clibc_errno() == EINTR { return }
             close(c)
             return
         }
@@ -556,7 +580,7 @@ final class Server: @unchecked Sendable {
     private func complete(_ c: Connection, _ bytes: [UInt8]) {
         done.withLock { $0.append((c, bytes)) }
         var one: UInt64 = 1
-        _ = Glibc.write(wake, &one, 8)
+        _ = CLibc.write(wake, &one, 8)
     }
 
     private func drainCompletions() {
@@ -579,10 +603,10 @@ final class Server: @unchecked Sendable {
     private func write(_ c: Connection) {
         while c.written < c.reply.count {
             // MSG_NOSIGNAL: a caller that has hung up is EPIPE here, not a SIGPIPE that ends the daemon.
-            let n = c.reply.withUnsafeBytes { Glibc.send(c.fd, $0.baseAddress.map { $0 + c.written }, $0.count - c.written, Int32(MSG_NOSIGNAL)) }
+            let n = c.reply.withUnsafeBytes { CLibc.send(c.fd, $0.baseAddress.map { $0 + c.written }, $0.count - c.written, Int32(MSG_NOSIGNAL)) }
             if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN { return }  // the rest when the socket has room
+                if clibc_errno() == EINTR { continue }
+                if clibc_errno() == EAGAIN { return }  // the rest when the socket has room
                 break
             }
             c.written += n
@@ -595,7 +619,7 @@ final class Server: @unchecked Sendable {
         connections[c.fd] = nil
         c.markClosed()
         c.wipeReceived()
-        Glibc.close(c.fd)
+        CLibc.close(c.fd)
         state.release(uid: c.charged)
         lastActivity = monotonicMilliseconds()
         acceptPausedUntil = 0
@@ -614,9 +638,9 @@ final class Server: @unchecked Sendable {
     /// The uid the kernel reports, or for root the real uid of the process (from /proc).
     static func realUID(_ cred: PeerCred) -> UInt32 {
         guard cred.uid == 0, cred.pid > 0 else { return cred.uid }
-        let fd = open("/proc/\(cred.pid)/status", O_RDONLY | O_CLOEXEC)
+        let fd = clibc_open("/proc/\(cred.pid)/status", O_RDONLY | O_CLOEXEC, 0)
         guard fd >= 0 else { return 0 }
-        defer { Glibc.close(fd) }
+        defer { CLibc.close(fd) }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let n = read(fd, &buffer, buffer.count)
         guard n > 0 else { return 0 }

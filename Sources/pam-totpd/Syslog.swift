@@ -1,5 +1,4 @@
 import CLibc
-import Glibc
 
 /// Lines to syslog, facility authpriv, like the module (pam_syslog) and totp-enroll. Lines
 /// carry what was asked and decided, never an answer, code or secret (DaemonService builds

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -26,13 +26,13 @@ struct AuditTrail: Command {
     let output: JSONOutputOption
     let site: ConfigFileOption
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         query = try AuditQuery(arguments)
         output = JSONOutputOption(arguments)
         site = ConfigFileOption(arguments)
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         try Self.requireRoot()
         if let config = site.config { siteConfigFile = config }
         let from = query.since.flatMap { Self.parseTime($0, now: Int64(time(nil))) } ?? 0
@@ -141,13 +141,13 @@ struct AuditQuery {
     let since: String?
     let limit: Int?
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         user = arguments.string("--user")
         since = arguments.string("--since")
         limit = try arguments.integer("--limit", Int.self)
-        if let limit, limit < 1 { throw UsageError("--limit must be at least 1") }
+        if let limit, limit < 1 { throw .usage(UsageError("--limit must be at least 1")) }
         if let since, AuditTrail.parseTime(since, now: Int64(time(nil))) == nil {
-            throw UsageError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)")
+            throw .usage(UsageError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)"))
         }
     }
 }

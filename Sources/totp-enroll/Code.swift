@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -20,21 +20,22 @@ struct Code: Command {
     let time: Int64?
     let otp: OTPOptions
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         secret = try arguments.required("--secret")
         time = try arguments.integer("--time", Int64.self)
         otp = try OTPOptions(arguments)
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         try Privilege.dropPermanently()  // nothing here touches the store
         let key = try readSecret(secret)
-        let now = time ?? Int64(Glibc.time(nil))
-        do {
-            let code = try TOTP.code(secret: key, parameters: try otp.parameters(), at: now)
+        let now = time ?? Int64(CLibc.time(nil))
+        let parameters = try otp.parameters()
+        do throws(MFAError) {
+            let code = try TOTP.code(secret: key, parameters: parameters, at: now)
             print(String(decoding: code, as: UTF8.self))
-        } catch let e as MFAError {
-            throw CLIError(e)
+        } catch {
+            throw CLIError(error)
         }
     }
 }

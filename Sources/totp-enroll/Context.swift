@@ -1,5 +1,4 @@
 import CLibc
-import Glibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -27,7 +26,7 @@ struct TargetOptions {
         config = arguments.string("--config")
     }
 
-    func context() throws -> CallerContext { try CallerContext(user: user, store: store, config: config) }
+    func context() throws(CommandError) -> CallerContext { try CallerContext(user: user, store: store, config: config) }
 }
 
 /// `--config FILE` of the root-only commands (`audit`, `policy`, `unlock`, `purge`).
@@ -46,7 +45,7 @@ struct JSONOutputOption {
 
 extension Command {
     /// The commands for root only (real uid 0) refuse everyone else with one line.
-    static func requireRoot() throws {
+    static func requireRoot() throws(CommandError) {
         guard getuid() == 0 else { throw CLIError("\(name) is for root only") }
     }
 }
@@ -68,7 +67,7 @@ struct CallerContext {
 
     var user: [UInt8] { Array(userName.utf8) }
 
-    init(user: String?, store: String?, config: String? = nil, requireAccount: Bool = true) throws {
+    init(user: String?, store: String?, config: String? = nil, requireAccount: Bool = true) throws(CommandError) {
         let realUID = getuid()
         if (user != nil || store != nil || config != nil) && realUID != 0 {
             throw CLIError("--user, --store and --config are for root only")
@@ -99,7 +98,7 @@ struct CallerContext {
     /// The store: --store (root: these files, also on a fleet host, e.g. before import-files),
     /// else what /etc/security/pam_totp.conf (root-owned, checked) says — the same place the
     /// module looks: the files of store=, or in fleet mode pam-totpd at socket=.
-    static func `where`(store: String?) throws -> (path: String, socket: String?) {
+    static func `where`(store: String?) throws(CommandError) -> (path: String, socket: String?) {
         if let store { return (store, nil) }
         let site = try siteOptions()
         let path = String(decoding: site.store, as: UTF8.self)
@@ -111,9 +110,9 @@ struct CallerContext {
 
     /// Opens the store: the files (the directory created 0700 if it does not exist yet), or
     /// pam-totpd in fleet mode.
-    func openStore() throws -> EnrolStore { try Self.openStore(at: storePath, socket: daemonSocket) }
+    func openStore() throws(CommandError) -> EnrolStore { try Self.openStore(at: storePath, socket: daemonSocket) }
 
-    static func openStore(at storePath: String, socket: String?) throws -> EnrolStore {
+    static func openStore(at storePath: String, socket: String?) throws(CommandError) -> EnrolStore {
         if let socket { return .daemon(DaemonStore.overSocket(socket, storePath: storePath)) }
         if mkdir(storePath, 0o700) == 0 {
             // New directory: make sure umask did not matter and the owner is us.
@@ -208,7 +207,7 @@ enum EnrolStore {
 
     /// Fleet mode: a change pam-totpd did not confirm (`DaemonStore.isUnconfirmed`: its request
     /// was out when the reply was lost, or the daemon's database connection failed) may have
-    /// been made all the same. Returns if the user's status shows it (`made`); else throws the
+    /// been made all the same. Returns if the user's status shows it (`made`); else throws(CommandError) the
     /// error, which says so: nobody is told "nothing was changed" about a change that may be in
     /// the database. Any other error is thrown as it is (nothing changed).
     static func unconfirmed(_ error: MFAError, _ s: DaemonStore, _ user: [UInt8],
@@ -250,7 +249,7 @@ enum EnrolStore {
 
 /// The checks of an enrolment, before anything is shown or asked (docs/ARCHITECTURE.md, section 4), with
 /// the label named in the message.
-func checkEnrollable(_ store: EnrolStore, _ context: CallerContext, label: String, secret: [UInt8]?) throws {
+func checkEnrollable(_ store: EnrolStore, _ context: CallerContext, label: String, secret: [UInt8]?) throws(CommandError) {
     if let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),
        status.record.factor(labelled: Array(label.utf8)) != nil {
         throw CLIError("a factor named \"\(shown(label))\" already exists for \(context.userName); choose another --name")
@@ -264,7 +263,7 @@ func checkEnrollable(_ store: EnrolStore, _ context: CallerContext, label: Strin
 /// the store, and the window and failure limits of the tool's own code check. A broken or
 /// unsafe file is an error here too — the module refuses every login with it, and the tool
 /// must not quietly act on another store or other limits.
-func siteOptions() throws -> ModuleOptions {
+func siteOptions() throws(CommandError) -> ModuleOptions {
     let arguments = siteConfigFile.map { [Array(("config=" + $0).utf8)] } ?? []
     do { return try ModuleOptions.load(arguments) } catch {
         throw CLIError("\(CLIError.text(error)); fix \(siteConfigFile ?? "/etc/security/pam_totp.conf") (pam_totp(8))")
@@ -272,7 +271,7 @@ func siteOptions() throws -> ModuleOptions {
 }
 
 /// Runs a store operation, turning its MFAError into one CLI line.
-func storeCall<R>(_ body: () throws(MFAError) -> R) throws -> R {
+func storeCall<R>(_ body: () throws(MFAError) -> R) throws(CommandError) -> R {
     do { return try body() } catch { throw CLIError(error) }
 }
 

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -21,12 +21,12 @@ struct Enroll: Command {
     let new: NewFactorOptions
     let otp: OTPOptions
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         new = try NewFactorOptions(arguments)
         otp = try OTPOptions(arguments)
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let parameters = try otp.parameters()
         if parameters != .default {
             warn("note: Google Authenticator, Authy and Microsoft Authenticator ignore non-default algorithm, digits and period; use an app that honours them")
@@ -56,15 +56,15 @@ struct AddHOTP: Command {
     let digits: Int
     let counter: UInt64
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         new = try NewFactorOptions(arguments)
         algorithm = try HashAlgorithm.option(arguments)
         digits = try digitsOption(arguments)
         counter = try arguments.integer("--counter", UInt64.self) ?? 0
-        guard counter < HOTPWindow.maxCounter else { throw UsageError("--counter must be below 2^48") }
+        guard counter < HOTPWindow.maxCounter else { throw .usage(UsageError("--counter must be below 2^48")) }
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let parameters: OTPParameters
         do { parameters = try OTPParameters(algorithm: algorithm, digits: digits, period: OTPParameters.default.period) } catch { throw CLIError(error) }
         try new.enrol(.hotp(parameters, counter: counter))
@@ -92,7 +92,7 @@ enum NewFactorKind {
     }
 
     /// The factor `answer` proves (its step or counter recorded as used), nil if it proves none.
-    func factor(answer: [UInt8], key: [UInt8], label: String, at now: Int64) throws -> Factor? {
+    func factor(answer: [UInt8], key: [UInt8], label: String, at now: Int64) throws(CommandError) -> Factor? {
         let hmacKey = HMACKey(algorithm: parameters.algorithm, key: key)
         do throws(MFAError) {
             switch self {
@@ -124,19 +124,19 @@ struct NewFactorOptions {
     let code: String?
     let display: SecretDisplayOptions
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         target = TargetOptions(arguments)
         naming = try FactorNameOptions(arguments)
         secret = arguments.string("--secret")
         code = arguments.string("--code")
         display = try SecretDisplayOptions(arguments)
         if display.quiet {
-            guard secret != nil else { throw UsageError("--quiet needs --secret: a generated key would never be shown") }
-            guard display.files.isEmpty else { throw UsageError("--quiet writes no secret: leave out --qr-svg and --qr-png") }
+            guard secret != nil else { throw .usage(UsageError("--quiet needs --secret: a generated key would never be shown")) }
+            guard display.files.isEmpty else { throw .usage(UsageError("--quiet writes no secret: leave out --qr-svg and --qr-png")) }
         }
     }
 
-    func enrol(_ kind: NewFactorKind) throws {
+    func enrol(_ kind: NewFactorKind) throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
         let host = hostName()
@@ -165,7 +165,7 @@ struct NewFactorOptions {
     /// Asks for a code (3 tries, or --code once) within `deadlineSeconds` of `started`; the
     /// first that verifies saves the factor with the step or counter that proved it, in one commit.
     func confirmAndSave(_ kind: NewFactorKind, key: [UInt8], label: String, started: Int64,
-                        store: EnrolStore, context: CallerContext) throws {
+                        store: EnrolStore, context: CallerContext) throws(CommandError) {
         for attempt in 1...Self.maxTries {
             let answer: String
             if let code {
@@ -201,7 +201,7 @@ struct NewFactorOptions {
 
     /// After an interactive enrolment: a user without recovery codes is offered a set (the
     /// same proof covers it: the password, and a code if they had a factor, plus the new code).
-    func offerRecoveryCodes(store: EnrolStore, context: CallerContext) throws {
+    func offerRecoveryCodes(store: EnrolStore, context: CallerContext) throws(CommandError) {
         guard let status = try? store.status(user: context.user), status.record.recovery == nil else { return }
         fflush(nil)
         guard let answer = promptLine("You have no recovery codes (each logs you in once if you lose your phone). Make 10 now? [Y/n] "),
@@ -223,7 +223,7 @@ struct FactorNameOptions {
     let name: String?
     let issuer: String?
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         name = try newFactorName(arguments)
         issuer = arguments.string("--issuer")
     }
@@ -254,8 +254,8 @@ struct SecretDisplayOptions {
     let qrSVG: String?
     let qrPNG: String?
 
-    init(_ arguments: Arguments) throws {
-        qr = try arguments.choice("--qr", QRStyle.allCases.map(\.rawValue)).flatMap(QRStyle.init(rawValue:)) ?? .utf8
+    init(_ arguments: Arguments) throws(CommandError) {
+        qr = try arguments.choice("--qr", QRStyle.allCases.map { $0.rawValue }).flatMap(QRStyle.init(rawValue:)) ?? .utf8
         quiet = arguments.flag("--quiet")
         qrSVG = arguments.string("--qr-svg")
         qrPNG = arguments.string("--qr-png")
@@ -266,7 +266,7 @@ struct SecretDisplayOptions {
 
     /// Shows the new factor: the QR files first (as the caller: if one cannot be written, the
     /// key is not shown), the QR code in the terminal, the key and the URI; nothing if --quiet.
-    func show(_ uri: OTPAuthURI, key: [UInt8]) throws {
+    func show(_ uri: OTPAuthURI, key: [UInt8]) throws(CommandError) {
         if !quiet && (qr != .none || qrSVG != nil || qrPNG != nil) {
             let matrix = try QRMatrix(uri.string)
             // docs/ARCHITECTURE.md, section 4.3.
@@ -305,9 +305,9 @@ func hostName() -> String {
 }
 
 /// `--name LABEL` of a command that makes factors: checked as every new factor's label is.
-func newFactorName(_ arguments: Arguments) throws -> String? {
+func newFactorName(_ arguments: Arguments) throws(CommandError) -> String? {
     guard let name = arguments.string("--name") else { return nil }
-    do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw UsageError(CLIError(error).description) }
+    do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw .usage(UsageError(CLIError(error).description)) }
     return name
 }
 
@@ -318,7 +318,28 @@ func warn(_ text: String) {
 /// Asks on stderr, reads a line from stdin; nil on end of input.
 func promptLine(_ text: String) -> String? {
     writeStderr(text)
-    return readLine(strippingNewline: true)
+    return readStandardInputLine()
+}
+
+/// One line of standard input without its "\n" (or "\r\n"); nil at end of input before any
+/// byte. Read a byte at a time (no read-ahead: the next line stays for the next reader) and at
+/// most 64 KiB kept (the rest of a longer line is read and dropped). Embedded Swift has no
+/// `readLine`.
+func readStandardInputLine() -> String? {
+    var line: [UInt8] = []
+    var byte: UInt8 = 0
+    var sawAny = false
+    while true {
+        let n = read(0, &byte, 1)
+        if n < 0 && clibc_errno() == EINTR { continue }
+        guard n == 1 else { break }
+        sawAny = true
+        if byte == 0x0A { break }
+        if line.count < 65536 { line.append(byte) }
+    }
+    guard sawAny else { return nil }
+    if line.last == 0x0D { line.removeLast() }
+    return String(decoding: line, as: UTF8.self)
 }
 
 func writeStderr(_ text: String) {
@@ -326,7 +347,7 @@ func writeStderr(_ text: String) {
     var offset = 0
     while offset < bytes.count {
         let n = bytes[offset...].withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
-        if n <= 0 { if n < 0 && errno == EINTR { continue }; return }
+        if n <= 0 { if n < 0 && clibc_errno() == EINTR { continue }; return }
         offset += n
     }
 }

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -31,13 +31,13 @@ struct ImportGoogleAuthenticator: Command {
     let target: TargetOptions
     let name: String?
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         file = arguments.argument("FILE")
         target = TargetOptions(arguments)
         name = try newFactorName(arguments)
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let context = try target.context()
         let (path, owner) = try fileAndOwner(context)
         let label = name ?? Self.defaultLabel
@@ -85,7 +85,7 @@ struct ImportGoogleAuthenticator: Command {
     }
 
     /// The file to import (the user's ~/.google_authenticator unless named) and who must own it.
-    fileprivate func fileAndOwner(_ context: CallerContext) throws -> (path: String, owner: GAFileOwner) {
+    fileprivate func fileAndOwner(_ context: CallerContext) throws(CommandError) -> (path: String, owner: GAFileOwner) {
         guard let pw = getpwnam(context.userName) else { throw CLIError("no such user: \(context.userName)") }
         let owner = GAFileOwner(name: context.userName, uid: pw.pointee.pw_uid, gid: pw.pointee.pw_gid)
         if let file { return (file, owner) }
@@ -98,7 +98,7 @@ struct ImportGoogleAuthenticator: Command {
     /// The replay guard: every step up to now counts as used. That blocks the code the app
     /// shows right now too, which is the price of also blocking any code already typed at a
     /// google-authenticator prompt (or seen by someone else) within the window.
-    static func lastUsedStep(_ parsed: GoogleAuthenticatorFile, at now: Int64, period: UInt64) throws -> UInt64 {
+    static func lastUsedStep(_ parsed: GoogleAuthenticatorFile, at now: Int64, period: UInt64) throws(CommandError) -> UInt64 {
         var usedStep: UInt64
         do { usedStep = try TOTP.step(at: now, period: period) } catch { throw CLIError(error) }
         for step in parsed.usedSteps where step > usedStep && step <= usedStep + UInt64(TOTPVerifier.maxAdjacentIntervals) {
@@ -174,13 +174,13 @@ private struct GAFileOwner {
 /// or set-uid root), O_NOFOLLOW (a symlink is refused), O_NONBLOCK (a FIFO cannot hang us),
 /// then checked with fstat (regular, owned by the user, not writable by group or other) and
 /// read with a bound. The bytes hold the secret: the caller wipes them.
-private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) throws -> [UInt8] {
+private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) throws(CommandError) -> [UInt8] {
     let shown = displayPath(path)
     let fd = try withFileIdentity(of: owner) { () -> Int32 in
-        open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        clibc_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0)
     }
     if fd < 0 {
-        let e = errno
+        let e = clibc_errno()
         switch e {
         case ELOOP: throw CLIError("\(shown) is a symlink; refusing it (name the real file)")
         case ENOENT: throw CLIError("\(shown) does not exist")
@@ -191,7 +191,7 @@ private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) thr
     defer { close(fd) }
     var st = stat()
     guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown): \(Errno.current.text.string)") }
-    guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError("\(shown) is not a regular file") }
+    guard st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG) else { throw CLIError("\(shown) is not a regular file") }
     guard st.st_uid == owner.uid else {
         throw CLIError("\(shown) is owned by uid \(st.st_uid), not by \(owner.name) (uid \(owner.uid)); refusing it")
     }
@@ -208,8 +208,8 @@ private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) thr
     while total < buffer.count {
         let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, $0.count - total) }
         if n < 0 {
-            if errno == EINTR { continue }
-            let e = errno
+            if clibc_errno() == EINTR { continue }
+            let e = clibc_errno()
             wipe(&buffer)
             throw CLIError("cannot read \(shown): \(Errno(e).text.string)")
         }
@@ -225,14 +225,14 @@ private func readGoogleAuthenticatorFile(_ path: String, owner: GAFileOwner) thr
 /// owner is not, so that opening a caller-supplied path can do nothing the owner could not do
 /// (no root-only file, device or directory is reachable through it; NFS homes work). The
 /// identity is verified after the switch and restored afterwards.
-private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) throws -> R {
+private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws(CommandError) -> R) throws(CommandError) -> R {
     guard geteuid() == 0, owner.uid != 0 else { return try body() }
     let savedGID = getegid()
     let count = getgroups(0, nil)
     guard count >= 0 else { throw CLIError("getgroups failed: \(Errno.current.text.string)") }
     var groups = [gid_t](repeating: 0, count: Int(count))
     guard getgroups(count, &groups) == count else { throw CLIError("getgroups failed: \(Errno.current.text.string)") }
-    func restore() throws {
+    func restore() throws(CommandError) {
         guard seteuid(0) == 0, setegid(savedGID) == 0, setgroups(groups.count, groups) == 0,
               geteuid() == 0, getegid() == savedGID else {
             throw CLIError("cannot return to root after reading the file: \(Errno.current.text.string)")
@@ -241,15 +241,15 @@ private func withFileIdentity<R>(of owner: GAFileOwner, _ body: () throws -> R) 
     var one = [owner.gid]
     guard setgroups(1, &one) == 0 else { throw CLIError("setgroups failed: \(Errno.current.text.string)") }
     guard setegid(owner.gid) == 0, seteuid(owner.uid) == 0, geteuid() == owner.uid, getegid() == owner.gid else {
-        let e = errno
+        let e = clibc_errno()
         try restore()
         throw CLIError("cannot take the identity of \(owner.name) to read the file: \(Errno(e).text.string)")
     }
-    let result: Result<R, Error>
+    let result: Result<R, CommandError>
     do { result = .success(try body()) } catch { result = .failure(error) }
-    let e = errno  // body's errno survives the restore
+    let e = clibc_errno()  // body's errno survives the restore
     try restore()
-    errno = e
+    clibc_set_errno(e)
     return try result.get()
 }
 

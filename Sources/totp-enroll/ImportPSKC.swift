@@ -1,5 +1,5 @@
 import CLibCrypto
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -48,7 +48,7 @@ struct ImportPSKC: Command {
     let store: String?
     let configFile: ConfigFileOption
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         file = try arguments.required("FILE")
         assign = arguments.strings("--assign")
         assignFile = arguments.string("--assign-file")
@@ -57,9 +57,9 @@ struct ImportPSKC: Command {
         store = arguments.string("--store")
         configFile = ConfigFileOption(arguments)
         guard assign.isEmpty != (assignFile == nil) else {
-            throw UsageError("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)")
+            throw .usage(UsageError("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)"))
         }
-        guard passphraseFile == nil || keyFile == nil else { throw UsageError("give --passphrase-file or --key-file, not both") }
+        guard passphraseFile == nil || keyFile == nil else { throw .usage(UsageError("give --passphrase-file or --key-file, not both")) }
         name = try newFactorName(arguments)
     }
 
@@ -70,7 +70,7 @@ struct ImportPSKC: Command {
         var origin: String
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         try Self.requireRoot()
         let assignments = try readAssignments()
         let shownFile = shown(file)
@@ -97,8 +97,8 @@ struct ImportPSKC: Command {
             }
             assignedKey[index] = indices.count
             let context: CallerContext
-            do { context = try CallerContext(user: a.user, store: store, config: configFile.config) } catch let e as CLIError {
-                throw CLIError("\(e.description) (\(a.origin), serial \(shown(a.serial))); nothing was imported")
+            do throws(CommandError) { context = try CallerContext(user: a.user, store: store, config: configFile.config) } catch {
+                throw CLIError("\(error.description) (\(a.origin), serial \(shown(a.serial))); nothing was imported")
             }
             let label = name ?? a.serial
             do { try Factor.validateNew(label: Array(label.utf8)) } catch {
@@ -123,7 +123,7 @@ struct ImportPSKC: Command {
         }
 
         // A token is one user's.
-        try Self.refuseAssigned(serials, users: contexts.map(\.userName), assignments: assignments, store: contexts.first)
+        try Self.refuseAssigned(serials, users: contexts.map { $0.userName }, assignments: assignments, store: contexts.first)
 
         // The file's key, then every MAC, then the chosen keys decrypted and checked.
         var key = try encryptionKey(container, file: shownFile)
@@ -157,8 +157,8 @@ struct ImportPSKC: Command {
             if (existing[context.userName] ?? 0) + mine.count > UserRecord.maxFactors {
                 throw CLIError("\(context.userName) would have more than \(UserRecord.maxFactors) factors; nothing was imported")
             }
-            do { try checkEnrollable(enrolStore, context, label: labels[n], secret: token.secret) } catch let e as CLIError {
-                throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(e.description); nothing was imported")
+            do throws(CommandError) { try checkEnrollable(enrolStore, context, label: labels[n], secret: token.secret) } catch {
+                throw CLIError("serial \(shown(assignments[n].serial)) for \(context.userName): \(error.description); nothing was imported")
             }
             do throws(MFAError) {
                 var factor: Factor
@@ -185,9 +185,9 @@ struct ImportPSKC: Command {
         var done: [Int] = []
         for (n, factor) in factors.enumerated() {
             let context = contexts[n]
-            do {
+            do throws(CommandError) {
                 _ = try storeCall { () throws(MFAError) in try enrolStore.enroll(user: context.user, accountUID: context.uid, factor: factor) }
-            } catch let e as CLIError {
+            } catch let e {
                 var kept: [String] = []
                 for m in done.reversed() {
                     let c = contexts[m]
@@ -223,7 +223,7 @@ struct ImportPSKC: Command {
     /// factor already has (the record of every user read: root's store on this host). In fleet
     /// mode the database refuses that in `enroll`, under a lock per serial, whichever hosts
     /// import at once (sql/api.sql), and the keys this import saved before it are removed again.
-    static func refuseAssigned(_ serials: [[UInt8]], users: [String], assignments: [Assignment], store context: CallerContext?) throws {
+    static func refuseAssigned(_ serials: [[UInt8]], users: [String], assignments: [Assignment], store context: CallerContext?) throws(CommandError) {
         var first: [[UInt8]: Int] = [:]
         for (n, serial) in serials.enumerated() {
             if let m = first[serial], users[m] != users[n] {
@@ -258,7 +258,7 @@ struct ImportPSKC: Command {
 
     /// The index of the one HOTP/TOTP key whose serial number is `serial` (or, if no key has
     /// that serial number, whose Key Id is).
-    static func resolve(_ serial: String, in container: PSKCContainer, file: String, lookup: KeyLookup) throws -> Int {
+    static func resolve(_ serial: String, in container: PSKCContainer, file: String, lookup: KeyLookup) throws(CommandError) -> Int {
         let wanted = Array(serial.utf8)
         var matches = lookup.bySerial[wanted] ?? []
         if matches.isEmpty { matches = lookup.byId[wanted] ?? [] }
@@ -288,7 +288,7 @@ struct ImportPSKC: Command {
     }
 
     /// The assignments from --assign or --assign-file, each serial at most once.
-    func readAssignments() throws -> [Assignment] {
+    func readAssignments() throws(CommandError) -> [Assignment] {
         var out: [Assignment] = []
         if let assignFile {
             var text = try readBounded(assignFile, limit: 1024 * 1024, what: "the assignment file")
@@ -326,7 +326,7 @@ struct ImportPSKC: Command {
 
     /// The key the file's values are encrypted with: none for a file without encryption, the
     /// pre-shared key from --key-file, or the one PBKDF2 derives from --passphrase-file.
-    func encryptionKey(_ container: PSKCContainer, file shownFile: String) throws -> [UInt8]? {
+    func encryptionKey(_ container: PSKCContainer, file shownFile: String) throws(CommandError) -> [UInt8]? {
         guard container.isEncrypted else {
             // The key says an encrypted file was expected: a plaintext one in its place may be a
             // replaced file (nothing authenticates a plaintext file).
@@ -381,7 +381,7 @@ struct ImportPSKC: Command {
         }
     }
 
-    static func pbkdf2(_ passphrase: [UInt8], _ p: PSKCPBKDF2) throws -> [UInt8] {
+    static func pbkdf2(_ passphrase: [UInt8], _ p: PSKCPBKDF2) throws(CommandError) -> [UInt8] {
         try LibCryptoAES.requireLibrary()
         let prf: Int32
         switch p.prf {
@@ -401,7 +401,7 @@ struct ImportPSKC: Command {
 /// AES-CBC from libcrypto, for PSKCContainer (the library itself links no libcrypto).
 struct LibCryptoAES: PSKCDecryptor {
     /// libcrypto loaded, or a clear error saying what to install.
-    static func requireLibrary() throws {
+    static func requireLibrary() throws(CommandError) {
         var why = [CChar](repeating: 0, count: 512)
         guard ccrypto_load(&why, why.count) != 0 else { return }
         let text = String(decoding: why.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -429,8 +429,8 @@ struct LibCryptoAES: PSKCDecryptor {
 /// Like the store's own files: not a symbolic link, owned by root, writable by no one else
 /// (anyone who could change a token file, key or passphrase could choose a user's secret); a
 /// key or passphrase file readable by others is a warning (`secret`).
-func readBounded(_ path: String, limit: Int, what: String, secret: Bool = false) throws -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)
+func readBounded(_ path: String, limit: Int, what: String, secret: Bool = false) throws(CommandError) -> [UInt8] {
+    let fd = clibc_open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW, 0)
     guard fd >= 0 else {
         let e = Errno.current
         if e.rawValue == ELOOP { throw CLIError("\(what) \(shown(path)) is a symbolic link: give the file itself") }
@@ -439,7 +439,7 @@ func readBounded(_ path: String, limit: Int, what: String, secret: Bool = false)
     defer { close(fd) }
     var st = stat()
     guard fstat(fd, &st) == 0 else { throw CLIError("cannot stat \(shown(path)): \(Errno.current.text.string)") }
-    guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError("\(shown(path)) is not a regular file") }
+    guard st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG) else { throw CLIError("\(shown(path)) is not a regular file") }
     guard st.st_uid == 0, st.st_mode & 0o022 == 0 else {
         throw CLIError("\(what) \(shown(path)) must be owned by root and writable by no one else (chown root, chmod go-w)")
     }
@@ -453,8 +453,8 @@ func readBounded(_ path: String, limit: Int, what: String, secret: Bool = false)
             return read(fd, base + total, b.count - total)
         }
         if n < 0 {
-            if errno == EINTR { continue }
-            let e = errno
+            if clibc_errno() == EINTR { continue }
+            let e = clibc_errno()
             wipe(&buffer)
             throw CLIError("cannot read \(shown(path)): \(Errno(e).text.string)")
         }

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -17,7 +17,7 @@ struct List: Command {
 
     init(_ arguments: Arguments) { target = TargetOptions(arguments) }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
         guard let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),

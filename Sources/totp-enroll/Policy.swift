@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -19,12 +19,12 @@ struct Policy: Command {
     let login: PolicyLoginOptions
     let site: ConfigFileOption
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         login = try PolicyLoginOptions(arguments)
         site = ConfigFileOption(arguments)
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         try Self.requireRoot()
         let (user, service, config) = (login.user, login.service, site.config)
         guard let account = getpwnam(user) else { throw CLIError("no such account: \(shown(user))") }
@@ -88,7 +88,7 @@ struct PolicyLoginOptions {
     let service: String
     let arguments: String?
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         user = try arguments.required("--user")
         service = try arguments.required("--service")
         self.arguments = arguments.string("--arguments")
@@ -137,7 +137,7 @@ enum PamStack {
 
 /// A pam.d file's text (at most 1 MiB; nil if it cannot be read).
 func readStackFile(_ path: String) -> String? {
-    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+    let fd = clibc_open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
     let limit = 1 << 20
@@ -148,7 +148,7 @@ func readStackFile(_ path: String) -> String? {
             guard let base = b.baseAddress else { return 0 }
             return read(fd, base + total, limit - total)
         }
-        if n < 0 && errno == EINTR { continue }
+        if n < 0 && clibc_errno() == EINTR { continue }
         if n < 0 { return nil }
         if n == 0 { break }
         total += n

@@ -1,6 +1,6 @@
+import MFACommandLine
 import CLibc
 import CPAM
-import Glibc
 import MFAAdmin
 import MFACrypto
 import MFAFileStore
@@ -27,7 +27,7 @@ enum Privilege {
     }
 
     /// Drops to the real uid/gid for good (for work that never touches the store).
-    static func dropPermanently() throws {
+    static func dropPermanently() throws(CommandError) {
         guard elevated else { return }
         guard dropToCaller() else { throw CLIError("cannot drop privileges") }
     }
@@ -47,7 +47,7 @@ enum Privilege {
     /// Re-authenticates the caller (not root) as `user` through the PAM service `totp-enroll`:
     /// the shipped service asks for the password, and for a current code when the user already
     /// has a factor (pam_totp with nullok). `code`, if given, answers the code prompt.
-    static func reauthenticate(user: String, code: String?) throws {
+    static func reauthenticate(user: String, code: String?) throws(CommandError) {
         guard getuid() != 0 else { return }  // root acts without re-authenticating
         let answers = ConversationAnswers(code: code)
         let context = Unmanaged.passRetained(answers)
@@ -87,7 +87,7 @@ private let totpEnrollConversation: @convention(c) (Int32, UnsafeMutablePointer<
         var reply: String? = nil
         switch message.msg_style {
         case PAM_PROMPT_ECHO_OFF:
-            if let code = answers.code, text.lowercased().contains("code") {
+            if let code = answers.code, asksForCode(text) {
                 reply = code
             } else {
                 reply = readHidden(text)
@@ -116,7 +116,7 @@ private let totpEnrollConversation: @convention(c) (Int32, UnsafeMutablePointer<
 /// While echo is off, a signal that would end or stop the process first puts the terminal
 /// back as it was (`HiddenInput`), so Ctrl-C at the prompt does not leave echo off.
 func readHidden(_ prompt: String) -> String? {
-    let fd = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+    let fd = clibc_open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY, 0)
     guard fd >= 0 else { return promptLine(prompt) }
     defer { close(fd) }
     var saved = termios()
@@ -135,7 +135,7 @@ func readHidden(_ prompt: String) -> String? {
             // again, so turn it off and ask again; what was typed before is discarded.
             if isTerminal && HiddenInput.wasStopped { HiddenInput.restore(); restart = true; break }
             let n = read(fd, &byte, 1)
-            if n < 0 && errno == EINTR { continue }
+            if n < 0 && clibc_errno() == EINTR { continue }
             if n <= 0 { ended = line.isEmpty; break }
             if byte == 0x0A { break }
             line.append(byte)
@@ -215,7 +215,7 @@ enum HiddenInput {
 
     static func isIgnored(_ action: sigaction) -> Bool {
         guard let handler = action.__sigaction_handler.sa_handler, action.sa_flags & SA_SIGINFO == 0 else { return false }
-        return unsafeBitCast(handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
+        return unsafeBitCast(handler, to: Int.self) == unsafeBitCast(clibc_sig_ign(), to: Int.self)
     }
 }
 
@@ -230,8 +230,18 @@ private func restoreTerminalAndReraise(_ signo: Int32) {
     default: _ = write(shared.pointee.fd, "\n", 1)  // the shell's prompt starts on a new line
     }
     var action = sigaction()
-    action.__sigaction_handler.sa_handler = SIG_DFL
+    action.__sigaction_handler.sa_handler = clibc_sig_dfl()
     sigemptyset(&action.sa_mask)
     _ = sigaction(signo, &action, nil)
     _ = raise(signo)
+}
+
+/// A prompt that asks for a code ("Verification code: ", "TOTP code for ...: "): it has "code"
+/// in it, in any case (ASCII; Embedded Swift has no substring search on String).
+func asksForCode(_ prompt: String) -> Bool {
+    let bytes = Array(prompt.utf8).map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+    let word = Array("code".utf8)
+    guard bytes.count >= word.count else { return false }
+    for start in 0...(bytes.count - word.count) where Array(bytes[start..<(start + word.count)]) == word { return true }
+    return false
 }

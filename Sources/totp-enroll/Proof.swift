@@ -1,5 +1,5 @@
+import MFACommandLine
 import CLibc
-import Glibc
 import MFAAdmin
 import MFACrypto
 import MFAFileStore
@@ -16,7 +16,7 @@ import MFAWire
 enum Proof {
     static let serviceFile = "/etc/pam.d/totp-enroll"
 
-    static func require(_ context: CallerContext, store: EnrolStore, code: String?) throws {
+    static func require(_ context: CallerContext, store: EnrolStore, code: String?) throws(CommandError) {
         guard getuid() != 0 else { return }  // root acts without re-authenticating
         try checkServiceFile()
         let before = try storeCall { () throws(MFAError) in try store.status(user: context.user) }
@@ -50,12 +50,12 @@ enum Proof {
 
     /// Without its own service file libpam would use `other`, which may accept the password
     /// alone (or nothing): refuse to act for anyone but root.
-    static func checkServiceFile() throws {
+    static func checkServiceFile() throws(CommandError) {
         var st = stat()
         guard lstat(serviceFile, &st) == 0 else {
             throw CLIError("\(serviceFile) is missing: without it PAM cannot check who you are; reinstall pam_totp (make install) or ask root")
         }
-        guard st.st_mode & S_IFMT == S_IFREG, st.st_uid == 0, st.st_mode & 0o022 == 0 else {
+        guard st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG), st.st_uid == 0, st.st_mode & 0o022 == 0 else {
             throw CLIError("\(serviceFile) must be a regular file owned by root and not writable by group or other")
         }
     }

@@ -1,15 +1,16 @@
+import MFACommandLine
 import CQREncode
-import Glibc
+import CLibc
 
 /// A QR code as a square of modules (true = dark), made by libqrencode.
 struct QRMatrix {
     let width: Int
     let dark: [Bool]
 
-    init(_ text: String) throws {
+    init(_ text: String) throws(CommandError) {
         // Level M, byte mode, case-sensitive: what Google's Key URI examples use.
         guard let qr = QRcode_encodeString(text, 0, QR_ECLEVEL_M, QR_MODE_8, 1) else {
-            throw CLIError("libqrencode could not encode the URI (errno \(errno))")
+            throw CLIError("libqrencode could not encode the URI (errno \(clibc_errno()))")
         }
         defer { QRcode_free(qr) }
         let w = Int(qr.pointee.width)

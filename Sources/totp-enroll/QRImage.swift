@@ -1,5 +1,5 @@
+import MFACommandLine
 import CLibc
-import Glibc
 import MFASystem
 
 // The QR code as image files (`--qr-svg`, `--qr-png`), made here without a new dependency, and
@@ -121,13 +121,13 @@ private let privilegeDropFailed: Int32 = 255
 /// effective ids differ from the real ones, a child drops to the real ids for good and does the
 /// write, so the kernel checks the path with the caller's rights, not root's. The file is 0600:
 /// the picture holds the secret.
-func writeFileAsCaller(_ path: String, _ bytes: [UInt8]) throws {
+func writeFileAsCaller(_ path: String, _ bytes: [UInt8]) throws(CommandError) {
     try asCaller(path) { createNewFile($0, bytes) }
 }
 
 /// Checks, before the password and a code are asked for, that `path` can be created as the
 /// caller: creates it (empty, as the caller) and removes it again.
-func probeNewFileAsCaller(_ path: String) throws {
+func probeNewFileAsCaller(_ path: String) throws(CommandError) {
     try asCaller(path) { cPath in
         let r = createNewFile(cPath, [])
         if r == 0 { _ = cPath.withUnsafeBufferPointer { unlink($0.baseAddress!) } }
@@ -137,7 +137,7 @@ func probeNewFileAsCaller(_ path: String) throws {
 
 /// Runs `body` on the path with the caller's rights (a child when set-uid) and turns its
 /// errno into one clear line.
-private func asCaller(_ path: String, _ body: ([CChar]) -> Int32) throws {
+private func asCaller(_ path: String, _ body: ([CChar]) -> Int32) throws(CommandError) {
     let cPath = Array(path.utf8CString)  // prepared before fork: the child only makes syscalls
     let result: Int32
     if geteuid() != getuid() || getegid() != getgid() {
@@ -156,7 +156,7 @@ private func asCaller(_ path: String, _ body: ([CChar]) -> Int32) throws {
 /// Runs `body` in a child that has set its real, effective and saved ids to the caller's real
 /// uid and gid (no supplementary groups) and checked it cannot get the old ones back; returns
 /// what `body` returned (0 or an errno), or `privilegeDropFailed`.
-private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws -> Int32 {
+private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws(CommandError) -> Int32 {
     let pid = fork()
     guard pid >= 0 else { throw CLIError("cannot write \(shown(path)): fork failed: " + Errno.current.text.string) }
     if pid == 0 {
@@ -165,7 +165,7 @@ private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws -
     }
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 {
-        guard errno == EINTR else { throw CLIError("cannot write \(shown(path)): waitpid failed: " + Errno.current.text.string) }
+        guard clibc_errno() == EINTR else { throw CLIError("cannot write \(shown(path)): waitpid failed: " + Errno.current.text.string) }
     }
     let signal = status & 0x7F
     guard signal == 0 else { throw CLIError("cannot write \(shown(path)): the writer process was killed by signal \(signal)") }
@@ -176,19 +176,19 @@ private func inChildAsCaller(writing path: String, _ body: () -> Int32) throws -
 /// (a partly written file is removed). Only syscalls, so it is safe in a forked child.
 private func createNewFile(_ path: [CChar], _ bytes: [UInt8]) -> Int32 {
     let fd = path.withUnsafeBufferPointer {
-        open($0.baseAddress!, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        clibc_open($0.baseAddress!, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
     }
-    guard fd >= 0 else { return errno }
+    guard fd >= 0 else { return clibc_errno() }
     var failure: Int32 = 0
     var offset = 0
     while offset < bytes.count {
         let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         if n > 0 { offset += n; continue }
-        if n < 0 && errno == EINTR { continue }
-        failure = n < 0 ? errno : EIO
+        if n < 0 && clibc_errno() == EINTR { continue }
+        failure = n < 0 ? clibc_errno() : EIO
         break
     }
-    if close(fd) != 0 && errno != EINTR && failure == 0 { failure = errno }
+    if close(fd) != 0 && clibc_errno() != EINTR && failure == 0 { failure = clibc_errno() }
     if failure != 0 { _ = path.withUnsafeBufferPointer { unlink($0.baseAddress!) } }
     return failure
 }

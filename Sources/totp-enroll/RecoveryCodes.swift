@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -19,7 +19,7 @@ struct RecoveryCodes: Command {
 
     init(_ arguments: Arguments) { target = TargetOptions(arguments) }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
         let status = try storeCall { () throws(MFAError) in try store.status(user: context.user) }
@@ -33,7 +33,7 @@ struct RecoveryCodes: Command {
 
 /// Makes 10 new recovery codes, prints them once and only then stores their hashes (replacing
 /// any previous set). The caller has proved who it is.
-func issueRecoveryCodes(store: EnrolStore, context: CallerContext, replacing: Bool) throws {
+func issueRecoveryCodes(store: EnrolStore, context: CallerContext, replacing: Bool) throws(CommandError) {
     var rng = SystemRandomNumberGenerator()
     var (codes, set) = RecoverySet.generate(count: 10, using: &rng)
     defer { for i in codes.indices { wipe(&codes[i]) } }
@@ -66,8 +66,8 @@ func writeOut(_ text: String) -> Int32? {
     var offset = 0
     while offset < bytes.count {
     let n = bytes[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-    if n < 0 && errno == EINTR { continue }
-    if n <= 0 { return n < 0 ? errno : EIO }
+    if n < 0 && clibc_errno() == EINTR { continue }
+    if n <= 0 { return n < 0 ? clibc_errno() : EIO }
     offset += n
     }
     return nil

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -20,13 +20,13 @@ struct Remove: Command {
     let target: TargetOptions
     let code: String?
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         label = try arguments.required("label")
         target = TargetOptions(arguments)
         code = arguments.string("--code")
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
         let isRoot = getuid() == 0

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -21,14 +21,14 @@ struct Status: Command {
     let all: Bool
     let output: JSONOutputOption
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         target = TargetOptions(arguments)
         all = arguments.flag("--all")
         output = JSONOutputOption(arguments)
-        if all && target.user != nil { throw UsageError("--all and --user exclude each other") }
+        if all && target.user != nil { throw .usage(UsageError("--all and --user exclude each other")) }
     }
 
-    func run() throws {
+    func run() throws(CommandError) {
         if all && getuid() != 0 { throw CLIError("--all is for root only") }
         let now = Int64(time(nil))
         var reports: [UserReport] = []
@@ -55,7 +55,7 @@ struct Status: Command {
             reports.append(report)
         }
         print(output.json ? Self.json(reports, now: now) : Self.text(reports, now: now, all: all), terminator: "")
-        if failed { throw ExitCode(1) }
+        if failed { throw .exit(1) }
     }
 
     // MARK: - Text

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -16,29 +16,33 @@ enum TOTPEnroll {
             Without a subcommand, runs `enroll`: generates a secret, shows it as a QR code, \
             and saves the factor only after you type a valid code from your authenticator app.
             """,
-        root: Enroll.self, rootIsSubcommand: true,
-        subcommands: [Enroll.self, AddHOTP.self, Code.self, List.self, Status.self, Remove.self, RecoveryCodes.self, ImportGoogleAuthenticator.self,
-                      ImportPSKC.self, Unlock.self, Purge.self, AuditTrail.self, Policy.self],
+        root: Subcommand(Enroll.self), rootIsSubcommand: true,
+        subcommands: [Subcommand(Enroll.self), Subcommand(AddHOTP.self), Subcommand(Code.self), Subcommand(List.self),
+                      Subcommand(Status.self), Subcommand(Remove.self), Subcommand(RecoveryCodes.self),
+                      Subcommand(ImportGoogleAuthenticator.self), Subcommand(ImportPSKC.self), Subcommand(Unlock.self),
+                      Subcommand(Purge.self), Subcommand(AuditTrail.self), Subcommand(Policy.self)],
         optionsBeforeSubcommand: ["--config", "--store", "--user"])
 
     static func main() {
         Privilege.sanitize()
-        program.main(Array(CommandLine.arguments.dropFirst()))
+        program.main(processArguments().dropFirst().map { String(decoding: $0, as: UTF8.self) })
     }
 }
 
-/// One clear line on stderr and a non-zero exit.
-struct CLIError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-    init(_ error: MFAError) { self.description = Self.text(error) }
+/// One clear line on stderr and a non-zero exit: every command of totp-enroll throws this one
+/// type (typed throws, as Embedded Swift needs).
+typealias CLIError = CommandError
+
+extension CommandError {
+    init(_ description: String) { self = .failure(description) }
+    init(_ error: MFAError) { self = .failure(Self.text(error)) }
 
     static func text(_ error: MFAError) -> String { describe(error, for: .user).string }
 }
 
 extension HashAlgorithm {
     /// `--algorithm`: sha1 (the default), sha256 or sha512.
-    static func option(_ arguments: Arguments) throws -> HashAlgorithm {
+    static func option(_ arguments: Arguments) throws(CommandError) -> HashAlgorithm {
         guard let name = try arguments.choice("--algorithm", ["sha1", "sha256", "sha512"]) else { return .sha1 }
         return HashAlgorithm(name: Array(name.utf8)) ?? .sha1
     }
@@ -46,9 +50,9 @@ extension HashAlgorithm {
 }
 
 /// `--digits`: 6 (the default), 7 or 8.
-func digitsOption(_ arguments: Arguments) throws -> Int {
+func digitsOption(_ arguments: Arguments) throws(CommandError) -> Int {
     let digits = try arguments.integer("--digits", Int.self) ?? 6
-    guard OTPParameters.digitsRange.contains(digits) else { throw UsageError("--digits must be 6, 7 or 8") }
+    guard OTPParameters.digitsRange.contains(digits) else { throw .usage(UsageError("--digits must be 6, 7 or 8")) }
     return digits
 }
 let digitsSpec = ArgumentSpec.option("--digits", "digits", "Code length: 6, 7 or 8 digits.")
@@ -61,24 +65,24 @@ struct OTPOptions {
     var digits: Int
     var period: UInt64
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         algorithm = try HashAlgorithm.option(arguments)
         digits = try digitsOption(arguments)
         period = try arguments.integer("--period", UInt64.self) ?? 30
-        guard OTPParameters.periodRange.contains(period) else { throw UsageError("--period must be 1 to 3600") }
+        guard OTPParameters.periodRange.contains(period) else { throw .usage(UsageError("--period must be 1 to 3600")) }
     }
 
-    func parameters() throws -> OTPParameters {
+    func parameters() throws(CommandError) -> OTPParameters {
         do { return try OTPParameters(algorithm: algorithm, digits: digits, period: period) } catch { throw CLIError(error) }
     }
 }
 
 /// Reads a secret given as `--secret B32`, or from standard input with `--secret -` (which
 /// keeps it out of the process list).
-func readSecret(_ argument: String) throws -> [UInt8] {
+func readSecret(_ argument: String) throws(CommandError) -> [UInt8] {
     var text = argument
     if argument == "-" {
-        guard let line = readLine(strippingNewline: true) else { throw CLIError("no secret on standard input") }
+        guard let line = readStandardInputLine() else { throw CLIError("no secret on standard input") }
         text = line
     }
     let bytes: [UInt8]

@@ -1,4 +1,4 @@
-import Glibc
+import CLibc
 import MFAAdmin
 import MFACommandLine
 import MFACrypto
@@ -16,9 +16,9 @@ struct Unlock: NamedUserCommand {
 
     let target: NamedUserOptions<Unlock>
 
-    init(_ arguments: Arguments) throws { target = try NamedUserOptions(arguments) }
+    init(_ arguments: Arguments) throws(CommandError) { target = try NamedUserOptions(arguments) }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let context = try target.context()
         let now = Int64(time(nil))
         let store = try context.openStore()
@@ -43,9 +43,9 @@ struct Purge: NamedUserCommand {
 
     let target: NamedUserOptions<Purge>
 
-    init(_ arguments: Arguments) throws { target = try NamedUserOptions(arguments) }
+    init(_ arguments: Arguments) throws(CommandError) { target = try NamedUserOptions(arguments) }
 
-    func run() throws {
+    func run() throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
         let existed = try storeCall { () throws(MFAError) in try store.purge(user: context.user) }
@@ -83,14 +83,14 @@ struct NamedUserOptions<Command: NamedUserCommand> {
     let store: String?
     let site: ConfigFileOption
 
-    init(_ arguments: Arguments) throws {
+    init(_ arguments: Arguments) throws(CommandError) {
         user = try arguments.required("--user")
         store = arguments.string("--store")
         site = ConfigFileOption(arguments)
     }
 
     /// Root only: the named user on the store.
-    func context() throws -> CallerContext {
+    func context() throws(CommandError) -> CallerContext {
         try Command.requireRoot()
         return try CallerContext(user: user, store: store, config: site.config, requireAccount: Command.requireAccount)
     }

@@ -18,35 +18,12 @@
 // Built like the shipped module: in Embedded Swift when PAM_TOTP_EMBEDDED=1 (the Makefile builds
 // it in .build-embedded next to pam_totp.so), so the code measured is the code that ships.
 import CLibc
+import MFACommandLine
 import MFACrypto
 import MFASystem
 
-/// This program's arguments. Embedded Swift has no `CommandLine` (and SwiftPM owns the C
-/// `main` of an executable target), so they are read from /proc/self/cmdline: NUL-separated,
-/// argv[0] first. The bench runs on Linux only (PAM); valgrind serves the client's own cmdline.
-func arguments() -> [[UInt8]] {
-    let fd = clibc_open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0)
-    guard fd >= 0 else { fail("cannot open /proc/self/cmdline") }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 512)
-    while bytes.count < 4096 {
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if n < 0 && clibc_errno() == EINTR { continue }
-        guard n >= 0 else { fail("cannot read /proc/self/cmdline") }
-        if n == 0 { break }
-        bytes += buffer[0..<n]
-    }
-    var out: [[UInt8]] = [[]]
-    for b in bytes {
-        if b == 0 { out.append([]) } else { out[out.count - 1].append(b) }
-    }
-    if out.last?.isEmpty == true { out.removeLast() }
-    return out
-}
-
 func run() -> Int32 {
-    let args = arguments()
+    let args = processArguments()  // MFACommandLine: Embedded Swift has no CommandLine
     func argument(_ i: Int) -> [UInt8] {
         guard i < args.count else { fail("usage: verify-bench match|hmacs BASE32_SECRET UNIX_TIME") }
         return args[i]
