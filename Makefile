@@ -95,10 +95,10 @@ $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources
 	strip --strip-all --remove-section=.comment --remove-section=.note.gnu.gold-version -o $@ $(EMBEDDED_SO)
 
 enroll:
-	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product totp-enroll $(EMBEDDED_LINK)
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product totp-enroll --disable-local-rpath $(EMBEDDED_LINK)
 
 daemon:
-	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam-totpd $(EMBEDDED_LINK)
+	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam-totpd --disable-local-rpath $(EMBEDDED_LINK)
 
 install: deps all
 	install -d -m 0755 $(DESTDIR)$(PAMDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DOCDIR)/pam.d

@@ -1,9 +1,10 @@
 // swift-tools-version: 6.0
 //
 // Two builds from one manifest (docs/ARCHITECTURE.md, section 3):
-//   swift build / swift test            -> everything, normal Swift (tests, totp-enroll)
-//   PAM_TOTP_EMBEDDED=1 swift build ... -> only the library + PamTOTP in Embedded Swift, giving the
-//                                          shipped pam_totp.so (no Swift runtime, libc+libpam only)
+//   swift build / swift test            -> everything, normal Swift (development, the tests)
+//   PAM_TOTP_EMBEDDED=1 swift build ... -> what ships, in Embedded Swift (no Swift runtime): the
+//                                          library + PamTOTP (pam_totp.so, libc+libpam only),
+//                                          pam-totpd and totp-enroll
 import PackageDescription
 import Foundation
 

@@ -1,4 +1,4 @@
-// CLibc: the libc surface the library and PamTOTP use. Embedded Swift has no `import Glibc`, and
+// CLibc: the libc surface the library, PamTOTP and the two programs use. Embedded Swift has no `import Glibc`, and
 // Swift cannot call C variadic functions, so each variadic call gets a fixed-signature
 // `static inline` wrapper here, prefixed `clibc_`.
 #ifndef PAM_TOTP_CLIBC_SHIM_H
@@ -54,13 +54,13 @@ static inline int clibc_openat(int dirfd, const char *path, int flags, unsigned 
 static inline int clibc_open(const char *path, int flags, unsigned int mode) {
     CLIBC_SYSCALL(openat, open(path, flags, (mode_t)mode), AT_FDCWD, path, flags, (mode_t)mode);
 }
-// pam-totpd's server (never the module): accept4(2) and eventfd(2), whose wrappers need
-// _GNU_SOURCE; each descriptor non-blocking and close-on-exec from the start.
-// SIG_IGN and SIG_DFL are casts in a macro, which Swift cannot import.
+// SIG_IGN and SIG_DFL are casts in a macro, which Swift cannot import (totp-enroll).
 static inline __sighandler_t clibc_sig_ign(void) { return SIG_IGN; }
 static inline __sighandler_t clibc_sig_dfl(void) { return SIG_DFL; }
 // fcntl with an int argument (F_GETFL, F_SETFL, F_SETFD).
 static inline int clibc_fcntl_int(int fd, int cmd, int arg) { return fcntl(fd, cmd, arg); }
+// pam-totpd's server (never the module): accept4(2) and eventfd(2), whose wrappers need
+// _GNU_SOURCE; each descriptor non-blocking and close-on-exec from the start.
 static inline int clibc_accept_nonblocking(int fd) {
     return (int)syscall(SYS_accept4, fd, (void *)0, (void *)0, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }

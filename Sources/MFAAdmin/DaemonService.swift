@@ -57,8 +57,19 @@ public struct DaemonService<S: TOTPStore> {
     /// what was asked and decided, never an answer, code or secret.
     public func handle(_ request: DaemonRequest, peer: PeerCredentials, at now: Int64,
                        account: ([UInt8]) throws(MFAError) -> Account?) -> (reply: DaemonReply, log: Message) {
-        let who = "uid " + Message(decimalBytes(UInt64(peer.uid))) + " pid " + Message(decimalBytes(UInt64(peer.pid)))
-            + " service " + printable(request.service) + " user " + printable(request.user) + ": "
+        // Built in one buffer (each `+` of Messages would allocate another: this runs per request).
+        var line: [UInt8] = []
+        line.reserveCapacity(320)  // the words, two numbers, two printable() fields of at most 131 bytes
+        line.append(literal: "uid ")
+        line.append(contentsOf: decimalBytes(UInt64(peer.uid)))
+        line.append(literal: " pid ")
+        line.append(contentsOf: decimalBytes(UInt64(peer.pid)))
+        line.append(literal: " service ")
+        line.append(contentsOf: printable(request.service).bytes)
+        line.append(literal: " user ")
+        line.append(contentsOf: printable(request.user).bytes)
+        line.append(literal: ": ")
+        let who = Message(line)
         // The account is looked up at most once per request.
         var cached: Account?? = nil
         func lookupAccount() throws(MFAError) -> Account? {

@@ -180,7 +180,7 @@ public struct Arguments {
 
 /// A subcommand (or a program without subcommands): its name, help and arguments, and what
 /// it does. Both programs are Embedded Swift, so errors are typed: one type, `CommandError`.
-public protocol Command {
+public protocol Command: SendableMetatype {
     static var name: String { get }
     static var abstract: String { get }
     static var discussion: String { get }
@@ -392,7 +392,7 @@ public func printToStandardError(_ text: String) {
     }
 }
 
-/// This process's arguments, argv[0] first. Embedded Swift (pam-totpd's build) has no
+/// This process's arguments, argv[0] first. Embedded Swift (both programs' build) has no
 /// `CommandLine`, and SwiftPM owns an executable target's C `main`, so they are read from
 /// /proc/self/cmdline: NUL-separated, as the kernel keeps them. Exits with status 1 and one line
 /// if they cannot be read (no /proc) or are over 1 MiB.
@@ -411,9 +411,13 @@ public func processArguments() -> [[UInt8]] {
         }
         close(fd)
     }
-    guard ok, bytes.count <= limit else {
+    guard ok else {
         printToStandardError("Error: cannot read this program's arguments from /proc/self/cmdline\n")
         exit(1)
+    }
+    guard bytes.count <= limit else {
+        printToStandardError("Error: the arguments are too long (over 1 MiB in all)\n")
+        exit(64)
     }
     var out: [[UInt8]] = [[]]
     for b in bytes {

@@ -84,6 +84,7 @@ public struct RecoverySet: Equatable, Sendable {
     /// as a TOTP code first and as a recovery code only if no factor matched.
     public static func normalize(_ answer: [UInt8]) -> [UInt8]? {
         var digits: [UInt8] = []
+        digits.reserveCapacity(answer.count)
         for c in answer {
             if c == 0x2D || c == ASCII.space { continue }
             guard ASCII.isDigit(c) else { return nil }

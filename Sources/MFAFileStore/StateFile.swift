@@ -167,7 +167,8 @@ extension UserState {
 func storeLE(_ out: inout [UInt8], _ offset: Int, _ value: UInt64, _ width: Int) {
     var v = value
     var i = offset
-    while i < offset + width && i < out.count {
+    let end = min(offset + width, out.count)
+    while i < end {
         out[i] = UInt8(truncatingIfNeeded: v)
         v >>= 8
         i += 1

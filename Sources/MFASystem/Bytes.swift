@@ -55,6 +55,7 @@ package func parseDecimal(_ bytes: some Collection<UInt8>, limit: UInt64) -> UIn
 package func decimalBytes(_ value: UInt64) -> [UInt8] {
     if value == 0 { return [ASCII.zero] }
     var out: [UInt8] = []
+    out.reserveCapacity(20)  // UInt64.max has 20 digits: one allocation
     var v = value
     while v > 0 {
         out.append(ASCII.zero &+ UInt8(truncatingIfNeeded: v % 10))

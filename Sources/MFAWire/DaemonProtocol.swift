@@ -171,6 +171,7 @@ public enum DaemonReply: Equatable, Sendable {
 
     public func encoded() -> [UInt8] {
         var b: [UInt8] = []
+        b.reserveCapacity(64)  // every reply but an error's text: one allocation
         switch self {
         case .outcome(let outcome):
             switch outcome {
@@ -262,10 +263,12 @@ package struct Reader {
         defer { offset += 1 }
         return data[offset]
     }
+    /// A big-endian number of `size` bytes, read in place (no copy: a request reads several).
     package mutating func uint(_ size: Int) -> UInt64? {
-        guard let b = bytes(size) else { return nil }
+        guard size >= 0, size <= data.count - offset else { return nil }
         var v: UInt64 = 0
-        for byte in b { v = v << 8 | UInt64(byte) }
+        for i in offset..<(offset + size) { v = v << 8 | UInt64(data[i]) }
+        offset += size
         return v
     }
     package mutating func u16() -> UInt16? { uint(2).map { UInt16(truncatingIfNeeded: $0) } }
@@ -297,11 +300,12 @@ package struct Reader {
 
 package enum Writer {
     package static func u16(_ v: UInt16, _ out: inout [UInt8]) { out.append(UInt8(v >> 8)); out.append(UInt8(truncatingIfNeeded: v)) }
+    // Shifts from a range, not an array literal (in Embedded Swift each literal is an allocation).
     package static func u32(_ v: UInt32, _ out: inout [UInt8]) {
-        for shift in [24, 16, 8, 0] as [UInt32] { out.append(UInt8(truncatingIfNeeded: v >> shift)) }
+        for i in (0..<4).reversed() { out.append(UInt8(truncatingIfNeeded: v >> UInt32(i * 8))) }
     }
     package static func u64(_ v: UInt64, _ out: inout [UInt8]) {
-        for shift in [56, 48, 40, 32, 24, 16, 8, 0] as [UInt64] { out.append(UInt8(truncatingIfNeeded: v >> shift)) }
+        for i in (0..<8).reversed() { out.append(UInt8(truncatingIfNeeded: v >> UInt64(i * 8))) }
     }
     /// At most 255 bytes (callers bound it).
     package static func short(_ bytes: [UInt8], _ out: inout [UInt8]) {

@@ -39,13 +39,28 @@ final class AccountCache: @unchecked Sendable {
 
     let passwdPath: String
     let nsswitchPath: String
+    /// The same paths as C strings, made once: every request stats both files.
+    private let passwdCPath: [CChar]
+    private let nsswitchCPath: [CChar]
     private var mutex = pthread_mutex_t()
-    private var key: [Int64]? = nil
+    private var key: Identity? = nil
     private var file: PasswdFile? = nil
+
+    /// What tells one version of a file from another.
+    struct Stamp: Equatable {
+        var device: UInt64, inode: UInt64, size: Int64
+        var modified: Int64, modifiedNanoseconds: Int64, changed: Int64, changedNanoseconds: Int64
+    }
+    struct Identity: Equatable {
+        var passwd: Stamp
+        var nsswitch: Stamp
+    }
 
     init(passwd: String = "/etc/passwd", nsswitch: String = "/etc/nsswitch.conf") {
         passwdPath = passwd
         nsswitchPath = nsswitch
+        passwdCPath = Array(passwd.utf8CString)
+        nsswitchCPath = Array(nsswitch.utf8CString)
         pthread_mutex_init(&mutex, nil)
     }
 
@@ -70,16 +85,22 @@ final class AccountCache: @unchecked Sendable {
         return file?.uids[name]
     }
 
-    /// Both files' identity, nil if either cannot be examined.
-    func identity() -> [Int64]? {
-        var out: [Int64] = []
-        for path in [passwdPath, nsswitchPath] {
-            var st = stat()
-            guard stat(path, &st) == 0 else { return nil }
-            out += [Int64(bitPattern: UInt64(st.st_dev)), Int64(bitPattern: UInt64(st.st_ino)), Int64(st.st_size),
-                    Int64(st.st_mtim.tv_sec), Int64(st.st_mtim.tv_nsec), Int64(st.st_ctim.tv_sec), Int64(st.st_ctim.tv_nsec)]
+    /// Both files' identity, nil if either cannot be examined. No allocation: it runs per request.
+    func identity() -> Identity? {
+        guard let passwd = Self.stamp(passwdCPath), let nsswitch = Self.stamp(nsswitchCPath) else { return nil }
+        return Identity(passwd: passwd, nsswitch: nsswitch)
+    }
+
+    static func stamp(_ path: [CChar]) -> Stamp? {
+        var st = stat()
+        let rc = path.withUnsafeBufferPointer { p -> Int32 in
+            guard let base = p.baseAddress else { return -1 }
+            return stat(base, &st)
         }
-        return out
+        guard rc == 0 else { return nil }
+        return Stamp(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
+                     modified: Int64(st.st_mtim.tv_sec), modifiedNanoseconds: Int64(st.st_mtim.tv_nsec),
+                     changed: Int64(st.st_ctim.tv_sec), changedNanoseconds: Int64(st.st_ctim.tv_nsec))
     }
 
     static func load(passwd: String, nsswitch: String) -> PasswdFile? {

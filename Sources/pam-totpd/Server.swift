@@ -258,7 +258,7 @@ final class SubordinateIDs: @unchecked Sendable {
 
 /// A value behind a pthread mutex (Synchronization's Mutex is not in Embedded Swift for Linux,
 /// pam-totpd's build). The mutex lives in its own allocation, never moved.
-final class Locked<Value>: @unchecked Sendable {
+final class Locked<Value> {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private var value: Value
 
@@ -280,6 +280,8 @@ final class Locked<Value>: @unchecked Sendable {
         return body(&value)
     }
 }
+
+extension Locked: @unchecked Sendable where Value: Sendable {}
 
 /// The worker threads: store operations (file I/O, fsync, a per-user lock of up to 5 s, a
 /// database round trip) run here, never on the thread that accepts and reads.

@@ -207,7 +207,7 @@ enum EnrolStore {
 
     /// Fleet mode: a change pam-totpd did not confirm (`DaemonStore.isUnconfirmed`: its request
     /// was out when the reply was lost, or the daemon's database connection failed) may have
-    /// been made all the same. Returns if the user's status shows it (`made`); else throws(CommandError) the
+    /// been made all the same. Returns if the user's status shows it (`made`); else throws the
     /// error, which says so: nobody is told "nothing was changed" about a change that may be in
     /// the database. Any other error is thrown as it is (nothing changed).
     static func unconfirmed(_ error: MFAError, _ s: DaemonStore, _ user: [UInt8],

@@ -329,16 +329,17 @@ func readStandardInputLine() -> String? {
     var line: [UInt8] = []
     var byte: UInt8 = 0
     var sawAny = false
+    var ended = false  // by a newline, not by the end of input
     while true {
         let n = read(0, &byte, 1)
         if n < 0 && clibc_errno() == EINTR { continue }
         guard n == 1 else { break }
         sawAny = true
-        if byte == 0x0A { break }
+        if byte == 0x0A { ended = true; break }
         if line.count < 65536 { line.append(byte) }
     }
     guard sawAny else { return nil }
-    if line.last == 0x0D { line.removeLast() }
+    if ended && line.last == 0x0D { line.removeLast() }  // "\r\n", as readLine; a lone final "\r" stays
     return String(decoding: line, as: UTF8.self)
 }
 

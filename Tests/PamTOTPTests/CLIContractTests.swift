@@ -100,6 +100,21 @@ final class CLIContractTests: XCTestCase {
         }
     }
 
+    /// `--secret -` reads one line of standard input as readLine did: "\n" or "\r\n" ends it, a
+    /// last line needs no newline, and a lone "\r" at the end of input is part of the value
+    /// (not valid Base32), not a line ending. The second line stays for the next reader.
+    func testSecretFromStandardInputIsOneLine() throws {
+        let secret = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
+        for input in [secret + "\n", secret + "\r\n", secret, secret + "\nJUNK\n"] {
+            let r = try runCommand([enrollURL.path, "code", "--secret", "-", "--time", "59", "--digits", "8"], input: input)
+            XCTAssertEqual(r.status, 0, "\(input.debugDescription): \(r.stderr)")
+            XCTAssertEqual(r.stdout, "94287082\n", input.debugDescription)
+        }
+        let cr = try runCommand([enrollURL.path, "code", "--secret", "-", "--time", "59"], input: secret + "\r")
+        XCTAssertEqual(cr.status, 1, cr.stdout)
+        XCTAssertTrue(cr.stderr.hasPrefix("Error: the secret is not valid Base32"), cr.stderr)
+    }
+
     /// SIGKILL while the tool waits for the code: the pending secret lived only in that
     /// process, so no factor (and no record) exists afterwards.
     func testKilledBetweenShowingTheSecretAndTheCodeCommitsNothing() throws {
