@@ -44,17 +44,12 @@ public struct ArgumentSpec: Sendable {
     }
 }
 
-/// A mistake on the command line: "Error: " and the message, the usage line, exit 64.
-public struct UsageError: Error, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
-}
-
 /// How a command fails, one type for every command so that `Program.main` handles each case
 /// without casting errors (which Embedded Swift, the programs' build, cannot do).
 public enum CommandError: Error, CustomStringConvertible {
-    /// Values that do not go together: "Error: ", the usage, exit 64.
-    case usage(UsageError)
+    /// A mistake on the command line (values that do not go together): "Error: " and this
+    /// text, the usage line, exit 64.
+    case usage(String)
     /// Leave with this status and nothing more printed.
     case exit(Int32)
     /// "Error: " and this text, exit 1.
@@ -62,7 +57,7 @@ public enum CommandError: Error, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .usage(let e): return e.description
+        case .usage(let text): return text
         case .exit(let status): return "exit status \(status)"
         case .failure(let text): return text
         }
@@ -96,10 +91,10 @@ public struct Arguments {
                 name = String(a[..<eq])
                 inline = String(a[a.index(after: eq)...])
             }
-            guard let spec = byName[name] else { throw .usage(UsageError("Unknown option '\(name)'")) }
+            guard let spec = byName[name] else { throw .usage("Unknown option '\(name)'") }
             switch spec.kind {
             case .flag:
-                guard inline == nil else { throw .usage(UsageError("'\(name)' takes no value")) }
+                guard inline == nil else { throw .usage("'\(name)' takes no value") }
                 flags.insert(name)
             case .option, .repeatedOption:
                 let value: String
@@ -107,7 +102,7 @@ public struct Arguments {
                     value = inline
                 } else {
                     guard i < arguments.count, !arguments[i].hasPrefix("--") else {
-                        throw .usage(UsageError("Missing value for '\(spec.synopsis)'"))
+                        throw .usage("Missing value for '\(spec.synopsis)'")
                     }
                     value = arguments[i]
                     i += 1
@@ -118,15 +113,15 @@ public struct Arguments {
             }
         }
         guard given.count <= positionalSpecs.count else {
-            throw .usage(UsageError("Unexpected argument '\(given[positionalSpecs.count])'"))
+            throw .usage("Unexpected argument '\(given[positionalSpecs.count])'")
         }
         for (n, spec) in positionalSpecs.enumerated() {
             if n < given.count { positionals[spec.name] = given[n] } else if spec.required {
-                throw .usage(UsageError("Missing expected argument '\(spec.synopsis)'"))
+                throw .usage("Missing expected argument '\(spec.synopsis)'")
             }
         }
         for spec in specs where spec.required && spec.kind == .option && values[spec.name] == nil {
-            throw .usage(UsageError("Missing expected argument '\(spec.synopsis)'"))
+            throw .usage("Missing expected argument '\(spec.synopsis)'")
         }
     }
 
@@ -157,14 +152,14 @@ public struct Arguments {
 
     /// A required option or positional (the parse already refused its absence).
     public func required(_ name: String) throws(CommandError) -> String {
-        guard let v = values[name]?.last ?? positionals[name] else { throw .usage(UsageError("Missing expected argument '\(name)'")) }
+        guard let v = values[name]?.last ?? positionals[name] else { throw .usage("Missing expected argument '\(name)'") }
         return v
     }
 
     /// The value of `--name` as a decimal integer of type T, nil if not given.
     public func integer<T: FixedWidthInteger>(_ name: String, _ type: T.Type = T.self) throws(CommandError) -> T? {
         guard let text = string(name) else { return nil }
-        guard let v = T(text, radix: 10) else { throw .usage(UsageError("The value '\(text)' is invalid for '\(name)': a whole number")) }
+        guard let v = T(text, radix: 10) else { throw .usage("The value '\(text)' is invalid for '\(name)': a whole number") }
         return v
     }
 
@@ -172,7 +167,7 @@ public struct Arguments {
     public func choice(_ name: String, _ choices: [String]) throws(CommandError) -> String? {
         guard let text = string(name) else { return nil }
         guard choices.contains(text) else {
-            throw .usage(UsageError("The value '\(text)' is invalid for '\(name)': one of \(choices.joined(separator: ", "))"))
+            throw .usage("The value '\(text)' is invalid for '\(name)': one of \(choices.joined(separator: ", "))")
         }
         return text
     }
@@ -294,8 +289,8 @@ public struct Program: Sendable {
             failure = error
         }
         switch failure {
-        case .usage(let e):
-            printToStandardError("Error: \(e.description)\nUsage: \(usageLine(command, path: path))\n  See '\(path) --help' for more information.\n")
+        case .usage(let text):
+            printToStandardError("Error: \(text)\nUsage: \(usageLine(command, path: path))\n  See '\(path) --help' for more information.\n")
             exit(64)
         case .exit(let status):
             exit(status)

@@ -42,9 +42,8 @@ final class AccountCache: @unchecked Sendable {
     /// The same paths as C strings, made once: every request stats both files.
     private let passwdCPath: [CChar]
     private let nsswitchCPath: [CChar]
-    private var mutex = pthread_mutex_t()
-    private var key: Identity? = nil
-    private var file: PasswdFile? = nil
+    /// The file as last read and the identity it was read at (nil: the cache is off).
+    private let cached = Locked<(key: Identity?, file: PasswdFile?)>((nil, nil))
 
     /// What tells one version of a file from another.
     struct Stamp: Equatable {
@@ -61,7 +60,6 @@ final class AccountCache: @unchecked Sendable {
         nsswitchPath = nsswitch
         passwdCPath = Array(passwd.utf8CString)
         nsswitchCPath = Array(nsswitch.utf8CString)
-        pthread_mutex_init(&mutex, nil)
     }
 
     /// The account named `name` (see `lookupAccount`).
@@ -73,16 +71,16 @@ final class AccountCache: @unchecked Sendable {
     /// `name`'s uid from the current /etc/passwd, nil if the cache is off or it has no such line.
     func cachedUID(_ name: [UInt8]) -> UInt32? {
         guard let now = identity() else { return nil }
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        if key != now {
-            // Read, then check nothing moved while reading: a file caught mid-change is used
-            // from the next request on.
-            let read = Self.load(passwd: passwdPath, nsswitch: nsswitchPath)
-            key = identity() == now ? now : nil
-            file = key == nil ? nil : read
+        return cached.withLock { c in
+            if c.key != now {
+                // Read, then check nothing moved while reading: a file caught mid-change is used
+                // from the next request on.
+                let read = Self.load(passwd: passwdPath, nsswitch: nsswitchPath)
+                c.key = identity() == now ? now : nil
+                c.file = c.key == nil ? nil : read
+            }
+            return c.file?.uids[name]
         }
-        return file?.uids[name]
     }
 
     /// Both files' identity, nil if either cannot be examined. No allocation: it runs per request.

@@ -145,9 +145,9 @@ struct AuditQuery {
         user = arguments.string("--user")
         since = arguments.string("--since")
         limit = try arguments.integer("--limit", Int.self)
-        if let limit, limit < 1 { throw .usage(UsageError("--limit must be at least 1")) }
+        if let limit, limit < 1 { throw .usage("--limit must be at least 1") }
         if let since, AuditTrail.parseTime(since, now: Int64(time(nil))) == nil {
-            throw .usage(UsageError("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)"))
+            throw .usage("--since: not a time: \(shown(since)) (Unix seconds, 2026-11-24, 2026-11-24T09:30:00Z, 90m, 12h or 7d)")
         }
     }
 }

@@ -61,7 +61,7 @@ struct AddHOTP: Command {
         algorithm = try HashAlgorithm.option(arguments)
         digits = try digitsOption(arguments)
         counter = try arguments.integer("--counter", UInt64.self) ?? 0
-        guard counter < HOTPWindow.maxCounter else { throw .usage(UsageError("--counter must be below 2^48")) }
+        guard counter < HOTPWindow.maxCounter else { throw .usage("--counter must be below 2^48") }
     }
 
     func run() throws(CommandError) {
@@ -131,8 +131,8 @@ struct NewFactorOptions {
         code = arguments.string("--code")
         display = try SecretDisplayOptions(arguments)
         if display.quiet {
-            guard secret != nil else { throw .usage(UsageError("--quiet needs --secret: a generated key would never be shown")) }
-            guard display.files.isEmpty else { throw .usage(UsageError("--quiet writes no secret: leave out --qr-svg and --qr-png")) }
+            guard secret != nil else { throw .usage("--quiet needs --secret: a generated key would never be shown") }
+            guard display.files.isEmpty else { throw .usage("--quiet writes no secret: leave out --qr-svg and --qr-png") }
         }
     }
 
@@ -307,7 +307,7 @@ func hostName() -> String {
 /// `--name LABEL` of a command that makes factors: checked as every new factor's label is.
 func newFactorName(_ arguments: Arguments) throws(CommandError) -> String? {
     guard let name = arguments.string("--name") else { return nil }
-    do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw .usage(UsageError(CLIError(error).description)) }
+    do { try Factor.validateNew(label: Array(name.utf8)) } catch { throw .usage(CLIError.text(error)) }
     return name
 }
 

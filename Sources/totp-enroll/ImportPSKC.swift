@@ -57,9 +57,9 @@ struct ImportPSKC: Command {
         store = arguments.string("--store")
         configFile = ConfigFileOption(arguments)
         guard assign.isEmpty != (assignFile == nil) else {
-            throw .usage(UsageError("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)"))
+            throw .usage("give the assignments with --assign SERIAL=USER or with --assign-file CSV (one of them)")
         }
-        guard passphraseFile == nil || keyFile == nil else { throw .usage(UsageError("give --passphrase-file or --key-file, not both")) }
+        guard passphraseFile == nil || keyFile == nil else { throw .usage("give --passphrase-file or --key-file, not both") }
         name = try newFactorName(arguments)
     }
 

@@ -240,8 +240,6 @@ private func restoreTerminalAndReraise(_ signo: Int32) {
 /// in it, in any case (ASCII; Embedded Swift has no substring search on String).
 func asksForCode(_ prompt: String) -> Bool {
     let bytes = Array(prompt.utf8).map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
-    let word = Array("code".utf8)
-    guard bytes.count >= word.count else { return false }
-    for start in 0...(bytes.count - word.count) where Array(bytes[start..<(start + word.count)]) == word { return true }
-    return false
+    guard bytes.count >= 4 else { return false }
+    return (0...(bytes.count - 4)).contains { equals(bytes[$0..<($0 + 4)], "code") }
 }

@@ -25,7 +25,7 @@ struct Status: Command {
         target = TargetOptions(arguments)
         all = arguments.flag("--all")
         output = JSONOutputOption(arguments)
-        if all && target.user != nil { throw .usage(UsageError("--all and --user exclude each other")) }
+        if all && target.user != nil { throw .usage("--all and --user exclude each other") }
     }
 
     func run() throws(CommandError) {

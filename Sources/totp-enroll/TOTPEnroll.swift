@@ -52,7 +52,7 @@ extension HashAlgorithm {
 /// `--digits`: 6 (the default), 7 or 8.
 func digitsOption(_ arguments: Arguments) throws(CommandError) -> Int {
     let digits = try arguments.integer("--digits", Int.self) ?? 6
-    guard OTPParameters.digitsRange.contains(digits) else { throw .usage(UsageError("--digits must be 6, 7 or 8")) }
+    guard OTPParameters.digitsRange.contains(digits) else { throw .usage("--digits must be 6, 7 or 8") }
     return digits
 }
 let digitsSpec = ArgumentSpec.option("--digits", "digits", "Code length: 6, 7 or 8 digits.")
@@ -69,7 +69,7 @@ struct OTPOptions {
         algorithm = try HashAlgorithm.option(arguments)
         digits = try digitsOption(arguments)
         period = try arguments.integer("--period", UInt64.self) ?? 30
-        guard OTPParameters.periodRange.contains(period) else { throw .usage(UsageError("--period must be 1 to 3600")) }
+        guard OTPParameters.periodRange.contains(period) else { throw .usage("--period must be 1 to 3600") }
     }
 
     func parameters() throws(CommandError) -> OTPParameters {
