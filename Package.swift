@@ -69,11 +69,12 @@ var targets: [Target] = [
 // The programs and what only they use, in both builds: the Embedded one is what ships
 // (docs/ARCHITECTURE.md, section 3: no Swift runtime in the binaries, under 1 MB each instead of
 // 7-9 MB); the normal one is for development and the tests' own use of the library.
-let daemonSwift: [SwiftSetting] = embedded ? embeddedSwift : []
-let daemonLinker: [LinkerSetting] = [.linkedLibrary("m", .when(platforms: embedded ? [.linux] : [])), .unsafeFlags(hardenedLinking + (embedded ? [
-    // As for the module: drop what pam-totpd does not reach, fold identical functions.
-    "-Xlinker", "--gc-sections", "-use-ld=lld", "-Xlinker", "--icf=all",
-] : []))]
+let programSwift: [SwiftSetting] = embedded ? embeddedSwift : []
+let programLinker: [LinkerSetting] = embedded
+    // As for the module: drop what a program does not reach, fold identical functions; libm
+    // (the normal build gets it through the Swift runtime).
+    ? [.linkedLibrary("m"), .unsafeFlags(hardenedLinking + ["-Xlinker", "--gc-sections", "-use-ld=lld", "-Xlinker", "--icf=all"])]
+    : [.unsafeFlags(hardenedLinking)]
 targets += [
     // Fleet mode (docs/ARCHITECTURE.md, section 8): libpq (Debian: libpq-dev) and the PostgreSQL
     // store, linked by pam-totpd only; pam_totp.so never links a database or TLS client.
@@ -86,12 +87,12 @@ targets += [
     // Enrolment management between processes, never built into the module: the admin
     // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
     // Authenticator files.
-    .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"], swiftSettings: daemonSwift),
+    .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"], swiftSettings: programSwift),
     // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
     // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
-    .target(name: "MFACommandLine", dependencies: ["CLibc"], swiftSettings: daemonSwift),
+    .target(name: "MFACommandLine", dependencies: ["CLibc"], swiftSettings: programSwift),
     .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ"],
-            swiftSettings: daemonSwift + [.swiftLanguageMode(.v5)]),
+            swiftSettings: programSwift + [.swiftLanguageMode(.v5)]),
     // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): a poll(2) loop
     // and worker threads, syslog; every rule is MFAAdmin's DaemonService.
     .executableTarget(
@@ -99,18 +100,18 @@ targets += [
         dependencies: library + [
             "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "FleetStore",
         ],
-        swiftSettings: daemonSwift + [.swiftLanguageMode(.v5)],
-        linkerSettings: daemonLinker),
+        swiftSettings: programSwift + [.swiftLanguageMode(.v5)],
+        linkerSettings: programLinker),
     // Set-uid root (docs/ARCHITECTURE.md, section 4.3): enrolment and day-2 changes.
     .executableTarget(
         name: "totp-enroll",
         dependencies: library + [
             "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
         ],
-        swiftSettings: daemonSwift,
+        swiftSettings: programSwift,
         // libpam (re-authentication) and libqrencode: the module maps' autolinking is not
         // honoured by Embedded Swift, so both are named here.
-        linkerSettings: daemonLinker + [.linkedLibrary("pam"), .linkedLibrary("qrencode")]),
+        linkerSettings: programLinker + [.linkedLibrary("pam"), .linkedLibrary("qrencode")]),
 ]
 var products: [Product] = [
     .library(name: "pam_totp", type: .dynamic, targets: ["PamTOTP"]),
