@@ -46,9 +46,10 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     // does not count; the rest of the stack decides). Logged every time.
     if options.exempt { return exempted(pamh, user: user, options: options) }
     // A line before this one in the same transaction accepted a code (OneVerdict.swift).
-    if verifiedEarlier(pamh, user: user, options: options) { return PAM_SUCCESS }
+    let key = verdictKey(pamh, user: user, options: options)
+    if verifiedEarlier(pamh, key: key, user: user, options: options) { return PAM_SUCCESS }
     let result = verify(pamh, user: user, options: options)
-    if result == PAM_SUCCESS { rememberVerified(pamh, line, user: user, options: options) }
+    if result == PAM_SUCCESS { rememberVerified(pamh, line, key: key) }
     return result
 }
 

@@ -34,16 +34,27 @@ func noteLine(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?) {
 
 /// What a verdict is for: the backend, then the store, the daemon's socket, the PAM service and
 /// the user, separated by NULs (none of them can hold one), so equal keys mean equal fields.
+/// Made once per pam_sm_authenticate, in one allocation.
 func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> [UInt8] {
-    [options.backend == .postgresql ? 0x70 : 0x66] + options.store + [0] + options.socket + [0] + serviceName(pamh) + [0] + user
+    let service = serviceName(pamh)
+    var key: [UInt8] = []
+    key.reserveCapacity(4 + options.store.count + options.socket.count + service.count + user.count)
+    key.append(options.backend == .postgresql ? 0x70 : 0x66)
+    key.append(contentsOf: options.store)
+    key.append(0)
+    key.append(contentsOf: options.socket)
+    key.append(0)
+    key.append(contentsOf: service)
+    key.append(0)
+    key.append(contentsOf: user)
+    return key
 }
 
 /// Whether a line before this one in the same pam_authenticate accepted a code for the same
 /// key, within `verdictReuseMilliseconds`: then this line returns PAM_SUCCESS unasked.
 @inline(never)
-func verifiedEarlier(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Bool {
+func verifiedEarlier(_ pamh: OpaquePointer, key: [UInt8], user: [UInt8], options: ModuleOptions) -> Bool {
     guard !options.forwardPass else { return false }
-    let key = verdictKey(pamh, user: user, options: options)
     guard key.withUnsafeBufferPointer({ cpam_verdict_matches(pamh, $0.baseAddress, $0.count, verdictReuseMilliseconds) }) == 1 else {
         return false
     }
@@ -53,8 +64,7 @@ func verifiedEarlier(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOption
 
 /// After an accepted code: the verdict for later lines of this pam_authenticate.
 @inline(never)
-func rememberVerified(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?, user: [UInt8], options: ModuleOptions) {
-    let key = verdictKey(pamh, user: user, options: options)
+func rememberVerified(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?, key: [UInt8]) {
     _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, line, $0.baseAddress, $0.count) }
 }
 
