@@ -403,10 +403,16 @@ public struct ModuleOptions: Equatable, Sendable {
         guard unixTime >= 0, unixTime < 253_402_300_800 else { return literal("a time out of range") }  // years 1970-9999
         let (year, month, day) = civilDay(unixTime)
         let seconds = unixTime % 86_400
-        func two(_ v: Int64) -> [UInt8] { [UInt8(48 + v / 10), UInt8(48 + v % 10)] }
-        var out = decimalBytes(year)
-        out += [0x2D] + two(month) + [0x2D] + two(day) + [0x20] + two(seconds / 3600) + [0x3A] + two(seconds / 60 % 60)
-            + [0x3A] + two(seconds % 60)
+        // One buffer (a log line's, every wrong code): "YYYY-MM-DD hh:mm:ss UTC".
+        var out: [UInt8] = []
+        out.reserveCapacity(23)
+        func two(_ v: Int64) {
+            out.append(UInt8(truncatingIfNeeded: 48 + v / 10))
+            out.append(UInt8(truncatingIfNeeded: 48 + v % 10))
+        }
+        two(year / 100); two(year % 100)  // 1970-9999: four digits
+        out.append(0x2D); two(month); out.append(0x2D); two(day)
+        out.append(0x20); two(seconds / 3600); out.append(0x3A); two(seconds / 60 % 60); out.append(0x3A); two(seconds % 60)
         out.append(literal: " UTC")
         return out
     }

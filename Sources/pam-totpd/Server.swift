@@ -169,6 +169,16 @@ final class ServerState: @unchecked Sendable {
         if let summary { logger.warning(summary) }
         if allowed { logger.log(level: level, line()) }
     }
+
+    /// The same for a line already in bytes (a request's, DaemonService).
+    func log(_ level: Logger.Level, uid: UInt32, message line: Message) {
+        guard uid != 0 else { logger.log(level: level, line); return }
+        let (allowed, summary) = counters.withLock {
+            $0.logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
+        }
+        if let summary { logger.warning(summary) }
+        if allowed { logger.log(level: level, line) }
+    }
 }
 
 /// The log lines callers other than root may cause in a minute: `perUser` per charged uid and
@@ -213,11 +223,16 @@ func monotonicSeconds() -> Int64 { monotonicMilliseconds() / 1000 }
 final class SubordinateIDs: @unchecked Sendable {
     static let shared = SubordinateIDs(path: "/etc/subuid")
     let path: String
+    /// `path` as a C string, made once (it is checked at every request).
+    private let cPath: [CChar]
     private let lock = Locked<Void>(())
     private var stamp: (ino_t, off_t, Int, Int) = (0, -1, 0, 0)
     private var ranges: [(first: UInt32, count: UInt32, owner: UInt32)] = []
 
-    init(path: String) { self.path = path }
+    init(path: String) {
+        self.path = path
+        cPath = Array(path.utf8CString)
+    }
 
     func owner(of uid: UInt32) -> UInt32? {
         lock.withLock { _ in
@@ -229,12 +244,12 @@ final class SubordinateIDs: @unchecked Sendable {
 
     private func reloadIfChanged() {
         var st = stat()
-        guard stat(path, &st) == 0 else { ranges = []; stamp = (0, -1, 0, 0); return }
+        guard stat(cPath, &st) == 0 else { ranges = []; stamp = (0, -1, 0, 0); return }
         let now = (st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec)
         guard now != stamp else { return }
         stamp = now
         ranges = []
-        let fd = clibc_open(path, O_RDONLY | O_CLOEXEC, 0)
+        let fd = clibc_open(cPath, O_RDONLY | O_CLOEXEC, 0)
         guard fd >= 0 else { return }
         defer { close(fd) }
         var bytes: [UInt8] = []
@@ -662,9 +677,9 @@ final class Server: @unchecked Sendable {
         }
         let (reply, line) = state.handle(request, credentials, Int64(time(nil)))
         if case .outcome(.failed(.daemon)) = reply {
-            state.log(.error, uid: charged, line.string)
+            state.log(.error, uid: charged, message: line)
         } else {
-            state.log(.info, uid: charged, line.string)
+            state.log(.info, uid: charged, message: line)
         }
         return reply.encoded()
     }
@@ -686,8 +701,8 @@ final class Server: @unchecked Sendable {
         }
         let (reply, line) = state.handleAdmin(request, credentials, Int64(time(nil)))
         switch reply {
-        case .failed(.daemon), .refused: state.log(.warning, uid: charged, line.string)
-        default: state.log(.notice, uid: charged, line.string)
+        case .failed(.daemon), .refused: state.log(.warning, uid: charged, message: line)
+        default: state.log(.notice, uid: charged, message: line)
         }
         return reply.encoded()
     }

@@ -1,4 +1,5 @@
 import CLibc
+import MFASystem
 
 /// Lines to syslog, facility authpriv, like the module (pam_syslog) and totp-enroll. Lines
 /// carry what was asked and decided, never an answer, code or secret (DaemonService builds
@@ -22,6 +23,13 @@ struct Logger: Sendable {
     static func bootstrap() { openlog(strdup("pam-totpd"), LOG_PID, LOG_AUTHPRIV) }
 
     func log(level: Level, _ line: String) { clibc_syslog(level.priority, line) }
+    /// A line already in bytes (DaemonService's, one per request): made a C string here, with no
+    /// String in between. A NUL inside would only end the line early (printable() escapes them).
+    func log(level: Level, _ line: Message) {
+        var bytes = line.bytes
+        bytes.append(0)
+        bytes.withUnsafeBytes { clibc_syslog(level.priority, $0.baseAddress?.assumingMemoryBound(to: CChar.self)) }
+    }
     func info(_ line: String) { log(level: .info, line) }
     func notice(_ line: String) { log(level: .notice, line) }
     func warning(_ line: String) { log(level: .warning, line) }
