@@ -20,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,16 +98,32 @@ void *calloc(size_t count, size_t size) {
     return memset(p, 0, n);
 }
 
-// glibc's arc4random_buf: getrandom(2) until the buffer is full (it blocks only before the
-// kernel's pool is first ready). A kernel without getrandom (before 3.17) or a seccomp filter that
-// refuses it leaves no random source: stop, as glibc does (it aborts), rather than return bytes
-// that are not random.
+// As glibc's arc4random_buf: getrandom(2) until the buffer is full (it blocks only before the
+// kernel's pool is first ready); where getrandom is missing or refused (a seccomp filter),
+// /dev/urandom. With neither there is no random source: stop, as glibc does (it aborts), rather
+// than return bytes that are not random. Only enrolment uses it (a new secret, recovery codes'
+// salts, a temporary file's name), never an ordinary login.
+static int urandom_fill(unsigned char *p, size_t n) {
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/dev/urandom", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return -1;
+    while (n) {
+        long got = syscall(SYS_read, fd, p, n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) { syscall(SYS_close, fd); return -1; }
+        p += got;
+        n -= (size_t)got;
+    }
+    syscall(SYS_close, fd);
+    return 0;
+}
+
 void arc4random_buf(void *buffer, size_t n) {
     unsigned char *p = buffer;
     while (n) {
         long got = syscall(SYS_getrandom, p, n > 33554431 ? 33554431 : n, 0);
         if (got < 0) {
             if (errno == EINTR) continue;
+            if (urandom_fill(p, n) == 0) return;
             __builtin_trap();
         }
         p += got;
