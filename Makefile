@@ -226,9 +226,13 @@ bench: bench-deps module enroll daemon $(VERIFY_BENCH)
 
 # Fleet mode's figures (docs/benchmarks.md, "Fleet mode"): a throwaway PostgreSQL, 1,000 users,
 # logins/s and p50/p99 for 1 and 4 concurrent clients through one pam-totpd.
+# make bench-fleet PRIVACYIDEA=1: also privacyIDEA (pinned, from PyPI, into a venv kept in
+# /var/cache/pam-totp-bench) on the same PostgreSQL, the same users and clients, the runs alternating,
+# CPU per login on each side, and the guarantee run (one code sent 4 times at once to each side);
+# scripts/bench-fleet-privacyidea.sh. About 10 minutes once installed.
 bench-fleet: deps daemon
-	@$(call apt_install,postgresql-15 postgresql-client-15 python3)
-	scripts/bench-fleet.sh $(abspath $(DAEMON_BIN)) docs/benchmarks.md
+	@$(call apt_install,postgresql-15 postgresql-client-15 python3 $(if $(filter 1,$(PRIVACYIDEA)),python3-venv))
+	PRIVACYIDEA=$(PRIVACYIDEA) scripts/bench-fleet.sh $(abspath $(DAEMON_BIN)) docs/benchmarks.md
 
 clean:
 	rm -rf .build .build-embedded .build-fuzz .build-test.log dist

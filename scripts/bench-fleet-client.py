@@ -2,8 +2,11 @@
 """bench-fleet's load: N threads send pam-totpd authenticate requests (the module's frame,
 docs/ARCHITECTURE.md, section 5.2) over its Unix socket, one connection per request like the module;
 prints logins/s and p50/p99 latency. Codes are computed here (RFC 6238, SHA-1, 6 digits).
+race (make bench-fleet PRIVACYIDEA=1, the guarantee run): each of the first USERS users in turn gets its
+current code sent CLIENTS times at once (every connection open before any is sent); prints the requests,
+the accepted ones and the users accepted more than once (REQUESTS is ignored).
 
-usage: bench-fleet-client.py SOCKET USERS SECRET_HEX CLIENTS REQUESTS STEP_OFFSET|wrong
+usage: bench-fleet-client.py SOCKET USERS SECRET_HEX CLIENTS REQUESTS STEP_OFFSET|wrong|race
 """
 import hashlib, hmac, socket, struct, sys, threading, time
 
@@ -24,10 +27,14 @@ def frame(user, answer):
         body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
     return b"PTQ2" + struct.pack(">H", len(body)) + body
 
-def ask(data):
+def connect():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(sock_path)
+    return s
+
+def ask(data, s=None):
+    s = s or connect()
     s.sendall(data)
     out = b""
     while True:
@@ -37,6 +44,28 @@ def ask(data):
         out += chunk
     s.close()
     return out[6] if len(out) > 6 else -1  # reply kind: 0 success, 2 wrong code, 4 locked, 6 failed
+
+def race():
+    accepted, multi, kinds = 0, 0, {}
+    for u in range(users):
+        data = frame("benchuser%04d" % u, code(int(time.time()) // 30))
+        conns = [connect() for _ in range(clients)]
+        barrier, got = threading.Barrier(clients), []
+        def one(s):
+            barrier.wait()
+            got.append(ask(data, s))
+        threads = [threading.Thread(target=one, args=(s,)) for s in conns]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        for k in got:
+            kinds[k] = kinds.get(k, 0) + 1
+        accepted += got.count(0)
+        multi += got.count(0) > 1
+    print("%d %d %d %d %s" % (clients, users * clients, accepted, multi, ",".join("%s:%d" % kv for kv in sorted(kinds.items()))))
+
+if mode == "race":
+    race()
+    sys.exit(0)
 
 step = int(time.time()) // 30
 answer = "000000" if mode == "wrong" else code(step + int(mode))

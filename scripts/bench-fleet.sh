@@ -5,19 +5,28 @@
 # enrolled, one pam-totpd with backend = postgresql as a host role; then requests as the module
 # sends them (scripts/bench-fleet-client.py) from 1 and 4 concurrent clients: accepted codes
 # (every user once, a fresh step per run) and wrong codes. Figures, not assertions.
+# With PRIVACYIDEA=1 (make bench-fleet PRIVACYIDEA=1): privacyIDEA from PyPI on the same PostgreSQL
+# (scripts/bench-fleet-privacyidea.sh), the same users and client shape, each run alternating with
+# pam-totpd's, the CPU each side and PostgreSQL spent per login, and the guarantee run (50 users, each
+# user's current code sent 4 times at once, to both); a subsection of the same section.
 # Everything it starts is stopped and removed on exit.
 set -euo pipefail
 daemon=$1 out=$2
+privacyidea=${PRIVACYIDEA:-0}
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 bin=/usr/lib/postgresql/15/bin
 dir=$(mktemp -d /tmp/pamtotp-fleet-bench.XXXXXX)
 chmod 0755 "$dir"; chown postgres "$dir"
 pid=""
+[ "$privacyidea" = 1 ] && . "$(dirname "$0")/bench-fleet-privacyidea.sh"
 cleanup() {
+  [ "$privacyidea" != 1 ] || pi_stop || true
   [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
   runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
+[ "$privacyidea" = 1 ] && pi_install
 runuser -u postgres -- "$bin/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
 printf "listen_addresses = ''\nunix_socket_directories = '%s'\nport = 5432\n" "$dir" >> "$dir/data/postgresql.conf"
 runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w start >/dev/null </dev/null
@@ -41,16 +50,66 @@ pid=$!
 for _ in $(seq 100); do [ -S "$dir/socket" ] && break; sleep 0.1; done
 [ -S "$dir/socket" ] || { echo "pam-totpd did not start: $(cat "$dir/daemon.log")" >&2; exit 1; }
 client="$(dirname "$0")/bench-fleet-client.py"
-# Warm-up (connections into the pool), then the runs.
+piclient="$(dirname "$0")/bench-fleet-privacyidea-client.py"
+hz=$(getconf CLK_TCK)
+# The pids whose parent is $1 (from /proc: procps may be missing).
+children() {
+  local f line
+  for f in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null <"$f" || continue
+    line=${line##*) }; line=${line#* }
+    [ "${line%% *}" = "$1" ] && { f=${f#/proc/}; echo "${f%/stat}"; }
+  done
+  return 0
+}
+# utime+stime of the processes named, in clock ticks; the first one's also with its reaped children's.
+ticks() {
+  local s=0 first=1 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && s=$((s + $(sed 's/.*) //' "/proc/$p/stat" | awk -v c=$first '{print $12 + $13 + (c ? $14 + $15 : 0)}')))
+    first=0
+  done
+  echo "$s"
+}
+pg_pids() { local pm; pm=$(head -n 1 "$dir/data/postmaster.pid"); echo "$pm" $(children "$pm"); }
+per_login() { awk -v t="$1" -v n="$2" -v hz="$hz" 'BEGIN { printf "%.2f", t * 1000 / hz / n }'; }
+# timed pam|pi CLIENT_ARGS...: one run's figures | the server's CPU per login (ms) | PostgreSQL's.
+timed() {
+  local side=$1 s0 p0 r s1 p1 n; shift
+  if [ "$side" = pam ]; then s0=$(ticks "$pid"); else s0=$(ticks $(pi_pids)); fi
+  p0=$(ticks $(pg_pids))
+  if [ "$side" = pam ]; then r=$(python3 "$client" "$dir/socket" 1000 "$secret" "$@") || return
+  else r=$(python3 "$piclient" "127.0.0.1:$pi_port" 1000 "$secret" "$@" "$dir/pi/steps") || return; fi
+  if [ "$side" = pam ]; then s1=$(ticks "$pid"); else s1=$(ticks $(pi_pids)); fi
+  p1=$(ticks $(pg_pids))
+  read -r _ n _ <<<"$r"
+  echo "$r|$(per_login $((s1 - s0)) "$n")|$(per_login $((p1 - p0)) "$n")"
+}
+reset_failures() {
+  psql -d fleet -c "UPDATE pam_totp.users SET failures = 0" >/dev/null
+  [ "$privacyidea" = 1 ] && pi_reset_failures
+  return 0
+}
+# run WHAT CLIENTS PAM_MODE PI_MODE: pam-totpd's run, then (PRIVACYIDEA=1) privacyIDEA's.
+rows=() both=()
+run() {
+  local r
+  r=$(timed pam "$2" 1000 "$3")
+  rows+=("$1|${r%%|*}") both+=("$1|pam_totp|$r")
+  if [ "$privacyidea" = 1 ]; then r=$(timed pi "$2" 1000 "$4"); both+=("$1|privacyIDEA|$r"); fi
+}
+[ "$privacyidea" = 1 ] && pi_start 1000
+# Warm-up (connections into the pool; privacyIDEA's workers through their first requests), then the runs.
 python3 "$client" "$dir/socket" 1000 "$secret" 4 200 wrong >/dev/null
-psql -d fleet -c "UPDATE pam_totp.users SET failures = 0" >/dev/null
-rows=()
-rows+=("accepted code|$(python3 "$client" "$dir/socket" 1000 "$secret" 1 1000 0)")
-rows+=("accepted code|$(python3 "$client" "$dir/socket" 1000 "$secret" 4 1000 1)")
-psql -d fleet -c "UPDATE pam_totp.users SET failures = 0" >/dev/null
-rows+=("wrong code|$(python3 "$client" "$dir/socket" 1000 "$secret" 1 1000 wrong)")
-rows+=("wrong code|$(python3 "$client" "$dir/socket" 1000 "$secret" 4 1000 wrong)")
-daemon_cpu=$(awk '{print $14 + $15}' /proc/$pid/stat)
+[ "$privacyidea" = 1 ] && python3 "$piclient" "127.0.0.1:$pi_port" 1000 "$secret" 4 200 wrong "$dir/pi/steps" >/dev/null
+reset_failures
+run "accepted code" 1 0 accepted
+run "accepted code" 4 1 accepted
+# The last step pam-totpd's runs sent a code of is at most this one (the guarantee run waits for a later one).
+pam_used=$(( $(date +%s) / 30 + 1 ))
+reset_failures
+run "wrong code" 1 wrong wrong
+run "wrong code" 4 wrong wrong
 # Scale: 99,000 more accounts in the daemon's passwd, before the 1,000 users (each look-up is
 # then of an account near the end of a 100,000-line file). Renamed into place under the
 # running daemon, as useradd does: its account cache sees the new file at the next request.
@@ -63,7 +122,16 @@ accounts=$(wc -l < "$dir/etc/passwd")
 psql -d fleet -c "UPDATE pam_totp.users SET failures = 0" >/dev/null
 rows+=("wrong code, $accounts accounts in passwd|$(python3 "$client" "$dir/socket" 1000 "$secret" 1 1000 wrong)")
 rows+=("wrong code, $accounts accounts in passwd|$(python3 "$client" "$dir/socket" 1000 "$secret" 4 1000 wrong)")
-pg_statements=$(psql -d fleet -c "SELECT sum(xact_commit) FROM pg_stat_database WHERE datname = 'fleet'")
+if [ "$privacyidea" = 1 ]; then
+  # The guarantee run: 50 users, each user's current code sent 4 times at once, to each side.
+  reset_failures
+  while [ $(( $(date +%s) / 30 )) -le "$pam_used" ]; do sleep 1; done
+  race_pam=$(python3 "$client" "$dir/socket" 50 "$secret" 4 200 race)
+  race_pi=$(python3 "$piclient" "127.0.0.1:$pi_port" 50 "$secret" 4 200 race "$dir/pi/steps")
+  load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+  pi_versions="privacyIDEA $("$pi_venv/bin/python3" -c 'import importlib.metadata as m; print(m.version("privacyidea"))'),\
+ gunicorn $pi_gunicorn, psycopg2-binary $pi_psycopg, $("$pi_venv/bin/python3" --version)"
+fi
 # Replaces the section an earlier run wrote (make bench keeps it when it rewrites the file).
 if [ -f "$out" ]; then
   sed -i '/^## Fleet mode/,$d' "$out"
@@ -92,4 +160,57 @@ fi
   echo
   echo "Module side: pam_totp.so in fleet mode takes the same path as a caller without root (one request to pam-totpd,"
   echo "no database client in the module): see \"The daemon path\" above for its instructions above the floor."
+  if [ "$privacyidea" = 1 ]; then
+    echo
+    echo "### Beside privacyIDEA, on the same PostgreSQL"
+    echo
+    echo "\`make bench-fleet PRIVACYIDEA=1\`, the same run: $pi_versions, installed from PyPI"
+    echo "into a venv. gunicorn with 4 sync workers on 127.0.0.1; privacyIDEA's own database (and role) on the same PostgreSQL 15"
+    echo "instance over its Unix socket; otherwise its defaults: the SQL audit log in that database, audit entries and responses"
+    echo "signed (RSA 2048); PI_LOGLEVEL WARNING. The same 1,000 users (benchuser0000..0999, a passwd-format file read by a"
+    echo "passwdresolver, default realm), each with one TOTP token of the same secret (SHA-1, 6 digits, 30 s) and no PIN, so the"
+    echo "pass is the code alone. (A token enrolled with pin=\"\" instead gets an argon2 hash of the empty PIN, verified on every"
+    echo "request: about 0.6 s of CPU each, measured by hand on this machine.) The passwdresolver reads its file again in each"
+    echo "request that looks a user up (about 5 ms of CPU for these 1,000 lines, measured by hand)."
+    echo
+    echo "Windows: pam_totp, adjacent_intervals 1: steps T-1, T, T+1 of the clock. privacyIDEA, timeWindow $pi_window s: it checks"
+    echo "counters T-2 .. T+1 (range(T - w, T + w), w = timeWindow / 30), where T is the token's clock: the server's plus the"
+    echo "timeShift privacyIDEA stores at each accepted code. 30 s would check only T-1 and T, and the shift learned from an"
+    echo "accepted code (up to 29 s back) then leaves the current code outside it."
+    echo
+    echo "Client: scripts/bench-fleet-privacyidea-client.py, the same shape: a new connection per request (POST"
+    echo "/validate/check, Connection: close), 1 or 4 threads, 1,000 requests per run, users in turn. Accepted: each request"
+    echo "sends its user's code of the step current then; privacyIDEA refuses a step at or below the last one it accepted, so each"
+    echo "of its accepted runs starts in a step after the previous one's last. Wrong: 000000. The runs alternate, pam_totp then"
+    echo "privacyIDEA, in the order of the table. CPU per login: the server's utime+stime during the run (pam-totpd; gunicorn's"
+    echo "master and workers) and PostgreSQL's (the postmaster, its backends and those that exited), divided by the requests;"
+    echo "the Python clients' own CPU is not counted, though they share the $(nproc) cores. Load average (1, 5, 15 min) when the"
+    echo "script started: $load_before; when the guarantee run ended: $load_after."
+    echo
+    echo "| answer | system | concurrent clients | requests | logins/s | p50 (ms) | p99 (ms) | server CPU per login (ms) | PostgreSQL CPU per login (ms) | replies |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    for r in "${both[@]}"; do
+      IFS='|' read -r what system figures server_ms pg_ms <<<"$r"
+      read -r c n rate p50 p99 kinds <<<"$figures"
+      echo "| $what | $system | $c | $n | $rate | $p50 | $p99 | $server_ms | $pg_ms | $kinds |"
+    done
+    echo
+    echo "Replies: pam-totpd's kinds (0 success, 2 wrong code); privacyIDEA's result.value (true, false)."
+    echo
+    echo "The guarantee run: 50 users (benchuser0000..0049), each user's current code sent 4 times at once (4 connections open,"
+    echo "then the 4 requests together), user after user, to each side; a code of a step not yet used by that user."
+    echo
+    echo "| system | requests | accepted | users accepted twice or more | replies |"
+    echo "| --- | ---: | ---: | ---: | --- |"
+    read -r _ n acc multi kinds <<<"$race_pam"; echo "| pam_totp | $n | $acc | $multi | $kinds |"
+    read -r _ n acc multi kinds <<<"$race_pi"; echo "| privacyIDEA | $n | $acc | $multi | $kinds |"
+    echo
+    echo "What each guarantees. pam_totp: a code is single use fleet-wide. pam_totp_api.login takes the user's row lock"
+    echo "(SELECT ... FOR UPDATE) before it judges the code, and a step is accepted only above the one stored, in the same"
+    echo "transaction; a concurrent request with the same code waits for that lock and then finds the step used: one accepted"
+    echo "request per user, whatever the number of hosts. privacyIDEA 3.14: /validate/check reads the token, compares the code's"
+    echo "counter with the stored one and writes the new one, with no lock on the token's row (the only FOR UPDATE in its"
+    echo "library is in lost-token and user-settings code), at PostgreSQL's default READ COMMITTED: a reused code is refused"
+    echo "once the request that used it has committed, but requests that read the token before that commit all accept it."
+  fi
 } | tee -a "$out"
