@@ -457,6 +457,17 @@ if [[ -n $PAM_TOTPD ]]; then
         "setpriv --reuid $BENCH_USER --regid $BENCH_GID --clear-groups pamtester $(svc userfloor) $BENCH_USER authenticate <$TMP/code_ok" \
         >"$TMP/hff.out" 2>&1 || die "hyperfine failed for the user floor: $(tail -5 "$TMP/hff.out")"
     read -r DPATH[floorwall] DPATH[floorsd] < <(sed -n 2p "$TMP/hff.csv" | awk -F, '{ printf "%.4f %.4f\n", $2 * 1000, $3 * 1000 }')
+    # The floor under the daemon's CPU: only the file system calls of one accepted code, in C
+    # (scripts/bench-syscall-floor.c), on the store's file system; spaced like the timed logins
+    # (the mean wall time of one), then back to back.
+    gcc -O2 -o "$SOCKDIR/syscall-floor" "$(dirname "$0")/bench-syscall-floor.c" || die "cannot build scripts/bench-syscall-floor.c"
+    pace_us=$(awk -v ms="${DPATH[wall]}" 'BEGIN { printf "%d", ms * 1000 }')
+    for mode in paced back; do
+        mkdir -m 0700 "$TMP/floor.$mode"
+        DPATH[sysfloor,$mode]=$("$SOCKDIR/syscall-floor" "$TMP/floor.$mode" 300 "$([[ $mode == paced ]] && echo "$pace_us" || echo 0)") ||
+            die "scripts/bench-syscall-floor.c failed"
+        rm -rf "$TMP/floor.$mode"
+    done
     # Daemon-side instructions per request: a second pam-totpd under callgrind (a copy without
     # DWARF, which this valgrind cannot read), answering 5 and then 25 requests; the difference
     # over 20 leaves out its start and exit. Every request from a restored store.
@@ -616,6 +627,11 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
         echo "Daemon side, per request: CPU (all its threads' on-CPU time, success path, $RUNS runs + 5 warm-up)" \
             "$(awk -v n="${DPATH[cpu_ns]}" 'BEGIN { printf "%.1f", n / 1000 }') µs; instructions (callgrind, the difference between 25 and 5 requests," \
             "over 20) ${DPATH[dinstr,ok]} on the success path, ${DPATH[dinstr,wrong]} for a wrong code."
+        echo
+        echo "The floor under that CPU: the file system calls pam-totpd makes for one accepted code and nothing else (the store"
+        echo "directory, the record read, the lock taken, the state read, one 2 KiB slot written and \`fdatasync\`ed; in C,"
+        echo "scripts/bench-syscall-floor.c, on the store's file system) cost ${DPATH[sysfloor,paced]} µs of CPU each when spaced like the"
+        echo "timed logins (a pause of $pace_us µs after each) and ${DPATH[sysfloor,back]} µs back to back."
         echo
         d_empty=$(sub_ "${DPATH[instr,emptymod,ok]}" "${DPATH[instr,userfloor,ok]}")
         echo "pam-totpd's memory (file store): RSS ${DPATH[rss_idle]} KB idle after start, ${DPATH[rss_after]} KB after the timed runs, peak ${DPATH[rss_peak]} KB."
