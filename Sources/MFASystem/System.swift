@@ -77,12 +77,13 @@ package func retryingOnEINTR(_ operation: @autoclosure () -> Message, _ body: ()
 /// Calls `body` with a NUL-terminated copy of `bytes`; refuses bytes that contain NUL.
 package func withCPath<R>(_ bytes: [UInt8], _ body: (UnsafePointer<CChar>) throws(MFAError) -> R) throws(MFAError) -> R {
     if bytes.contains(0) { throw .invalidOption("path contains NUL") }
-    // On the stack, not a new array (a path is short; every file operation of a login makes one).
-    return try withUnsafeTemporaryAllocation(of: CChar.self, capacity: bytes.count + 1) { (z) throws(MFAError) -> R in
-        guard let base = z.baseAddress else { throw .invalidOption("empty path") }
-        for i in 0..<bytes.count { base[i] = CChar(bitPattern: bytes[i]) }
-        base[bytes.count] = 0
-        return try body(UnsafePointer(base))
+    var z = bytes
+    z.append(0)
+    return try z.withUnsafeBufferPointer { (buf) throws(MFAError) -> R in
+        guard let base = buf.baseAddress else { throw .invalidOption("empty path") }
+        return try base.withMemoryRebound(to: CChar.self, capacity: buf.count) { (p) throws(MFAError) -> R in
+            try body(p)
+        }
     }
 }
 
