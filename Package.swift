@@ -62,7 +62,7 @@ var targets: [Target] = [
     .target(name: "MFAWire", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "CLibc"], swiftSettings: embeddedSwift),
     // The module's own memcpy, time, strerror… (module_support.c says why): fewer imports, so
     // less work for the dynamic linker at every login. Linked into pam_totp.so only.
-    .target(name: "CModuleSupport", cSettings: [.unsafeFlags(["-fno-builtin"])]),
+    .target(name: "CModuleSupport", cSettings: [.unsafeFlags(["-fno-builtin", "-Os"])]),
     .target(
         name: "PamTOTP", dependencies: library + ["MFAWire", "CLibc", "CPAM", "CModuleSupport"], exclude: ["exports.map"],
         swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),

@@ -10,9 +10,10 @@
 // - small byte functions (memcpy, memmove, memset, bcmp, memcmp, strlen, strnlen), written out;
 // - calls that are the same as a libc one: time (clock_gettime, which faketime and other
 //   interposers also take), calloc (posix_memalign), arc4random_buf (the getrandom system call,
-//   as glibc's), __stack_chk_fail (a trap: the stack is already corrupt);
+//   as glibc's), __stack_chk_fail (a line on standard error and SIGABRT, as glibc's);
 // - calls off the common path, looked up in the host's scope at their first use (dlsym with
-//   RTLD_DEFAULT: the same function an import would bind, interposers first): strerror,
+//   RTLD_DEFAULT: the same function an import would bind, interposers first, at the symbol's
+//   default version, which is what linking the module against this libc would bind): strerror,
 //   getgrnam_r, getgrouplist (group policy only), dlopen, dlclose (the QR code at enrol-at-login).
 //
 // Nothing here may call a function it defines by another path: built with -fno-builtin, and
@@ -22,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,8 +52,11 @@ void *memmove(void *dst, const void *src, size_t n) {
     unsigned char *d = dst;
     const unsigned char *s = src;
     if (d == s || n == 0) return dst;
-    if ((uintptr_t)d - (uintptr_t)s >= n) return memcpy(dst, src, n);  // d before s, or no overlap
-    while (n) { n--; d[n] = s[n]; BARRIER(); }  // d inside [s, s+n): copy from the end
+    if ((uintptr_t)d - (uintptr_t)s >= n) {  // d before s, or no overlap: from the start
+        for (size_t i = 0; i < n; i++) { d[i] = s[i]; BARRIER(); }
+    } else {  // d inside (s, s+n): from the end
+        while (n) { n--; d[n] = s[n]; BARRIER(); }
+    }
     return dst;
 }
 
@@ -98,12 +103,27 @@ void *calloc(size_t count, size_t size) {
     return memset(p, 0, n);
 }
 
-// As glibc's arc4random_buf: getrandom(2) until the buffer is full (it blocks only before the
-// kernel's pool is first ready); where getrandom is missing or refused (a seccomp filter),
-// /dev/urandom. With neither there is no random source: stop, as glibc does (it aborts), rather
-// than return bytes that are not random. Only enrolment uses it (a new secret, recovery codes'
-// salts, a temporary file's name), never an ordinary login.
+// Ends the process at once, as glibc's fatal errors do: a line on standard error, then SIGABRT
+// (through the kernel: nothing here may rely on libc's state). Each caller passes its own
+// message, so the linker never folds two of them into one function.
+__attribute__((noreturn, noinline, cold)) static void fatal(const char *line, size_t length) {
+    syscall(SYS_write, 2, line, length);
+    syscall(SYS_kill, syscall(SYS_getpid), 6 /* SIGABRT */);
+    __builtin_trap();
+}
+#define FATAL(text) fatal("pam_totp: " text "\n", sizeof("pam_totp: " text "\n") - 1)
+
+// As glibc 2.36's arc4random_buf: getrandom(2) until the buffer is full (it blocks only before
+// the kernel's pool is first ready); on a kernel without getrandom (ENOSYS), /dev/urandom once
+// /dev/random says the pool is ready; any other failure ends the process (glibc: "cannot get
+// entropy"), rather than return bytes that are not random. Only enrolment uses it (a new
+// secret, recovery codes' salts, a temporary file's name), never an ordinary login.
 static int urandom_fill(unsigned char *p, size_t n) {
+    int ready = (int)syscall(SYS_openat, AT_FDCWD, "/dev/random", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (ready < 0) return -1;
+    struct pollfd wait = { ready, POLLIN, 0 };
+    while (syscall(SYS_ppoll, &wait, 1, NULL, NULL, 0) < 0 && errno == EINTR) {}
+    syscall(SYS_close, ready);
     int fd = (int)syscall(SYS_openat, AT_FDCWD, "/dev/urandom", O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) return -1;
     while (n) {
@@ -123,8 +143,8 @@ void arc4random_buf(void *buffer, size_t n) {
         long got = syscall(SYS_getrandom, p, n > 33554431 ? 33554431 : n, 0);
         if (got < 0) {
             if (errno == EINTR) continue;
-            if (urandom_fill(p, n) == 0) return;
-            __builtin_trap();
+            if (errno == ENOSYS && urandom_fill(p, n) == 0) return;
+            FATAL("cannot get random bytes from the kernel");
         }
         p += got;
         n -= (size_t)got;
@@ -132,8 +152,8 @@ void arc4random_buf(void *buffer, size_t n) {
 }
 
 // Called by the stack protector's check when a function's canary was overwritten: nothing on
-// the stack can be trusted, so stop at once (glibc prints a line, then aborts).
-__attribute__((noreturn)) void __stack_chk_fail(void) { __builtin_trap(); }
+// the stack can be trusted, so stop at once.
+__attribute__((noreturn)) void __stack_chk_fail(void) { FATAL("stack smashing detected: terminated"); }
 
 // Looked up at first use. Two threads may both look it up; they store the same pointer.
 static void *resolve(void *volatile *slot, const char *name) {

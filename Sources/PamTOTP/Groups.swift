@@ -34,8 +34,10 @@ struct UserGroups {
                 gids = list.prefix(Int(max(0, min(n, count)))).map { UInt32($0) }
                 return
             }
-            // Too small: n says how many are needed.
-            guard n > count, n <= maxGroups else { throw .system(operation: "getgrouplist", errno: .outOfRange) }
+            // Too small: n says how many are needed. A failure that asks for no more room is
+            // another error (the function could not be found: errno says so).
+            guard n > count else { throw .system(operation: "getgrouplist", errno: .current) }
+            guard n <= maxGroups else { throw .system(operation: "getgrouplist", errno: .outOfRange) }
             count = n
         }
     }

@@ -60,6 +60,33 @@ final class LogHygieneTests: XCTestCase {
         return try runCommand(capture.wrap(["pamtester", tag + "_" + service, user, "authenticate"]), input: answer + "\n")
     }
 
+    /// A group look-up that fails without asking for more room (getgrouplist returning -1 with
+    /// errno set: the module found no such function, or NSS failed) is denied and logged with
+    /// its own errno. It was logged as "errno 34" (too small), a misleading line for an admin.
+    /// The failure is made by a preloaded getgrouplist, which the module's first-use look-up
+    /// (dlsym, Sources/CModuleSupport/module_support.c) finds before libc's, as an import would.
+    func testAFailedGroupLookUpIsLoggedWithItsOwnError() throws {
+        guard let capture else { throw XCTSkip("no capture") }
+        let source = root.appendingPathComponent("nogroups.c")
+        try "#include <errno.h>\n#include <grp.h>\nint getgrouplist(const char *u, gid_t g, gid_t *l, int *n) { errno = ENOSYS; return -1; }\n"
+            .write(to: source, atomically: true, encoding: .utf8)
+        let preload = root.appendingPathComponent("nogroups.so").path
+        let cc = try runCommand(["gcc", "-shared", "-fPIC", "-o", preload, source.path])
+        XCTAssertEqual(cc.status, 0, cc.stderr)
+        let configFile = root.appendingPathComponent("pam_totp.conf")
+        try "[group nogroup]\nnullok = no\n".write(to: configFile, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(configFile.path, 0o644), 0)
+        XCTAssertEqual(chown(configFile.path, 0, 0), 0)
+        try writeService("groups", ["auth required \(moduleURL.path) config=\(configFile.path) store=\(store.path)"])
+        let r = try runCommand(capture.wrap(["env", "LD_PRELOAD=" + preload, "pamtester", tag + "_groups", "nobody", "authenticate"]),
+                               input: "000000\n")
+        XCTAssertNotEqual(r.status, 0, "a failed group look-up must deny: \(r.stdout) \(r.stderr)")
+        let ours = capture.stop().filter { $0.contains(tag) }
+        XCTAssertTrue(ours.contains { $0.contains("getgrouplist failed (errno \(ENOSYS))") },
+                      "expected the look-up's own errno; captured:\n" + ours.joined(separator: "\n"))
+        XCTAssertFalse(ours.contains { $0.contains("errno \(ERANGE)") }, ours.joined(separator: "\n"))
+    }
+
     func testDebugLogAndOutputNeverContainSecretsOrCodes() throws {
         let started = Date()
         let alice = tag + "alice", carol = tag + "carol", dave = tag + "dave"
