@@ -8,15 +8,11 @@ the accepted ones and the users accepted more than once (REQUESTS is ignored).
 
 usage: bench-fleet-client.py SOCKET USERS SECRET_HEX CLIENTS REQUESTS STEP_OFFSET|wrong|race
 """
-import hashlib, hmac, socket, struct, sys, threading, time
+import socket, struct, sys, time
+from bench_load import drive, race, report, totp
 
 sock_path, users, secret_hex, clients, requests, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 secret = bytes.fromhex(secret_hex)
-
-def code(step):
-    mac = hmac.new(secret, struct.pack(">Q", step), hashlib.sha1).digest()
-    o = mac[-1] & 15
-    return "%06d" % ((struct.unpack(">I", mac[o:o + 4])[0] & 0x7fffffff) % 1000000)
 
 def frame(user, answer):
     # authenticate, no flags, adjacent_intervals 1, hotp_window 10, hotp_resync_window 100,
@@ -45,53 +41,9 @@ def ask(data, s=None):
     s.close()
     return out[6] if len(out) > 6 else -1  # reply kind: 0 success, 2 wrong code, 4 locked, 6 failed
 
-def race():
-    accepted, multi, kinds = 0, 0, {}
-    for u in range(users):
-        data = frame("benchuser%04d" % u, code(int(time.time()) // 30))
-        conns = [connect() for _ in range(clients)]
-        barrier, got = threading.Barrier(clients), []
-        def one(s):
-            barrier.wait()
-            got.append(ask(data, s))
-        threads = [threading.Thread(target=one, args=(s,)) for s in conns]
-        for t in threads: t.start()
-        for t in threads: t.join()
-        for k in got:
-            kinds[k] = kinds.get(k, 0) + 1
-        accepted += got.count(0)
-        multi += got.count(0) > 1
-    print("%d %d %d %d %s" % (clients, users * clients, accepted, multi, ",".join("%s:%d" % kv for kv in sorted(kinds.items()))))
-
 if mode == "race":
-    race()
+    race(users, clients, connect, lambda u: frame("benchuser%04d" % u, totp(secret, int(time.time()) // 30)), ask, 0)
     sys.exit(0)
 
-step = int(time.time()) // 30
-answer = "000000" if mode == "wrong" else code(step + int(mode))
-latencies, kinds, lock = [], {}, threading.Lock()
-counter = iter(range(requests))
-
-def worker():
-    while True:
-        with lock:
-            i = next(counter, None)
-        if i is None:
-            return
-        data = frame("benchuser%04d" % (i % users), answer)
-        t = time.perf_counter()
-        k = ask(data)
-        dt = time.perf_counter() - t
-        with lock:
-            latencies.append(dt)
-            kinds[k] = kinds.get(k, 0) + 1
-
-started = time.perf_counter()
-threads = [threading.Thread(target=worker) for _ in range(clients)]
-for t in threads: t.start()
-for t in threads: t.join()
-elapsed = time.perf_counter() - started
-latencies.sort()
-p = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
-print("%d %d %.1f %.2f %.2f %s" % (clients, requests, requests / elapsed, p(0.50), p(0.99),
-                                     ",".join("%s:%d" % (k, v) for k, v in sorted(kinds.items()))))
+answer = "000000" if mode == "wrong" else totp(secret, int(time.time()) // 30 + int(mode))
+report(clients, requests, drive(clients, requests, lambda i: ask(frame("benchuser%04d" % (i % users), answer))))

@@ -16,17 +16,13 @@ Reply kinds: true / false (result.value of a 200 reply), or the HTTP status of a
 
 usage: bench-fleet-privacyidea-client.py HOST:PORT USERS SECRET_HEX CLIENTS REQUESTS accepted|wrong|race STATE
 """
-import hashlib, hmac, http.client, json, os, struct, sys, threading, time, urllib.parse
+import http.client, json, os, sys, time, urllib.parse
+from bench_load import drive, race, report, totp
 
 hostport, users, secret_hex, clients, requests, mode, state = sys.argv[1], int(sys.argv[2]), sys.argv[3], \
     int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
 host, port = hostport.rsplit(":", 1)
 secret = bytes.fromhex(secret_hex)
-
-def code(step):
-    mac = hmac.new(secret, struct.pack(">Q", step), hashlib.sha1).digest()
-    o = mac[-1] & 15
-    return "%06d" % ((struct.unpack(">I", mac[o:o + 4])[0] & 0x7fffffff) % 1000000)
 
 def connect():
     c = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -55,57 +51,20 @@ def done_steps():
     with open(state, "w") as f:
         f.write("%d\n" % (int(time.time()) // 30))
 
-def race():
-    fresh_steps()
-    accepted, multi, kinds = 0, 0, {}
-    for u in range(users):
-        user = "benchuser%04d" % u
-        answer = code(int(time.time()) // 30)
-        conns = [connect() for _ in range(clients)]
-        barrier, got = threading.Barrier(clients), []
-        def one(c):
-            barrier.wait()
-            got.append(ask(user, answer, c))
-        threads = [threading.Thread(target=one, args=(c,)) for c in conns]
-        for t in threads: t.start()
-        for t in threads: t.join()
-        for k in got:
-            kinds[k] = kinds.get(k, 0) + 1
-        accepted += got.count("true")
-        multi += got.count("true") > 1
-    done_steps()
-    print("%d %d %d %d %s" % (clients, users * clients, accepted, multi, ",".join("%s:%d" % kv for kv in sorted(kinds.items()))))
-
 if mode == "race":
-    race()
+    fresh_steps()
+    race(users, clients, connect, lambda u: ("benchuser%04d" % u, totp(secret, int(time.time()) // 30)),
+         lambda request, c: ask(request[0], request[1], c), "true")
+    done_steps()
     sys.exit(0)
 if mode == "accepted":
     fresh_steps()
-latencies, kinds, lock = [], {}, threading.Lock()
-counter = iter(range(requests))
 
-def worker():
-    while True:
-        with lock:
-            i = next(counter, None)
-        if i is None:
-            return
-        answer = "000000" if mode == "wrong" else code(int(time.time()) // 30)
-        t = time.perf_counter()
-        k = ask("benchuser%04d" % (i % users), answer)
-        dt = time.perf_counter() - t
-        with lock:
-            latencies.append(dt)
-            kinds[k] = kinds.get(k, 0) + 1
+def one(i):
+    answer = "000000" if mode == "wrong" else totp(secret, int(time.time()) // 30)
+    return ask("benchuser%04d" % (i % users), answer)
 
-started = time.perf_counter()
-threads = [threading.Thread(target=worker) for _ in range(clients)]
-for t in threads: t.start()
-for t in threads: t.join()
-elapsed = time.perf_counter() - started
+result = drive(clients, requests, one)
 if mode == "accepted":
     done_steps()
-latencies.sort()
-p = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
-print("%d %d %.1f %.2f %.2f %s" % (clients, requests, requests / elapsed, p(0.50), p(0.99),
-                                     ",".join("%s:%d" % (k, v) for k, v in sorted(kinds.items()))))
+report(clients, requests, result)
