@@ -162,22 +162,22 @@ final class ServerState: @unchecked Sendable {
     /// Logs a line a caller charged to `uid` caused: root's always; any other uid's within
     /// its budget (`LogBudget`), with one summary line for what a minute suppressed.
     func log(_ level: Logger.Level, uid: UInt32, _ line: @autoclosure () -> String) {
-        guard uid != 0 else { logger.log(level: level, line()); return }
-        let (allowed, summary) = counters.withLock {
-            $0.logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
-        }
-        if let summary { logger.warning(summary) }
-        if allowed { logger.log(level: level, line()) }
+        if mayLog(uid: uid) { logger.log(level: level, line()) }
     }
 
     /// The same for a line already in bytes (a request's, DaemonService).
     func log(_ level: Logger.Level, uid: UInt32, message line: Message) {
-        guard uid != 0 else { logger.log(level: level, line); return }
+        if mayLog(uid: uid) { logger.log(level: level, line) }
+    }
+
+    /// Whether `uid`'s budget allows one more line; logs the summary of what was suppressed first.
+    private func mayLog(uid: UInt32) -> Bool {
+        guard uid != 0 else { return true }
         let (allowed, summary) = counters.withLock {
             $0.logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
         }
         if let summary { logger.warning(summary) }
-        if allowed { logger.log(level: level, line) }
+        return allowed
     }
 }
 
@@ -222,17 +222,13 @@ func monotonicSeconds() -> Int64 { monotonicMilliseconds() / 1000 }
 /// uids, and each is charged to that user. Re-read when the file changes (inode, size, mtime).
 final class SubordinateIDs: @unchecked Sendable {
     static let shared = SubordinateIDs(path: "/etc/subuid")
-    let path: String
-    /// `path` as a C string, made once (it is checked at every request).
+    /// The file's path as a C string, made once (it is checked at every request).
     private let cPath: [CChar]
     private let lock = Locked<Void>(())
     private var stamp: (ino_t, off_t, Int, Int) = (0, -1, 0, 0)
     private var ranges: [(first: UInt32, count: UInt32, owner: UInt32)] = []
 
-    init(path: String) {
-        self.path = path
-        cPath = Array(path.utf8CString)
-    }
+    init(path: String) { cPath = Array(path.utf8CString) }
 
     func owner(of uid: UInt32) -> UInt32? {
         lock.withLock { _ in
