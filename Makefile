@@ -45,15 +45,17 @@ FUZZ_BIN     := $(FUZZ_DIR)/pam_totp_fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
-                   -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -use-ld=lld
+                   -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -I Sources/CSpawn/include -use-ld=lld
 # The fuzz and seed programs compile the library's targets, MFAWire, MFAAdmin and MFACommandLine as one module:
 # copies of the sources without their imports of each other, in $(FUZZ_DIR)/src.
 FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAAdmin MFACommandLine
 FUZZ_INPUTS  := $(sort $(foreach t,$(FUZZ_TARGETS),$(wildcard Sources/$(t)/*.swift)))
 FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
+# MFAAdmin's C target (the sender's start, Sources/CSpawn), compiled once for both programs.
+FUZZ_OBJECTS := $(FUZZ_DIR)/cspawn.o
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
-TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 python3-pskc groff-base util-linux libmagickcore-6.q16-6-extra uidmap
+TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 python3-pskc groff-base util-linux libmagickcore-6.q16-6-extra uidmap msmtp python3-aiosmtpd curl gammu-smsd
 DEB_DEPS    := debhelper dpkg-dev fakeroot lintian
 DEB_TEST_DEPS := debootstrap
 BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime
@@ -108,6 +110,10 @@ install: deps all
 	install -s -m 4755 -o root -g root $(ENROLL_BIN) $(DESTDIR)$(BINDIR)/totp-enroll
 	@# The store, on the live system only: with DESTDIR (a package) the postinst creates it.
 	if [ -z "$(DESTDIR)" ]; then install -d -m 0700 -o root -g root $(STOREDIR); fi
+	@# The unprivileged user pam-totpd runs text-message and email senders as (sms_command,
+	@# email_command; never root, never the caller). On the live system only (the postinst, in a package).
+	if [ -z "$(DESTDIR)" ] && ! getent passwd pam-totp-sender >/dev/null; then \
+	  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group pam-totp-sender; fi
 	@# The check run before the module is removed (make uninstall, the package's prerm).
 	install -D -m 0755 scripts/pam-stacks-naming-module.sh $(DESTDIR)$(LIBEXECDIR)/pam-totp/pam-stacks-naming-module
 	# pam-totpd answers callers without root (screen lockers): socket-activated under systemd.
@@ -123,6 +129,8 @@ install: deps all
 	# pam-auth-update --enable pam_totp.
 	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp
 	install -m 0644 README.md docs/ADMIN.md docs/FLEET.md $(DESTDIR)$(DOCDIR)/
+	install -d -m 0755 $(DESTDIR)$(DOCDIR)/examples
+	install -m 0644 docs/examples/* $(DESTDIR)$(DOCDIR)/examples/
 	install -D -m 0644 man/totp-enroll.1 $(DESTDIR)$(MANDIR)/man1/totp-enroll.1
 	install -D -m 0644 man/pam_totp.8 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	# The tool's own PAM service; an existing (admin-edited) one is kept.
@@ -201,9 +209,13 @@ $$(FUZZ_DIR)/src/%.swift: Sources/$(1)/%.swift
 endef
 $(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_copy,$(t))))
 
-$(FUZZ_BIN): $(FUZZ_SOURCES) $(wildcard Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap
+$(FUZZ_DIR)/cspawn.o: Sources/CSpawn/spawn.c Sources/CSpawn/include/cspawn.h
+	@mkdir -p $(@D)
+	$(CC) -c -O2 -fPIC -I Sources/CSpawn/include -o $@ $<
+
+$(FUZZ_BIN): $(FUZZ_SOURCES) $(FUZZ_OBJECTS) $(wildcard Fuzz/*.swift) Sources/CLibc/shim.h Sources/CLibc/module.modulemap Sources/CSpawn/include/module.modulemap
 	@mkdir -p $(FUZZ_DIR)
-	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(FUZZ_SOURCES) $(sort $(wildcard Fuzz/*.swift)) -o $@
+	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(FUZZ_SOURCES) $(sort $(wildcard Fuzz/*.swift)) $(FUZZ_OBJECTS) -o $@
 
 # Every fuzz target for FUZZ_SECONDS each, on a scratch copy of its seed corpus
 # (Fuzz/corpus/TARGET); prints executions and crashes per target, fails on any crash.
@@ -216,9 +228,9 @@ fuzz-smoke: $(FUZZ_BIN)
 	scripts/fuzz.sh $(FUZZ_BIN) $(FUZZ_SMOKE_SECONDS) $(FUZZ_DIR)/smoke
 
 # Rewrites the generated seeds (Fuzz/corpus/*/gen-*) with the store's own serializers.
-fuzz-seeds: $(FUZZ_SOURCES)
+fuzz-seeds: $(FUZZ_SOURCES) $(FUZZ_OBJECTS)
 	@mkdir -p $(FUZZ_DIR)
-	$(SWIFTC) -swift-version 6 -parse-as-library -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc $(FUZZ_SOURCES) Fuzz/Seeds/MakeSeeds.swift -o $(FUZZ_DIR)/make-seeds
+	$(SWIFTC) -swift-version 6 -parse-as-library -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -I Sources/CSpawn/include $(FUZZ_SOURCES) Fuzz/Seeds/MakeSeeds.swift $(FUZZ_OBJECTS) -o $(FUZZ_DIR)/make-seeds
 	$(FUZZ_DIR)/make-seeds Fuzz/corpus
 
 bench: bench-deps module enroll daemon $(VERIFY_BENCH)

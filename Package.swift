@@ -91,10 +91,13 @@ targets += [
     // file (AES-CBC, PBKDF2): no package dependency on a TLS library. totp-enroll only; the
     // module, pam-totpd and the library targets never load it.
     .target(name: "CLibCrypto", path: "Sources/CLibCrypto", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
+    // pam-totpd's sender start (issue 19, MFAAdmin's Delivery.swift): fork and the child's steps up to execve, in C,
+    // since a child of a multi-threaded process may only make async-signal-safe calls.
+    .target(name: "CSpawn", path: "Sources/CSpawn"),
     // Enrolment management between processes, never built into the module: the admin
     // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
     // Authenticator files.
-    .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc"], swiftSettings: programSwift),
+    .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc", "CSpawn"], swiftSettings: programSwift),
     // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
     // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
     .target(name: "MFACommandLine", dependencies: ["CLibc"], swiftSettings: programSwift),
