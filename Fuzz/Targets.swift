@@ -15,9 +15,16 @@ func fuzzRecord(_ data: [UInt8]) {
     guard record.factors.count <= UserRecord.maxFactors else { violated("record", "more factors than maxFactors") }
     for f in record.factors {
         guard !f.label.isEmpty, f.label.count <= Factor.maxLabelLength, f.serial.count <= Factor.maxLabelLength,
-              f.secret.count >= 10, f.secret.count <= 128,
               OTPParameters.digitsRange.contains(f.parameters.digits),
               OTPParameters.periodRange.contains(f.parameters.period) else { violated("record", "a factor out of range") }
+        if f.kind.isOutOfBand {
+            // A sent-code factor: no secret, and a destination its kind accepts.
+            guard f.secret.isEmpty, (try? Factor.validate(destination: f.destination, kind: f.kind)) != nil else {
+                violated("record", "a phone or address factor out of range")
+            }
+        } else {
+            guard f.secret.count >= 10, f.secret.count <= 128, f.destination.isEmpty else { violated("record", "a factor out of range") }
+        }
     }
     if let r = record.recovery {
         guard r.hashes.count <= RecoverySet.maxCodes, r.hashes.allSatisfy({ $0.count == 32 }),
@@ -400,4 +407,106 @@ func fuzzCommandLine(_ data: [UInt8]) {
                           subcommands: [command])
     _ = program.topHelp()
     _ = program.help(command)
+}
+
+// MARK: - Out-of-band destinations
+
+/// Text-message and email factors: `Destination.validatePhone` and `validateEmail` agree with
+/// a second, plainer statement of their rules here; an accepted destination's mask has the
+/// documented shape; every mask is printable ASCII (phone) or printable text (email) whatever
+/// the input, and a phone mask hides all but five characters (four when it is no number).
+/// `MessageTemplate`: the input as a template (with and without `needsCode`), refused only
+/// with `invalidOption`; an accepted one renders to printable text that holds the code, also
+/// with the input itself as the host name (values never bring a control character in).
+func fuzzDestination(_ data: [UInt8]) {
+    func isDigit(_ c: UInt8) -> Bool { c >= 0x30 && c <= 0x39 }
+    func isLetter(_ c: UInt8) -> Bool { (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) }
+    func refusal(_ body: () throws(MFAError) -> Void) -> Message? {
+        do throws(MFAError) { try body() } catch {
+            guard case .invalidParameters(let m) = error else { violated("destination", "an error other than invalidParameters") }
+            guard !m.bytes.isEmpty, m.bytes.count <= 200, m.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
+                violated("destination", "an error message that is empty, long or not printable")
+            }
+            return m
+        }
+        return nil
+    }
+
+    // E.164.
+    let phoneOK = refusal({ () throws(MFAError) in try Destination.validatePhone(data) }) == nil
+    let e164 = data.count >= 9 && data.count <= 16 && data[0] == 0x2B && data[1] != 0x30 && data.dropFirst().allSatisfy(isDigit)
+    guard phoneOK == e164 else { violated("destination", "validatePhone disagrees with E.164") }
+    let phoneMask = Destination.maskPhone(data)
+    guard phoneMask.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }), phoneMask.first == 0x2B else {
+        violated("destination", "a phone mask that is not printable ASCII after +")
+    }
+    let body = data.first == 0x2B ? Array(data.dropFirst()) : data
+    let shown = phoneMask.dropFirst().filter { $0 != 0x2A }.count
+    guard phoneMask.count == body.count + 1, shown <= (body.count >= 8 ? 5 : max(0, body.count - 4)) else {
+        violated("destination", "a phone mask shows too much")
+    }
+    if phoneOK {
+        let expected = [0x2B, data[1]] + [UInt8](repeating: 0x2A, count: data.count - 6) + Array(data.suffix(4))
+        guard phoneMask == expected else { violated("destination", "a number's mask is not +D***DDDD") }
+    }
+
+    // Email addresses.
+    let emailOK = refusal({ () throws(MFAError) in try Destination.validateEmail(data) }) == nil
+    let parts = data.split(separator: 0x40, omittingEmptySubsequences: false)
+    var reference = parts.count == 2 && data.count <= 254
+    if reference {
+        let local = parts[0], domain = parts[1]
+        let atext = Array("!#$%&'*+-/=?^_`{|}~".utf8)
+        let words = local.split(separator: 0x2E, omittingEmptySubsequences: false)
+        let labels = domain.split(separator: 0x2E, omittingEmptySubsequences: false)
+        reference = local.count >= 1 && local.count <= 64
+            && words.allSatisfy { !$0.isEmpty && $0.allSatisfy { isLetter($0) || isDigit($0) || atext.contains($0) } }
+            && local.first != 0x2D && local.first != 0x7C && local.first != 0x2F
+            && labels.count >= 2
+            && labels.allSatisfy { l in
+                !l.isEmpty && l.count <= 63 && l.first != 0x2D && l.last != 0x2D
+                    && l.allSatisfy { isLetter($0) || isDigit($0) || $0 == 0x2D }
+            }
+            && !(labels.last ?? []).allSatisfy(isDigit)
+    }
+    guard emailOK == reference else { violated("destination", "validateEmail disagrees with the reference") }
+    let emailMask = Destination.maskEmail(data)
+    guard isPrintableText(emailMask) else { violated("destination", "an email mask that is not printable") }
+    if emailOK {
+        guard emailMask == [data[0], 0x2A, 0x2A, 0x2A, 0x40] + Array(parts[1]) else {
+            violated("destination", "an address's mask is not a***@domain")
+        }
+    } else if let at = data.firstIndex(of: 0x40) {
+        guard emailMask.count <= 5 + 4 * (data.count - at) else { violated("destination", "an email mask too long") }
+    }
+
+    // Templates.
+    for needsCode in [false, true] {
+        let template: MessageTemplate
+        do throws(MFAError) {
+            template = try MessageTemplate(data, needsCode: needsCode)
+        } catch {
+            guard case .invalidOption(let m) = error, !m.bytes.isEmpty,
+                  m.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { violated("destination", "a template refused oddly") }
+            continue
+        }
+        guard !data.isEmpty, data.count <= MessageTemplate.maxLength, isPrintableText(data), template.text == data else {
+            violated("destination", "a template out of bounds accepted")
+        }
+        let code = Array("73914582".utf8)
+        for host in [Array("web1.example.com".utf8), data] {
+            let out = template.render(code: code, host: host, minutes: 5)
+            guard isPrintableText(out) else { violated("destination", "a rendered message is not printable") }
+            if needsCode {
+                guard out.count >= code.count,
+                      (0...(out.count - code.count)).contains(where: { out[$0..<($0 + code.count)].elementsEqual(code) }) else {
+                    violated("destination", "a rendered message without the code")
+                }
+            }
+        }
+        // Without escapes the text is sent as it is.
+        if !data.contains(0x25) && template.render(code: code, host: [], minutes: 1) != data {
+            violated("destination", "a template without escapes was changed")
+        }
+    }
 }

@@ -1,4 +1,4 @@
-// Writes the generated part of the seed corpus (Fuzz/corpus/{record,state,uri}/gen-*) with the
+// Writes the generated part of the seed corpus (Fuzz/corpus/*/gen-*) with the
 // store's own serializers, so the seeds are files the code really writes (the v1-* files next
 // to them were written by format version 1, which is still read):
 //   swiftc -parse-as-library -module-name Seeds -I Sources/CLibc $(FUZZ_SOURCES) \
@@ -61,6 +61,11 @@ struct MakeSeeds {
         // The token with its serial number (import-pskc): a `serial` line after its factor line.
         token.serial = Array("UBHE 0001%2345".utf8)
         save(UserRecord(uid: 1000, id: 0x5E71A1, factors: [token, one.factors[0]]).serialized(), corpus + "/record", "gen-hotp-serial")
+        // A phone and an address (sent codes) beside an app factor.
+        let mobile = try Factor(outOfBand: .sms, label: Array("mobile".utf8), destination: Array("+15105551234".utf8), created: 1_700_000_300)
+        let mail = try Factor(outOfBand: .email, label: Array("work mail".utf8), destination: Array("alice.b+pam@example.com".utf8),
+                              created: 1_700_000_400)
+        save(UserRecord(uid: 1000, id: 0x0B0B, factors: [one.factors[0], mobile, mail]).serialized(), corpus + "/record", "gen-sms-email")
 
         // State files as writeStateLocked leaves them: the first write (one slot, the other
         // zero), and two slots after several writes (failures, lockout, used recovery codes).
@@ -90,6 +95,12 @@ struct MakeSeeds {
         full.sequence = 41
         for i in 0..<UserState.maxEntries { full.setLastStep(UInt64(i) * 1_000_003, forLabel: Array("factor \(i)".utf8)) }
         save(file([t, full]), corpus + "/state", "gen-all-entries")
+        // A code sent and waiting, and the account's recent sends (the out-of-band part).
+        var sent = t
+        sent.sequence = 3
+        sent.pending = PendingCode.make(for: mobile, digits: 6, lifetime: 300, maxAttempts: 3, at: 1_700_000_500, using: &rng).pending
+        for i in 0..<5 { sent.recordSend(at: 1_700_000_000 + Int64(i) * 100) }
+        save(file([t, sent]), corpus + "/state", "gen-code-sent")
 
         // URIs as totp-enroll writes them.
         let uris = [
@@ -111,13 +122,18 @@ struct MakeSeeds {
         let requests = [
             DaemonRequest(operation: .lookup, service: Array("i3lock".utf8), user: Array("alice".utf8), options: ModuleOptions(), answer: []),
             DaemonRequest(operation: .authenticate, service: Array("sshd".utf8), user: Array("alice".utf8), options: o, answer: Array("12345678".utf8)),
+            DaemonRequest(operation: .send, service: Array("sshd".utf8), user: Array("alice".utf8), options: ModuleOptions(), answer: Array("phone".utf8)),
         ]
         for (i, r) in requests.enumerated() { if let f = r.encoded() { save(f, corpus + "/protocol", "gen-request-\(i + 1)") } }
         let replies: [DaemonReply] = [
             .outcome(.success(factor: Array("phone".utf8), step: 56_666_667, digits: 6)), .outcome(.recoveryCode(remaining: 3)),
             .outcome(.wrongCode(replayed: true, failures: 2, lockedUntil: 1_700_000_000)),
             .outcome(.notRecorded(.system(operation: "pwrite", errno: Errno(28)))), .outcome(.lockedOut(until: 1, permanent: true)),
-            .outcome(.unenrolled), .outcome(.failed(.insecureStore("owner"))), .enrolled, .refused("not yours"),
+            .outcome(.unenrolled), .outcome(.failed(.insecureStore("owner"))), .enrolled(FactorHints()), .refused("not yours"),
+            .enrolled(FactorHints(typed: true, sent: [FactorHint(kind: .sms, label: Array("phone".utf8), masked: Array("+1******1234".utf8)),
+                                                   FactorHint(kind: .email, label: Array("mail".utf8), masked: Array("a***@example.com".utf8))])),
+            .sent(fresh: true, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: Array("+1******1234".utf8)),
+            .notSent("a code was sent 3 s ago: wait 27 s before asking for another"),
         ]
         for (i, r) in replies.enumerated() { save(r.encoded(), corpus + "/protocol", "gen-reply-\(i + 1)") }
 
@@ -134,6 +150,7 @@ struct MakeSeeds {
             .removeFactor(user: user, uid: 1000, label: Array("phone".utf8), mayRemoveLast: true),
             .replaceRecovery(user: user, uid: 1000, set: adminSet), .unlock(user: user), .purge(user: user),
             .auditTrail(user: nil, since: 0, after: 0), .auditTrail(user: user, since: 1_700_000_000, after: 41),
+            .sendEnrolmentCode(user: user, uid: 1000, factor: mobile), .sendEnrolmentCode(user: user, uid: 1000, factor: mail),
         ]
         for (i, r) in adminRequests.enumerated() { if let f = r.encoded() { save(f, corpus + "/admin", "gen-request-\(i + 1)") } }
         var state = UserState()
@@ -151,5 +168,22 @@ struct MakeSeeds {
                                     detail: [])], more: true),
         ]
         for (i, r) in adminReplies.enumerated() { save(r.encoded(), corpus + "/admin", "gen-reply-\(i + 1)") }
+
+        // Out-of-band destinations and the message templates (one input feeds every check):
+        // numbers and addresses as enrolment takes them, at their bounds, and what is refused
+        // next to them; the default templates and ones with every escape.
+        let destinations = [
+            "+15105551234", "+12345678", "+123456789012345", "+1234567890123456", "+01234567", "+1 510 555 1234",
+            "alice@example.com", "first.last+mfa@mail.example.org", "-oQ/tmp/x@example.com", "a@[192.0.2.1]",
+            "\"a b\"@example.com", "a..b@example.com", "a@b@example.com", "alice@exa-mple.co", "alice@example.123",
+            String(repeating: "l", count: 64) + "@" + String(repeating: "d", count: 63) + "." + String(repeating: "e", count: 63)
+                + "." + String(repeating: "f", count: 61),
+            "%c, %h, %m and %%", "%c %x", "100%", "Code f\u{FC}r %h: %c \u{2713}",
+        ]
+        for (i, d) in destinations.enumerated() { save(Array(d.utf8), corpus + "/destination", "gen-\(i + 1)") }
+        for (name, t) in [("sms", MessageTemplate.defaultSMS), ("email-subject", .defaultEmailSubject), ("email-text", .defaultEmailText)] {
+            save(t.text, corpus + "/destination", "gen-default-" + name)
+            save(t.render(code: Array("123456".utf8), host: Array("web1.example.com".utf8), minutes: 5), corpus + "/destination", "gen-rendered-" + name)
+        }
     }
 }

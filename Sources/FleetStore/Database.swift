@@ -438,6 +438,8 @@ public final class PostgresStore: TOTPStore {
         case .hotp:
             guard factor.counter <= UInt64(Int64.max) else { throw .invalidParameters("the counter is too large") }
             used = Int64(factor.counter) - 1
+        case .sms, .email:
+            throw .invalidParameters("text-message and email factors are not available in fleet mode yet")
         }
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),

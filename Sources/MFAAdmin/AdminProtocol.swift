@@ -71,12 +71,15 @@ public enum AdminRequest: Equatable, Sendable {
     /// Fleet mode: the audit trail's events after the one numbered `after`, of `user` (nil:
     /// everyone) at or after `since`, as many as fit in one reply.
     case auditTrail(user: [UInt8]?, since: Int64, after: UInt64)
+    /// totp-enroll add-phone, add-email: send the code that proves `factor` (not saved yet);
+    /// the reply is `.number(sent at)`, or `.refused` with why for the user.
+    case sendEnrolmentCode(user: [UInt8], uid: UInt32, factor: Factor)
 
     /// The user the request is about (none for `users`).
     public var user: [UInt8]? {
         switch self {
         case .status(let u), .checkEnrollable(let u, _, _, _), .enroll(let u, _, _, _), .removeFactor(let u, _, _, _),
-             .replaceRecovery(let u, _, _), .unlock(let u), .purge(let u):
+             .replaceRecovery(let u, _, _), .unlock(let u), .purge(let u), .sendEnrolmentCode(let u, _, _):
             return u
         case .auditTrail(let u, _, _):
             return u
@@ -89,7 +92,7 @@ public enum AdminRequest: Equatable, Sendable {
     public var changesStore: Bool {
         switch self {
         case .status, .users, .checkEnrollable, .auditTrail: return false
-        case .enroll, .removeFactor, .replaceRecovery, .unlock, .purge: return true
+        case .enroll, .removeFactor, .replaceRecovery, .unlock, .purge, .sendEnrolmentCode: return true
         }
     }
 
@@ -129,6 +132,10 @@ public enum AdminRequest: Equatable, Sendable {
         case .auditTrail(let user, let since, let after):
             b.append(9); b.append(user == nil ? 0 : 1); short(user ?? [])
             Writer.u64(UInt64(bitPattern: since), &b); Writer.u64(after, &b)
+        case .sendEnrolmentCode(let user, let uid, let factor):
+            b.append(10); short(user); Writer.u32(uid, &b)
+            if factor.label.count > 255 || factor.destination.count > 255 || !factor.kind.isOutOfBand { ok = false }
+            AdminCodec.write(factor, withSecret: false, &b)
         }
         let out = ok ? DaemonProtocol.frame(DaemonProtocol.adminRequestMagic, b) : nil
         wipe(&b)
@@ -165,6 +172,10 @@ public enum AdminRequest: Equatable, Sendable {
                 throw .malformed("admin request")
             }
             request = .auditTrail(user: has ? user : nil, since: Int64(bitPattern: since), after: after)
+        case 10:
+            guard let user = r.short(), let uid = r.u32(), let factor = try AdminCodec.factor(&r, withSecret: false),
+                  factor.kind.isOutOfBand else { throw .malformed("admin request") }
+            request = .sendEnrolmentCode(user: user, uid: uid, factor: factor)
         default:
             throw .malformed("admin request")
         }
@@ -371,14 +382,27 @@ enum AdminCodec {
         switch f.kind {  // the kind's number: TOTP its enrolled step, HOTP its counter
         case .totp: Writer.u64(f.enrolledStep, &b)
         case .hotp: Writer.u64(f.counter, &b)
+        case .sms, .email: Writer.u64(0, &b)
         }
         Writer.short(f.serial, &b)
+        if f.kind.isOutOfBand {
+            Writer.short(f.destination, &b)  // (root only: the admin protocol answers root)
+            return
+        }
         if withSecret { Writer.short(f.secret, &b) }
     }
 
     static func factor(_ r: inout Reader, withSecret: Bool) throws(MFAError) -> Factor? {
         guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
               let created = r.u64(), let number = r.u64(), let serial = r.short() else { return nil }
+        if kind.isOutOfBand {
+            guard let destination = r.short() else { return nil }
+            do throws(MFAError) {
+                return try Factor(outOfBand: kind, label: label, destination: destination, created: Int64(bitPattern: created))
+            } catch {
+                throw .malformed("admin factor")
+            }
+        }
         var secret = placeholderSecret
         if withSecret {
             guard let s = r.short() else { return nil }

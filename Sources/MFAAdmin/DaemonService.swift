@@ -18,6 +18,30 @@ public struct PeerCredentials: Equatable, Sendable {
     public var isRoot: Bool { uid == 0 }
 }
 
+/// How pam-totpd sends a code (text message, email): pam-totpd's delivery (the configured
+/// program, run as the delivery user) and its per-daemon limit; tests pass a recorder.
+public struct CodeSender {
+    /// Takes one of the daemon's sends for this minute (`oob_max_per_minute`); false: none left.
+    public var takeSlot: () -> Bool
+    /// Sends `code` to `destination` by `kind`, valid `minutes`: nil when sent, else why not
+    /// (for the log: never the code, never the message).
+    public var send: (_ kind: FactorKind, _ destination: [UInt8], _ code: [UInt8], _ minutes: Int64) -> SendFailure?
+
+    public init(takeSlot: @escaping () -> Bool,
+                send: @escaping (_ kind: FactorKind, _ destination: [UInt8], _ code: [UInt8], _ minutes: Int64) -> SendFailure?) {
+        self.takeSlot = takeSlot
+        self.send = send
+    }
+}
+
+/// Why a code was not sent, for the log; `started`: the program ran (and may have handed the
+/// message on before it failed or was killed), so the send still counts toward the limits.
+public struct SendFailure: Equatable, Sendable {
+    public var why: Message
+    public var started: Bool
+    public init(_ why: Message, started: Bool) { (self.why, self.started) = (why, started) }
+}
+
 public struct DaemonService<S: TOTPStore> {
     /// The daemon's own settings (its configuration file): the store, and the least strict
     /// limits a caller without root gets.
@@ -26,11 +50,15 @@ public struct DaemonService<S: TOTPStore> {
     let openStore: ([UInt8]) throws(MFAError) -> S
     /// Fleet mode: the database's audit trail. nil: the store keeps none (`AuditEvent.notKept`).
     let auditTrail: AuditEvent.Source?
+    /// How codes are sent; nil: this daemon sends none (no sms_command or email_command).
+    let sender: CodeSender?
 
-    public init(site: ModuleOptions, openStore: @escaping ([UInt8]) throws(MFAError) -> S, auditTrail: AuditEvent.Source? = nil) {
+    public init(site: ModuleOptions, openStore: @escaping ([UInt8]) throws(MFAError) -> S, auditTrail: AuditEvent.Source? = nil,
+                sender: CodeSender? = nil) {
         self.site = site
         self.openStore = openStore
         self.auditTrail = auditTrail
+        self.sender = sender
     }
 
     /// The settings one request runs with. Root could read the store itself, so its module's
@@ -49,6 +77,14 @@ public struct DaemonService<S: TOTPStore> {
         o.maxFailures = min(site.maxFailures, request.options.maxFailures)
         o.siteMaxFailures = site.maxFailures
         o.lockoutSeconds = max(site.lockoutSeconds, request.options.lockoutSeconds)
+        let r = request.options
+        o.factorKinds = site.factorKinds & r.factorKinds
+        o.oobDigits = max(site.oobDigits, r.oobDigits)
+        o.oobMaxAttempts = min(site.oobMaxAttempts, r.oobMaxAttempts)
+        o.oobLifetime = min(site.oobLifetime, r.oobLifetime)
+        o.oobResendInterval = max(site.oobResendInterval, r.oobResendInterval)
+        o.oobMaxPerHour = min(site.oobMaxPerHour, r.oobMaxPerHour)
+        o.oobMaxPerDay = min(site.oobMaxPerDay, r.oobMaxPerDay)
         return o
     }
 
@@ -95,6 +131,7 @@ public struct DaemonService<S: TOTPStore> {
         }
         let user = resolved?.name ?? request.user
         let options = effectiveOptions(request, peer: peer)
+        if request.operation == .send { return send(request, user: user, account: resolved, options: options, at: now, who: who) }
         if request.operation == .authenticate {
             let previous: [UInt8]? = request.previous.isEmpty ? nil : request.previous
             // One step (for a database: one statement), with the same outcomes as lookup + authenticate.
@@ -119,9 +156,110 @@ public struct DaemonService<S: TOTPStore> {
             enrollment = error == .invalidUserName ? .unenrolled : .failed(error)
         }
         switch enrollment {
-        case .enrolled: return (.enrolled, who + "lookup: enrolled")
+        case .enrolled(let enrolled):
+            let hints: FactorHints
+            do throws(MFAError) { hints = try openStore(options.store).hints(enrolled, kinds: options.factorKinds) } catch {
+                return (.outcome(.failed(error)), who + "lookup failed")
+            }
+            return (.enrolled(hints), who + "lookup: enrolled")
         case .unenrolled, .otherAccount: return (.outcome(.unenrolled), who + "lookup: not enrolled")
         case .failed(let e): return (.outcome(.failed(e)), who + "lookup failed")
+        }
+    }
+
+    /// `send`: a code to the factor the request names (its answer field), within the
+    /// account's limits (the store's, under its lock) and the daemon's (`CodeSender.takeSlot`).
+    /// The code is recorded, hashed, before it is sent; a send that fails is voided and not
+    /// counted, and the user is told to use another factor.
+    func send(_ request: DaemonRequest, user: [UInt8], account: Account?, options: ModuleOptions, at now: Int64,
+              who: Message) -> (reply: DaemonReply, log: Message) {
+        let label = request.answer
+        guard let account else { return (.notSent("no text-message or email factor of that name"), who + "send: no such account") }
+        guard let sender else {
+            return (.notSent("codes cannot be sent from this host: use your app or a recovery code"),
+                    who + "send refused: pam-totpd has no sms_command or email_command")
+        }
+        let store: S
+        let plan: SendPlan
+        var generator = SystemRandomNumberGenerator()
+        do throws(MFAError) {
+            try FileStore<LiveSystemCalls>.validate(user: user)
+            store = try openStore(options.store)
+            plan = try store.sendCode(user: user, accountUID: account.uid, label: label, at: now, options: options, using: &generator)
+        } catch {
+            return (.notSent(Self.notSentText), who + "send failed: " + describe(error))
+        }
+        switch plan {
+        case .refused(let why):
+            return (.notSent(why), who + "send refused (factor " + printable(label) + "): " + why)
+        case .pending(let factor, let sentAt, let expiresAt):
+            return (.sent(fresh: false, sentAt: sentAt, expiresAt: expiresAt, masked: factor.maskedDestination),
+                    who + "asked again for the code sent at " + utcTimeText(sentAt) + " (factor " + printable(factor.label) + ")")
+        case .send(var code, let factor, _, let expiresAt):
+            defer { wipe(&code) }
+            let kind = Message(Array(bytes(factor.kind.name)))
+            let key = UserState.key(for: factor)
+            guard sender.takeSlot() else {
+                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: true)
+                return (.notSent("too many codes are being sent from this host: try again in a minute"),
+                        who + "send refused (factor " + printable(factor.label) + "): oob_max_per_minute reached" + voided)
+            }
+            if let failure = sender.send(factor.kind, factor.destination, code, (options.oobLifetime + 59) / 60) {
+                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: !failure.started)
+                return (.notSent(Self.notSentText),
+                        who + "could not send a code (" + kind + " factor " + printable(factor.label) + ", "
+                        + Message(factor.maskedDestination) + "): " + failure.why + voided)
+            }
+            return (.sent(fresh: true, sentAt: now, expiresAt: expiresAt, masked: factor.maskedDestination),
+                    who + "sent a code (" + kind + " factor " + printable(factor.label) + ", " + Message(factor.maskedDestination) + ")")
+        }
+    }
+
+    /// totp-enroll's code for a new phone or address: recorded (hashed) by the store, sent,
+    /// voided if the send failed. Root only (handleAdmin): totp-enroll re-authenticated its caller.
+    func sendEnrolmentCode(_ store: S, user: [UInt8], uid: UInt32, factor: Factor, at now: Int64,
+                           who: Message) throws(MFAError) -> (reply: AdminReply, log: Message) {
+        guard let sender else {
+            return (.refused("codes cannot be sent from this host: pam-totpd has no sms_command or email_command"),
+                    who + "enrolment code refused: no sms_command or email_command")
+        }
+        var generator = SystemRandomNumberGenerator()
+        let kind = Message(Array(bytes(factor.kind.name)))
+        switch try store.sendEnrolmentCode(user: user, accountUID: uid, factor: factor, at: now, options: site, using: &generator) {
+        case .refused(let why):
+            return (.refused(why), who + "enrolment code refused (" + kind + " factor " + printable(factor.label) + "): " + why)
+        case .pending:
+            return (.refused("a code is already on its way"), who + "enrolment code: one is pending")
+        case .send(var code, _, _, _):
+            defer { wipe(&code) }
+            let key = OutOfBand.enrolmentKey(for: factor)
+            guard sender.takeSlot() else {
+                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: true)
+                return (.refused("too many codes are being sent from this host: try again in a minute"),
+                        who + "enrolment code refused: oob_max_per_minute reached" + voided)
+            }
+            if let failure = sender.send(factor.kind, factor.destination, code, (site.oobLifetime + 59) / 60) {
+                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: !failure.started)
+                return (.refused("could not send a code to " + Message(factor.maskedDestination) + "; nothing was saved"),
+                        who + "could not send an enrolment code (" + kind + " factor " + printable(factor.label) + ", "
+                        + Message(factor.maskedDestination) + "): " + failure.why + voided)
+            }
+            return (.number(now), who + "sent an enrolment code (" + kind + " factor " + printable(factor.label) + ", "
+                    + Message(factor.maskedDestination) + ")")
+        }
+    }
+
+    /// What a user is told when a code could not be sent.
+    static var notSentText: Message { "could not send a code: use your app or a recovery code" }
+
+    /// Voids a code whose send failed; "" when done, else why not for the log line (a code
+    /// that may have been delivered and is still valid is worth saying).
+    static func void(_ store: S, user: [UInt8], sentAt: Int64, key: UInt64, uncount: Bool) -> Message {
+        do throws(MFAError) {
+            try store.voidSentCode(user: user, sentAt: sentAt, factorKey: key, uncount: uncount)
+            return ""
+        } catch {
+            return "; the code could not be voided: " + describe(error)
         }
     }
 
@@ -199,6 +337,8 @@ extension DaemonService {
             case .purge(let user):
                 let existed = try store.purge(user: user)
                 return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
+            case .sendEnrolmentCode(let user, let uid, let factor):
+                return try sendEnrolmentCode(store, user: user, uid: uid, factor: factor, at: now, who: who)
             case .auditTrail(let user, let since, let after):
                 let (page, more) = try auditPage(user: user, since: since, after: after)
                 return (.auditTrail(page, more: more), who + "read the audit trail (" + Message(decimalBytes(UInt64(page.count))) + " events)")

@@ -93,6 +93,8 @@ extension FileStore: TOTPStore {
     }
 
 
+    public func hints(_ enrolled: EnrolledUser<Sys>, kinds: UInt8) -> FactorHints { enrolled.record.hints(kinds: kinds) }
+
     /// Verifies `answer` and records the outcome as one step under the user's lock: the record
     /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.
     /// If that write fails, the outcome is `notRecorded`, whatever the answer was.

@@ -188,12 +188,24 @@ extension FactorKind {
         switch self {
         case .totp: return "factor"
         case .hotp: return "hotp"
+        case .sms: return "sms"
+        case .email: return "email"
         }
     }
 
     /// The kind whose record line starts with `keyword`.
     init?(recordKeyword keyword: some Collection<UInt8>) {
-        if equals(keyword, "factor") { self = .totp } else if equals(keyword, "hotp") { self = .hotp } else { return nil }
+        if equals(keyword, "factor") {
+            self = .totp
+        } else if equals(keyword, "hotp") {
+            self = .hotp
+        } else if equals(keyword, "sms") {
+            self = .sms
+        } else if equals(keyword, "email") {
+            self = .email
+        } else {
+            return nil
+        }
     }
 
     /// How many fields the kind's line has in a record of format `version` (0: none there).
@@ -201,6 +213,7 @@ extension FactorKind {
         switch self {
         case .totp: return version == 2 ? 8 : 7  // version 1 has no enrolled step
         case .hotp: return version == 2 ? 7 : 0
+        case .sms, .email: return version == 2 ? 4 : 0
         }
     }
 }
@@ -211,9 +224,18 @@ extension Factor {
     /// `<keyword> <label> <sha1|sha256|sha512> <digits>`, the kind's numbers, `<secret, Base32>`.
     ///   TOTP (`factor`): `<period> <created> <enrolled step>`
     ///   HOTP (`hotp`):   `<counter> <created>` (the first counter not used at enrolment)
+    ///   SMS, email (`sms`, `email`): `<keyword> <label> <created> <destination, percent-encoded>` (no secret)
     @_optimize(size)  // cold: not on a login's path
     func appendRecordLine(to out: inout [UInt8]) {
         out.append(contentsOf: bytes(kind.recordKeyword))
+        if kind.isOutOfBand {
+            for field in [Percent.encode(label), decimalBytes(created), Percent.encode(destination)] {
+                out.append(ASCII.space)
+                out += field
+            }
+            out.append(ASCII.newline)
+            return
+        }
         for field in [Percent.encode(label), parameters.algorithm.nameBytes, decimalBytes(UInt64(parameters.digits))] {
             out.append(ASCII.space)
             out += field
@@ -222,6 +244,7 @@ extension Factor {
         switch kind {
         case .totp: numbers = [decimalBytes(parameters.period), decimalBytes(created), decimalBytes(enrolledStep)]
         case .hotp: numbers = [decimalBytes(counter), decimalBytes(created)]
+        case .sms, .email: numbers = []  // (above)
         }
         for n in numbers {
             out.append(ASCII.space)
@@ -244,6 +267,15 @@ extension Factor {
         let fields = kind.recordFields(version: version)
         guard fields > 0, count == fields else { throw .corruptRecord("factor line has wrong field count") }
         guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
+        if kind.isOutOfBand {
+            guard let created = parseDecimal(f.field(2, of: line), limit: UInt64(Int64.max)),
+                  let destination = Percent.decode(f.field(3, of: line)) else { throw .corruptRecord("bad factor number") }
+            do throws(MFAError) {
+                return try Factor(outOfBand: kind, label: label, destination: destination, created: Int64(created))
+            } catch {
+                throw .corruptRecord("bad factor destination")
+            }
+        }
         guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
         func number(_ i: Int, limit: UInt64) -> UInt64? { parseDecimal(f.field(i, of: line), limit: limit) }
         // The kind's numbers: TOTP <period> <created> [<enrolled step>]; HOTP <counter> <created>.
@@ -254,6 +286,8 @@ extension Factor {
             enrolledStep = version == 2 ? number(6, limit: UInt64.max) : 0
         case .hotp:
             (period, enrolledStep, counter) = (OTPParameters.default.period, 0, number(4, limit: UInt64.max))
+        case .sms, .email:
+            (period, enrolledStep, counter) = (nil, nil, nil)  // (above)
         }
         guard let digits = number(3, limit: 8), let period, let enrolledStep, let counter,
               let created = number(5, limit: UInt64(Int64.max)) else {

@@ -21,9 +21,14 @@ extension UserState {
     ///  0  "PTS" 0x02          4  entry count (u16)   6  zero (u16)
     ///  8  sequence (u64)     16  record id (u64)    24  failures (u32)   28  success pid (u32)
     /// 32  locked until (i64) 40  recovery set (u64) 48  recovery used (u32) 52 zero (u32)
-    /// 56  entries: key (u64), step (u64), drift (i64) — 24 bytes each; then zeros
-    /// slot end − 8: FNV-1a-64 of the header and entries (u64)
+    /// 56  entries: key (u64), step (u64), drift (i64) — 24 bytes each
+    ///     then, when the u16 at 6 is not zero, that many bytes of out-of-band data (a sent
+    ///     code and the account's recent sends, `oobBytes`); then zeros
+    /// slot end − 8: FNV-1a-64 of the header, entries and out-of-band data (u64)
     /// ```
+    /// A state without a sent code or sends writes zero at 6 and no such bytes, exactly as
+    /// before codes were sent (an older reader refuses a slot with them: only a downgrade
+    /// while a user has a phone or email factor in use meets that).
     /// The checksum only detects torn and foreign slots (the file is root-only); it covers the
     /// meaningful bytes alone, so a login hashes about 100 bytes. An entry's third word was
     /// written as zero before drift was learned, so an older state reads as "no drift learned",
@@ -59,6 +64,14 @@ extension UserState {
             storeLE(&out, at + 16, UInt64(bitPattern: e.drift), 8)
             at += Self.entrySize
         }
+        let oob = oobBytes()
+        if !oob.isEmpty {
+            storeLE(&out, base + 6, UInt64(oob.count), 2)
+            for b in oob where at < base + Self.slotSize - 8 {
+                out[at] = b
+                at += 1
+            }
+        }
         storeLE(&out, base + Self.slotSize - 8, fnv1a64(out[base..<at]), 8)
     }
 
@@ -71,8 +84,9 @@ extension UserState {
             return parseVersion1(slot: slot)
         }
         let count = Int(loadLE(slot, s + 4, 2))
-        guard count <= maxEntries, loadLE(slot, s + 6, 2) == 0 else { return nil }
-        let end = s + headerSize + count * entrySize
+        let oobLength = Int(loadLE(slot, s + 6, 2))
+        guard count <= maxEntries, oobLength <= maxOOBBytes else { return nil }
+        let end = s + headerSize + count * entrySize + oobLength
         guard slot.count == slotSize, end <= slot.endIndex - 8,
               loadLE(slot, slot.endIndex - 8, 8) == fnv1a64(slot[s..<end]) else { return nil }
         var state = UserState()
@@ -91,7 +105,69 @@ extension UserState {
             state.lastSteps.append((loadLE(slot, at, 8), loadLE(slot, at + 8, 8), drift))
             at += entrySize
         }
+        if oobLength > 0 {
+            guard state.parseOOB(slot[at..<(at + oobLength)]) else { return nil }
+        }
         return state
+    }
+
+    /// The out-of-band data of a slot (`oobBytes`):
+    /// ```
+    ///  0  flags (u8: 1 a code is pending)  1  digits (u8)  2  attempts left (u8)  3  send count (u8)  4 zero (u32)
+    ///  8  factor key (u64)  16  sent at (i64)  24  expires at (i64)  32  salt (16 bytes)  48  SHA-256 (32 bytes)
+    /// 80  send times (i64 each, oldest first)
+    /// ```
+    /// Empty when there is neither a pending code nor a recent send.
+    static let oobHeaderSize = 80
+    static let maxOOBBytes = oobHeaderSize + 8 * maxSends
+
+    @_optimize(size)  // cold: a login with a phone or address only
+    func oobBytes() -> [UInt8] {
+        guard pending != nil || !sends.isEmpty else { return [] }
+        let times = sends.suffix(Self.maxSends)
+        var out = [UInt8](repeating: 0, count: Self.oobHeaderSize + 8 * times.count)
+        storeLE(&out, 3, UInt64(times.count), 1)
+        if let p = pending, p.salt.count == PendingCode.saltSize, p.hash.count == 32 {
+            storeLE(&out, 0, 1, 1)
+            storeLE(&out, 1, UInt64(p.digits), 1)
+            storeLE(&out, 2, UInt64(p.attemptsLeft), 1)
+            storeLE(&out, 8, p.factorKey, 8)
+            storeLE(&out, 16, UInt64(bitPattern: p.sentAt), 8)
+            storeLE(&out, 24, UInt64(bitPattern: p.expiresAt), 8)
+            for i in 0..<PendingCode.saltSize { out[32 + i] = p.salt[i] }
+            for i in 0..<32 { out[48 + i] = p.hash[i] }
+        }
+        var at = Self.oobHeaderSize
+        for t in times {
+            storeLE(&out, at, UInt64(bitPattern: t), 8)
+            at += 8
+        }
+        return out
+    }
+
+    /// Reads `oobBytes`' layout; false if it is not exactly that.
+    @_optimize(size)  // cold: a login with a phone or address only
+    mutating func parseOOB(_ b: ArraySlice<UInt8>) -> Bool {
+        let s = b.startIndex
+        guard b.count >= Self.oobHeaderSize else { return false }
+        let flags = loadLE(b, s, 1), n = Int(loadLE(b, s + 3, 1))
+        guard flags <= 1, loadLE(b, s + 4, 4) == 0, n <= Self.maxSends, b.count == Self.oobHeaderSize + 8 * n else { return false }
+        if flags == 1 {
+            let digits = UInt8(truncatingIfNeeded: loadLE(b, s + 1, 1))
+            guard digits >= 6 && digits <= 8 else { return false }
+            pending = PendingCode(factorKey: loadLE(b, s + 8, 8), sentAt: Int64(bitPattern: loadLE(b, s + 16, 8)),
+                                  expiresAt: Int64(bitPattern: loadLE(b, s + 24, 8)), digits: digits,
+                                  attemptsLeft: UInt8(truncatingIfNeeded: loadLE(b, s + 2, 1)),
+                                  salt: Array(b[(s + 32)..<(s + 48)]), hash: Array(b[(s + 48)..<(s + 80)]))
+        }
+        var times: [Int64] = []
+        var at = s + Self.oobHeaderSize
+        for _ in 0..<n {
+            times.append(Int64(bitPattern: loadLE(b, at, 8)))
+            at += 8
+        }
+        sends = times
+        return true
     }
 
     /// A version-1 slot: text lines, then `end <SHA-256 of everything before this line>\n`,

@@ -103,13 +103,29 @@ extension FileStore {
                                           onlyIfNone: Bool, using generator: inout G) throws(MFAError) -> Int {
         try factor.validateNew()
         return try withLock(user: user) { () throws(MFAError) -> Int in
+            try enrollLocked(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, onlyIfNone: onlyIfNone,
+                             using: &generator)
+        }
+    }
+
+    /// `enroll`'s work, with the user's lock held by the caller.
+    @discardableResult
+    @_optimize(size)  // cold: not on a login's path
+    func enrollLocked<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, importedCodes: [[UInt8]]?,
+                                                onlyIfNone: Bool, using generator: inout G) throws(MFAError) -> Int {
+        do {
             let existing = try read(user: user)
             defer { existing?.wipeSecretsInPlace() }  // the factors read, not the new one
             if onlyIfNone, let existing, !existing.factors.isEmpty {
                 throw .invalidParameters("a factor was enrolled meanwhile: enrolment at login is only for a user with none")
             }
             var record = existing ?? UserRecord()
-            try Self.checkAddable(to: record, accountUID: accountUID, label: factor.label, secret: factor.secret)
+            try Self.checkAddable(to: record, accountUID: accountUID, label: factor.label,
+                                  secret: factor.kind.isOutOfBand ? nil : factor.secret)
+            if factor.kind.isOutOfBand,
+               record.factors.contains(where: { $0.kind == factor.kind && $0.destination == factor.destination }) {
+                throw .invalidParameters(factor.kind == .sms ? "this phone number is already enrolled" : "this email address is already enrolled")
+            }
             record.factors.append(factor)
             var leftOut = 0
             if let codes = importedCodes {
@@ -193,6 +209,7 @@ extension FileStore {
                     switch f.kind {
                     case .totp: state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, of: f)
                     case .hotp: state.setLastStep(UInt64.max, of: f)
+                    case .sms, .email: break  // no code of theirs is kept beyond the one pending
                     }
                 }
                 state.failures = UserState.hardFailureCap  // reported as "was locked"

@@ -77,6 +77,9 @@ public enum Authenticator {
         for factor in record.factors {
             let m = try factor.check(answer: answer, previous: previous, at: unixTime, verifier: verifier, hotp: hotp,
                                      state: state, forwardPass: options.forwardPass)
+            // A kind the policy does not allow here (factor_kinds) is checked like the others
+            // (the same work) but accepts nothing.
+            guard options.factorKinds & factor.kind.bit != 0 else { continue }
             if let step = m.step, matched == nil {
                 matched = (factor, step, m.driftAfter, m.driftBefore)
             }
@@ -109,7 +112,8 @@ public enum Authenticator {
             next.setLastStep(step, of: factor, drift: drift)
             let change = drift > before ? drift - before : before - drift  // both within ±10
             let jump = change >= TOTPVerifier.driftJumpSteps ? DriftJump(from: before, to: drift) : nil
-            return Decision(outcome: .success(factor: factor.label, step: step, digits: factor.parameters.digits, driftJump: jump),
+            return Decision(outcome: .success(factor: factor.label, step: step, digits: factor.kind.isOutOfBand ? Int(state.pending?.digits ?? 6) : factor.parameters.digits,
+                                                      driftJump: jump),
                             state: next)
         }
         if let recovery = record.recovery, let index = recoveryIndex {
@@ -141,6 +145,11 @@ public enum Authenticator {
     static func failure(_ state: UserState, at unixTime: Int64, options: ModuleOptions) -> (state: UserState, lockedUntil: Int64?) {
         var next = state
         next.successProcess = 0
+        // A wrong answer uses one of the sent code's attempts (oob_max_attempts); the last one voids it.
+        if var p = next.pending {
+            p.attemptsLeft = p.attemptsLeft > 0 ? p.attemptsLeft - 1 : 0
+            next.pending = p.attemptsLeft == 0 || unixTime >= p.expiresAt ? nil : p
+        }
         next.failures = next.failures < UInt32.max ? next.failures + 1 : next.failures
         var lockedUntil: Int64? = nil
         // A caller of pam-totpd picks maxFailures per request: the site's locks regardless.
@@ -152,6 +161,12 @@ public enum Authenticator {
             lockedUntil = next.lockedUntil
         }
         return (next, lockedUntil)
+    }
+
+    /// `state` after one more failure (lockout as for a wrong code), for a check outside
+    /// `decide`: a wrong code typed back at an enrolment (`FileStore.confirmEnrolment`).
+    public static func failed(_ state: UserState, at unixTime: Int64, options: ModuleOptions) -> UserState {
+        failure(state, at: unixTime, options: options).state
     }
 
     /// The state to record before a costly check (`isCostly`): the attempt as a failure, so a
@@ -176,6 +191,13 @@ public struct Login<S: TOTPStore> {
         self.enrollment = enrollment
     }
 
+    /// What the login may offer an enrolled user where `kinds` are allowed (typed codes only
+    /// for anyone else).
+    public func hints(kinds: UInt8) -> FactorHints {
+        guard let store, case .enrolled(let enrolled) = enrollment else { return FactorHints() }
+        return store.hints(enrolled, kinds: kinds)
+    }
+
     /// `authenticate` for an enrolled user; the decoy work for everyone else.
     public func authenticate(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, options: ModuleOptions,
                              process: UInt32) -> AuthOutcome {
@@ -198,10 +220,12 @@ extension UserState {
         return next
     }
 
-    /// An accepted code or recovery code: failures and lockout cleared, `process` recorded.
+    /// An accepted code or recovery code: failures and lockout cleared, `process` recorded,
+    /// and a sent code no longer needed is void (it was for this login, which is over).
     mutating func succeeded(process: UInt32) {
         failures = 0
         lockedUntil = 0
         successProcess = process
+        pending = nil
     }
 }

@@ -18,6 +18,7 @@ public enum Destination {
     /// An E.164 number: "+" then 8–15 ASCII digits, the first not "0". Anything else (spaces,
     /// dashes, brackets, a missing "+", other scripts' digits) throws `invalidParameters`
     /// with the expected form; the number itself is never echoed.
+    @_optimize(size)  // cold: a login with a phone or address only
     public static func validatePhone(_ number: [UInt8]) throws(MFAError) {
         let digits = number.dropFirst()
         guard number.first == 0x2B, phoneDigitsRange.contains(digits.count),
@@ -39,6 +40,7 @@ public enum Destination {
     ///   ending with a hyphen, the last not all digits (so no IP addresses);
     /// - no quoted local parts, IP literals, comments, spaces or control characters.
     /// Anything else throws `invalidParameters`; the address itself is never echoed.
+    @_optimize(size)  // cold: a login with a phone or address only
     public static func validateEmail(_ address: [UInt8]) throws(MFAError) {
         guard address.count <= maxEmailLength else {
             throw .invalidParameters("an email address must be at most 254 characters")
@@ -64,6 +66,7 @@ public enum Destination {
     /// digit and keeps at least four characters hidden, so it never shows more than the last
     /// four (+12345 -> +****5). Shown bytes that are not ASCII digits become "?": the hint is
     /// always printable ASCII.
+    @_optimize(size)  // cold: a login with a phone or address only
     public static func maskPhone(_ number: [UInt8]) -> [UInt8] {
         let digits = number.first == 0x2B ? number.dropFirst() : number[...]
         let n = digits.count
@@ -88,6 +91,7 @@ public enum Destination {
     /// (alice@example.com -> a***@example.com). Always printable text: a first byte that is not
     /// printable ASCII shows as "?", and the domain goes through `escapedForTerminal` (a valid
     /// address's domain is unchanged). Without an "@": "***".
+    @_optimize(size)  // cold: a login with a phone or address only
     public static func maskEmail(_ address: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         guard let at = address.firstIndex(of: 0x40) else {

@@ -14,19 +14,45 @@ public enum FactorKind: UInt8, Equatable, Sendable {
     case totp = 1
     /// RFC 4226 counter-based codes from a hardware token (a key fob, a YubiKey's OATH-HOTP slot).
     case hotp = 2
+    /// Codes pam-totpd sends in a text message to an E.164 number (out of band: the factor's
+    /// data is its destination, not a secret; the code is made per login, `PendingCode`).
+    case sms = 3
+    /// Codes pam-totpd sends by email (out of band, like `sms`).
+    case email = 4
 
-    /// The kind's name in listings, JSON and the fleet tables.
+    /// The kind's name in listings, JSON, `factor_kinds` and the fleet tables.
     public var name: StaticString {
         switch self {
         case .totp: return "totp"
         case .hotp: return "hotp"
+        case .sms: return "sms"
+        case .email: return "email"
         }
     }
 
     /// The kind named `name`.
     public init?(name: some Collection<UInt8>) {
-        if equals(name, "totp") { self = .totp } else if equals(name, "hotp") { self = .hotp } else { return nil }
+        if equals(name, "totp") {
+            self = .totp
+        } else if equals(name, "hotp") {
+            self = .hotp
+        } else if equals(name, "sms") {
+            self = .sms
+        } else if equals(name, "email") {
+            self = .email
+        } else {
+            return nil
+        }
     }
+
+    /// A kind whose codes pam-totpd sends (the factor holds a destination, not a secret).
+    public var isOutOfBand: Bool { self == .sms || self == .email }
+
+    /// This kind's bit in a set of kinds (`ModuleOptions.factorKinds`).
+    public var bit: UInt8 { UInt8(1) << (rawValue &- 1) }
+
+    /// Every kind's bit: the default of `factor_kinds`.
+    public static let allBits: UInt8 = 0x0F
 }
 
 /// One factor's verdict on an answer (`Factor.check`).
@@ -52,9 +78,18 @@ extension Factor {
     @inline(never)  // one copy, called once per factor by decide
     public func check(answer: [UInt8], previous: [UInt8]? = nil, at unixTime: Int64, verifier: TOTPVerifier, hotp: HOTPWindow,
                       state: UserState, forwardPass: Bool) throws(MFAError) -> FactorMatch {
+        if kind.isOutOfBand {
+            // The code pam-totpd sent for this factor, if one is outstanding: its salted hash,
+            // compared in constant time; a match is "step" sentAt (what status shows as last use).
+            let pending = state.pending.flatMap { $0.factorKey == UserState.key(for: self) ? $0 : nil }
+            let code = forwardPass ? Array(answer.suffix(Int(pending?.digits ?? 6))) : answer
+            let ok = PendingCode.matches(pending, code: code, at: unixTime)
+            return FactorMatch(step: ok ? pending.map { UInt64(clamping: $0.sentAt) } : nil, replayed: false, driftBefore: 0, driftAfter: 0)
+        }
         let key = HMACKey(algorithm: parameters.algorithm, key: secret)
         let code = forwardPass ? Array(answer.suffix(parameters.digits)) : answer
         switch kind {
+        case .sms, .email: return FactorMatch(step: nil, replayed: false, driftBefore: 0, driftAfter: 0)  // (above)
         case .totp:
             // The window is centred on the factor's learned drift (never wider: TOTPVerifier).
             let learned = verifier.bounded(state.drift(forLabel: label))

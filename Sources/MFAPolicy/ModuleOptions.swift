@@ -52,6 +52,32 @@ public struct ModuleOptions: Equatable, Sendable {
     /// `enroll_at_login=YYYY-MM-DD`: until the end of that day (UTC), a user with no factor is
     /// offered enrolment through the PAM conversation; the Unix time the offer ends (exclusive).
     public var enrollAtLoginUntil: Int64? = nil
+    /// `factor_kinds`: which kinds of factor are offered and accepted (`FactorKind.bit`; default
+    /// every kind). A section may narrow it (administrators: `totp`).
+    public var factorKinds: UInt8 = FactorKind.allBits
+    /// Sent codes (text message, email): digits, seconds valid, wrong answers before void, the
+    /// least seconds between two sends to an account, the most sends per account per hour and per day.
+    public var oobDigits: Int = 6
+    public var oobLifetime: Int64 = 300
+    public var oobMaxAttempts: Int = 3
+    public var oobResendInterval: Int64 = 30
+    public var oobMaxPerHour: Int = 5
+    public var oobMaxPerDay: Int = 20
+    public static let oobDigitsRange: ClosedRange<UInt64> = 6...8
+    public static let oobLifetimeRange: ClosedRange<UInt64> = 30...3600
+    public static let oobMaxAttemptsRange: ClosedRange<UInt64> = 1...10
+    public static let oobResendIntervalRange: ClosedRange<UInt64> = 0...3600
+    public static let oobMaxSendsRange: ClosedRange<UInt64> = 1...32  // (UserState.maxSends)
+    /// pam-totpd only (its file; a pam.d line may not set them): the programs that send a code
+    /// (`PATH DESTINATION`, the message on standard input), the message templates (`%c` code,
+    /// `%h` host, `%m` minutes; checked by pam-totpd when it starts) and the most sends per minute
+    /// for the whole daemon.
+    public var smsCommand: [UInt8]? = nil
+    public var emailCommand: [UInt8]? = nil
+    public var smsText: [UInt8]? = nil
+    public var emailSubject: [UInt8]? = nil
+    public var emailText: [UInt8]? = nil
+    public var oobMaxPerMinute: Int = 60
     /// Where each policy setting came from, in the order applied (the last one of a setting is
     /// in force): for `totp-enroll policy`.
     public var sources: [PolicySource] = []
@@ -136,6 +162,17 @@ public struct ModuleOptions: Equatable, Sendable {
         case .hotpResyncWindow: lineStricter = hotpResyncWindow < file.hotpResyncWindow
         case .maxFailures: lineStricter = maxFailures < file.maxFailures
         case .lockout: lineStricter = lockoutSeconds > file.lockoutSeconds
+        case .factorKinds:
+            // Sets meet: only the kinds both allow (never one the file does not).
+            let both = factorKinds & file.factorKinds
+            lineStricter = both == factorKinds
+            factorKinds = both
+        case .oobDigits: lineStricter = oobDigits > file.oobDigits
+        case .oobLifetime: lineStricter = oobLifetime < file.oobLifetime
+        case .oobMaxAttempts: lineStricter = oobMaxAttempts < file.oobMaxAttempts
+        case .oobResendInterval: lineStricter = oobResendInterval > file.oobResendInterval
+        case .oobMaxPerHour: lineStricter = oobMaxPerHour < file.oobMaxPerHour
+        case .oobMaxPerDay: lineStricter = oobMaxPerDay < file.oobMaxPerDay
         }
         if lineStricter {
             sources.append(PolicySource(setting: setting, from: literal("the pam.d line (stricter than ") + fileSource + [0x29]))
@@ -149,6 +186,13 @@ public struct ModuleOptions: Equatable, Sendable {
         case .hotpResyncWindow: hotpResyncWindow = file.hotpResyncWindow
         case .maxFailures: maxFailures = file.maxFailures
         case .lockout: lockoutSeconds = file.lockoutSeconds
+        case .factorKinds: factorKinds &= file.factorKinds
+        case .oobDigits: oobDigits = file.oobDigits
+        case .oobLifetime: oobLifetime = file.oobLifetime
+        case .oobMaxAttempts: oobMaxAttempts = file.oobMaxAttempts
+        case .oobResendInterval: oobResendInterval = file.oobResendInterval
+        case .oobMaxPerHour: oobMaxPerHour = file.oobMaxPerHour
+        case .oobMaxPerDay: oobMaxPerDay = file.oobMaxPerDay
         }
         sources.append(PolicySource(setting: setting, from: fileSource + literal(" (the pam.d line's is not stricter)")))
     }
@@ -201,7 +245,7 @@ public struct ModuleOptions: Equatable, Sendable {
             let name = line.firstIndex(of: ASCII.equals).map { Array(line[..<$0]) } ?? line
             if let current = section {
                 if equals(name, "store") || equals(name, "socket") || equals(name, "backend") || equals(name, "postgresql")
-                    || equals(name, "postgresql_file") {
+                    || equals(name, "postgresql_file") || Self.isDaemonDelivery(name) {
                     throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
                                          + printable(line))
                 }
@@ -308,6 +352,23 @@ public struct ModuleOptions: Equatable, Sendable {
                 }
                 enrollAtLoginUntil = end
             }
+        } else if equals(name, "factor_kinds") {
+            guard let v = value, let kinds = Self.kinds(v) else {
+                throw bad("factor_kinds is a list of totp, hotp, sms, email (at least one), separated by spaces or commas")
+            }
+            factorKinds = kinds
+        } else if equals(name, "oob_digits") {
+            oobDigits = Int(try Self.number(value, Self.oobDigitsRange, bad("oob_digits must be 6 to 8")))
+        } else if equals(name, "oob_lifetime") {
+            oobLifetime = Int64(try Self.number(value, Self.oobLifetimeRange, bad("oob_lifetime must be 30 to 3600 seconds")))
+        } else if equals(name, "oob_max_attempts") {
+            oobMaxAttempts = Int(try Self.number(value, Self.oobMaxAttemptsRange, bad("oob_max_attempts must be 1 to 10")))
+        } else if equals(name, "oob_resend_interval") {
+            oobResendInterval = Int64(try Self.number(value, Self.oobResendIntervalRange, bad("oob_resend_interval must be 0 to 3600 seconds")))
+        } else if equals(name, "oob_max_per_hour") {
+            oobMaxPerHour = Int(try Self.number(value, Self.oobMaxSendsRange, bad("oob_max_per_hour must be 1 to 32")))
+        } else if equals(name, "oob_max_per_day") {
+            oobMaxPerDay = Int(try Self.number(value, Self.oobMaxSendsRange, bad("oob_max_per_day must be 1 to 32")))
         } else if equals(name, "exempt") {
             guard let v = Self.flag(value) else { throw bad("exempt takes no value, or yes/no") }
             exempt = v
@@ -349,6 +410,26 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw .invalidOption(origin + "postgresql must be a libpq CONNINFO of 1 to 4096 printable bytes")
             }
             postgresql = v
+        } else if Self.isDaemonDelivery(name) {
+            // pam-totpd's alone, and only from its file: how codes are sent. Checked here for
+            // shape (a path, printable text); pam-totpd checks the templates when it starts.
+            guard fromFile else { throw .invalidOption(origin + printable(name) + "= is only allowed in the configuration file") }
+            guard let v = value, !v.isEmpty, v.count <= 512, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw bad("must be 1 to 512 printable bytes")
+            }
+            if equals(name, "sms_command") || equals(name, "email_command") {
+                guard v.first == 0x2F else { throw bad("must be an absolute path") }
+                if equals(name, "sms_command") { smsCommand = v } else { emailCommand = v }
+            } else if equals(name, "sms_text") {
+                smsText = v
+            } else if equals(name, "email_subject") {
+                emailSubject = v
+            } else if equals(name, "email_text") {
+                emailText = v
+            } else {
+                guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_max_per_minute must be 1 to 10000") }
+                oobMaxPerMinute = Int(n)
+            }
         } else if equals(name, "postgresql_file") {
             guard fromFile else { throw .invalidOption(origin + "postgresql_file= is only allowed in the configuration file") }
             guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
@@ -417,6 +498,38 @@ public struct ModuleOptions: Equatable, Sendable {
         return out
     }
 
+    /// pam-totpd's delivery settings (file only, never in a section).
+    static func isDaemonDelivery(_ name: [UInt8]) -> Bool {
+        equals(name, "sms_command") || equals(name, "email_command") || equals(name, "sms_text") || equals(name, "email_subject")
+            || equals(name, "email_text") || equals(name, "oob_max_per_minute")
+    }
+
+    /// A decimal setting within `range`, else `error`.
+    static func number(_ value: [UInt8]?, _ range: ClosedRange<UInt64>, _ error: MFAError) throws(MFAError) -> UInt64 {
+        guard let v = value, let n = parseDecimal(v, limit: range.upperBound), range.contains(n) else { throw error }
+        return n
+    }
+
+    /// `factor_kinds`' value: kind names separated by spaces or commas; nil if empty or unknown.
+    static func kinds(_ value: [UInt8]) -> UInt8? {
+        var bits: UInt8 = 0
+        for word in value.split(whereSeparator: { $0 == ASCII.space || $0 == 0x2C || $0 == ASCII.tab }) {
+            guard let kind = FactorKind(name: word) else { return nil }
+            bits |= kind.bit
+        }
+        return bits == 0 ? nil : bits
+    }
+
+    /// The names of the kinds in `bits`, space-separated ("totp sms").
+    public static func kindNames(_ bits: UInt8) -> [UInt8] {
+        var out: [UInt8] = []
+        for kind in [FactorKind.totp, .hotp, .sms, .email] where bits & kind.bit != 0 {
+            if !out.isEmpty { out.append(ASCII.space) }
+            out.append(contentsOf: bytes(kind.name))
+        }
+        return out
+    }
+
     /// A flag: bare name, `=yes` or `=no`.
     static func flag(_ value: [UInt8]?) -> Bool? {
         guard let value else { return true }
@@ -466,9 +579,11 @@ public struct ModuleOptions: Equatable, Sendable {
 /// narrower windows, the fewer failures before a lockout, the longer lockout.
 public enum PolicySetting: Equatable, Sendable {
     case nullok, exempt, adjacentIntervals, hotpWindow, hotpResyncWindow, maxFailures, lockout
+    case factorKinds, oobDigits, oobLifetime, oobMaxAttempts, oobResendInterval, oobMaxPerHour, oobMaxPerDay
 
     public static var all: [PolicySetting] {
-        [.nullok, .exempt, .adjacentIntervals, .hotpWindow, .hotpResyncWindow, .maxFailures, .lockout]
+        [.nullok, .exempt, .adjacentIntervals, .hotpWindow, .hotpResyncWindow, .maxFailures, .lockout,
+         .factorKinds, .oobDigits, .oobLifetime, .oobMaxAttempts, .oobResendInterval, .oobMaxPerHour, .oobMaxPerDay]
     }
 
     public init?(name: [UInt8]) {
@@ -476,7 +591,12 @@ public enum PolicySetting: Equatable, Sendable {
         else if equals(name, "adjacent_intervals") { self = .adjacentIntervals } else if equals(name, "hotp_window") { self = .hotpWindow }
         else if equals(name, "hotp_resync_window") { self = .hotpResyncWindow }
         else if equals(name, "max_failures") { self = .maxFailures }
-        else if equals(name, "lockout") { self = .lockout } else { return nil }
+        else if equals(name, "lockout") { self = .lockout } else if equals(name, "factor_kinds") { self = .factorKinds }
+        else if equals(name, "oob_digits") { self = .oobDigits } else if equals(name, "oob_lifetime") { self = .oobLifetime }
+        else if equals(name, "oob_max_attempts") { self = .oobMaxAttempts }
+        else if equals(name, "oob_resend_interval") { self = .oobResendInterval }
+        else if equals(name, "oob_max_per_hour") { self = .oobMaxPerHour } else if equals(name, "oob_max_per_day") { self = .oobMaxPerDay }
+        else { return nil }
     }
 
     public var name: Message {
@@ -488,6 +608,13 @@ public enum PolicySetting: Equatable, Sendable {
         case .hotpResyncWindow: return "hotp_resync_window"
         case .maxFailures: return "max_failures"
         case .lockout: return "lockout"
+        case .factorKinds: return "factor_kinds"
+        case .oobDigits: return "oob_digits"
+        case .oobLifetime: return "oob_lifetime"
+        case .oobMaxAttempts: return "oob_max_attempts"
+        case .oobResendInterval: return "oob_resend_interval"
+        case .oobMaxPerHour: return "oob_max_per_hour"
+        case .oobMaxPerDay: return "oob_max_per_day"
         }
     }
 }

@@ -23,10 +23,52 @@ public struct Factor: Equatable, Sendable {
     /// A hardware token's serial number (import-pskc: its PSKC SerialNo, else its Key Id);
     /// empty: none. Not a secret; a stored one is what a label may be (`validate(label:)`).
     public var serial: [UInt8] = []
+    /// An out-of-band factor's (sms, email) destination: an E.164 number or an email address
+    /// (`Destination`); empty for the other kinds. Shown masked to everyone but root.
+    public var destination: [UInt8] = []
+
+    /// An out-of-band factor: `kind` sms (an E.164 number) or email (an address). It has no
+    /// secret: pam-totpd sends a new code per login (`PendingCode`).
+    @_optimize(size)  // cold: a login with a phone or address only
+    public init(outOfBand kind: FactorKind, label: [UInt8], destination: [UInt8], created: Int64) throws(MFAError) {
+        try Factor.validate(label: label)
+        guard kind.isOutOfBand else { throw .invalidParameters("not an out-of-band kind") }
+        try Factor.validate(destination: destination, kind: kind)
+        self.kind = kind
+        self.label = label
+        self.parameters = .default
+        self.created = created
+        self.enrolledStep = 0
+        self.counter = 0
+        self.secret = []
+        self.destination = destination
+    }
+
+    /// What an out-of-band factor's destination must be (`Destination`).
+    @_optimize(size)  // cold: a login with a phone or address only
+    public static func validate(destination: [UInt8], kind: FactorKind) throws(MFAError) {
+        switch kind {
+        case .sms: try Destination.validatePhone(destination)
+        case .email: try Destination.validateEmail(destination)
+        case .totp, .hotp: throw .invalidParameters("this kind has no destination")
+        }
+    }
+
+    /// The destination as users see it: `+1******1234`, `a***@example.com` (empty for the
+    /// kinds without one).
+    @_optimize(size)  // cold: a login with a phone or address only
+    public var maskedDestination: [UInt8] {
+        switch kind {
+        case .sms: return Destination.maskPhone(destination)
+        case .email: return Destination.maskEmail(destination)
+        case .totp, .hotp: return []
+        }
+    }
 
     public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
                 enrolledStep: UInt64 = 0, counter: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
         try Factor.validate(label: label)
+        guard !kind.isOutOfBand else { throw .invalidParameters("an out-of-band factor has a destination, not a secret") }
         guard secret.count >= 10 && secret.count <= 128 else {
             throw .invalidParameters("secret must be 10 to 128 bytes")
         }
@@ -68,6 +110,7 @@ public struct Factor: Equatable, Sendable {
     public func validateNew() throws(MFAError) {
         try Factor.validateNew(label: label)
         if !serial.isEmpty { try Factor.validateNew(serial: serial) }
+        if kind.isOutOfBand { try Factor.validate(destination: destination, kind: kind) }
     }
 }
 

@@ -29,6 +29,13 @@ public struct UserState: Equatable, Sendable {
     /// the record that was used. `drift` is where the factor's device was, relative to this
     /// host's clock, at its last accepted code (`TOTPVerifier`, "Clock drift"); 0 when unknown.
     public var lastSteps: [(key: UInt64, step: UInt64, drift: Int64)] = []
+    /// The one code pam-totpd sent and nobody has used yet (text message or email), if any.
+    public var pending: PendingCode? = nil
+    /// When codes were sent for this account (oldest first, the last day's, at most
+    /// `maxSends`): the per-account limits (`oob_resend_interval`, `oob_max_per_hour`,
+    /// `oob_max_per_day`) are counted here, under the record lock.
+    public var sends: [Int64] = []
+    public static let maxSends = 32
 
     public init() {}
 
@@ -37,6 +44,7 @@ public struct UserState: Equatable, Sendable {
             && a.lockedUntil == b.lockedUntil && a.recoverySet == b.recoverySet && a.recoveryUsed == b.recoveryUsed
             && a.successProcess == b.successProcess && a.lastSteps.count == b.lastSteps.count
             && !zip(a.lastSteps, b.lastSteps).contains { $0.key != $1.key || $0.step != $1.step || $0.drift != $1.drift }
+            && a.pending == b.pending && a.sends == b.sends
     }
 
     /// The factor's key in the state: FNV-1a of its label (labels are unique within a record,
@@ -56,6 +64,9 @@ public struct UserState: Equatable, Sendable {
         switch factor.kind {
         case .totp: return label
         case .hotp: return fnv1a64(word: UInt64(bitPattern: factor.created), fnv1a64(word: factor.counter, label))
+        // A phone or address enrolled again under an old label is a new factor: no code sent
+        // to the old one is taken for it.
+        case .sms, .email: return fnv1a64(word: UInt64(bitPattern: factor.created), fnv1a64(factor.destination[...] ) ^ label)
         }
     }
 
@@ -115,6 +126,9 @@ public struct UserState: Equatable, Sendable {
             }
         }
         lastSteps = kept
+        if let p = pending, !record.factors.contains(where: { $0.kind.isOutOfBand && Self.key(for: $0) == p.factorKey }) {
+            pending = nil
+        }
     }
 
     /// This state as it applies to `record`: itself when written for that record (or when
@@ -124,6 +138,7 @@ public struct UserState: Equatable, Sendable {
         if recordID == 0 || record.id == 0 || recordID == record.id { return self }
         var fresh = UserState()
         fresh.sequence = sequence
+        fresh.sends = sends  // the limits are the account's: a purge does not reset them
         return fresh
     }
 
@@ -133,6 +148,103 @@ public struct UserState: Equatable, Sendable {
     public mutating func markRecoveryUsed(set id: UInt64, index: Int) {
         if recoverySet != id { recoverySet = id; recoveryUsed = 0 }
         if index >= 0 && index < 32 { recoveryUsed |= UInt32(1) << UInt32(index) }
+    }
+}
+
+/// The code pam-totpd sent for an out-of-band factor (sms, email), kept only as a salted
+/// SHA-256, single use: void after a success (of any factor), after `attemptsLeft` wrong
+/// answers, and at `expiresAt`.
+public struct PendingCode: Equatable, Sendable {
+    public static let saltSize = 16
+    public var factorKey: UInt64
+    public var sentAt: Int64
+    public var expiresAt: Int64
+    public var digits: UInt8
+    public var attemptsLeft: UInt8
+    public var salt: [UInt8]
+    public var hash: [UInt8]
+
+    public init(factorKey: UInt64, sentAt: Int64, expiresAt: Int64, digits: UInt8, attemptsLeft: UInt8,
+                salt: [UInt8], hash: [UInt8]) {
+        self.factorKey = factorKey
+        self.sentAt = sentAt
+        self.expiresAt = expiresAt
+        self.digits = digits
+        self.attemptsLeft = attemptsLeft
+        self.salt = salt
+        self.hash = hash
+    }
+
+    /// A new code of `digits` digits (uniform: rejection sampling on the generator's words)
+    /// and its pending entry, valid `lifetime` seconds from `now`.
+    public static func make<G: RandomNumberGenerator>(for factor: Factor, digits: Int, lifetime: Int64, maxAttempts: Int,
+                                                      at now: Int64, using generator: inout G) -> (code: [UInt8], pending: PendingCode) {
+        let n = min(max(digits, 6), 8)
+        var modulus: UInt64 = 1
+        for _ in 0..<n { modulus &*= 10 }
+        let limit = UInt64.max - UInt64.max % modulus
+        var word = generator.next()
+        while word >= limit { word = generator.next() }
+        var value = word % modulus
+        var code = [UInt8](repeating: 0x30, count: n)
+        var i = n - 1
+        while i >= 0 {
+            code[i] = 0x30 &+ UInt8(truncatingIfNeeded: value % 10)
+            value /= 10
+            i -= 1
+        }
+        var salt: [UInt8] = []
+        while salt.count < saltSize {
+            var w = generator.next()
+            for _ in 0..<8 where salt.count < saltSize {
+                salt.append(UInt8(truncatingIfNeeded: w))
+                w >>= 8
+            }
+        }
+        let (expires, overflow) = now.addingReportingOverflow(lifetime)
+        let pending = PendingCode(factorKey: UserState.key(for: factor), sentAt: now, expiresAt: overflow ? Int64.max : expires,
+                                  digits: UInt8(n), attemptsLeft: UInt8(clamping: max(maxAttempts, 1)), salt: salt,
+                                  hash: SHA256.hash(salt + code))
+        return (code, pending)
+    }
+
+    /// Whether `code` is the live pending code `pending` (nil: none; the same hashing is done
+    /// anyway). Constant time in the code's bytes.
+    public static func matches(_ pending: PendingCode?, code: [UInt8], at now: Int64) -> Bool {
+        let salt = pending?.salt ?? [UInt8](repeating: 0, count: saltSize)
+        let digest = SHA256.hash(salt + code)
+        guard let p = pending else { return false }
+        let same = constantTimeEqual(digest, p.hash)
+        return same && p.isLive(at: now) && code.count == Int(p.digits)
+    }
+
+    /// Not expired and not out of attempts.
+    public func isLive(at now: Int64) -> Bool { now < expiresAt && now >= sentAt && attemptsLeft > 0 }
+}
+
+/// Seconds from `t` to `now`, never negative and never trapping (a stored time may be
+/// anything): a time in the future (the clock was set back) is "just now", so a clock step
+/// never wipes the limits; one too far in the past is `Int64.max`.
+public func secondsSince(_ t: Int64, at now: Int64) -> Int64 {
+    guard t < now else { return 0 }
+    let (age, overflow) = now.subtractingReportingOverflow(t)
+    return overflow ? Int64.max : age
+}
+
+extension UserState {
+    /// The sends of the last `seconds` before `now` (one stamped in the future counts).
+    public func sends(within seconds: Int64, of now: Int64) -> Int {
+        var n = 0
+        for t in sends where secondsSince(t, at: now) < seconds { n += 1 }
+        return n
+    }
+
+    /// Records a send at `now`: keeps the last day's, at most `maxSends`.
+    public mutating func recordSend(at now: Int64) {
+        var kept: [Int64] = []
+        for t in sends where secondsSince(t, at: now) < 86_400 { kept.append(t) }
+        kept.append(now)
+        sends = Array(kept.suffix(Self.maxSends))
     }
 }
 

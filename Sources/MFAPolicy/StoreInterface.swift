@@ -55,6 +55,24 @@ public protocol TOTPStore: AnyObject {
     /// so the two are not told apart by timing (docs/ARCHITECTURE.md, section 4.2).
     static func decoy(_ answer: [UInt8], at unixTime: Int64, options: ModuleOptions)
 
+    /// What a login may offer an enrolled user where `kinds` are allowed (`factor_kinds`):
+    /// typed codes, and each sent-code factor's name and masked destination.
+    func hints(_ enrolled: Enrolled, kinds: UInt8) -> FactorHints
+
+    /// Plans a send to the factor `label` and, for `.send`, records the pending code (hashed)
+    /// and the send before returning (`OutOfBand.plan`; pam-totpd sends after it returns).
+    func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
+                                            options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan
+
+    /// The code sent at `sentAt` for the factor keyed `factorKey` was not delivered: void it;
+    /// `uncount`: its send is not counted either (the program never ran).
+    func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError)
+
+    /// Plans the code that proves a new out-of-band factor (`OutOfBand.planEnrolment`) and,
+    /// for `.send`, records it before returning.
+    func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
+                                                     options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan
+
     /// `lookup` then `authenticate` as one step (see the extension's default).
     func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], previous: [UInt8]?,
                at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome
@@ -106,6 +124,23 @@ extension TOTPStore {
             return authenticate(answer: answer, previous: previous, at: unixTime, options: options, process: process,
                                 enrolled: enrolled)
         }
+    }
+}
+
+extension TOTPStore {
+    /// A store without sent codes (the fleet's, for now): typed codes only.
+    public func hints(_ enrolled: Enrolled, kinds: UInt8) -> FactorHints { FactorHints() }
+
+    public func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
+                                                   options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
+        .refused("text-message and email codes are not available with this store yet")
+    }
+
+    public func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError) {}
+
+    public func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
+                                                            options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
+        .refused("text-message and email factors are not available with this store yet")
     }
 }
 

@@ -10,22 +10,26 @@ import MFASystem
 public enum DaemonConnection {
     /// The whole exchange, connect to the last reply byte.
     public static let timeoutMilliseconds: Int64 = 5_000
+    /// A request that sends a code: pam-totpd waits for the user's lock (up to 5 s) and then
+    /// for the sender (up to 10 s).
+    public static let sendTimeoutMilliseconds: Int64 = 20_000
 
     /// Sends `frame` to the daemon listening on `path` and returns its whole reply frame, which
     /// starts with `replyMagic` (DaemonProtocol's, or AdminProtocol's). Only root's listener is
     /// spoken to: a socket in a directory others can write could otherwise be anyone's,
     /// collecting codes and secrets and answering "success".
-    public static func exchange(_ frame: [UInt8], socket path: [UInt8], replyMagic: [UInt8]) throws(MFAError) -> [UInt8] {
+    public static func exchange(_ frame: [UInt8], socket path: [UInt8], replyMagic: [UInt8],
+                                timeout: Int64 = timeoutMilliseconds) throws(MFAError) -> [UInt8] {
         var sent = false
-        return try exchange(frame, socket: path, replyMagic: replyMagic, sent: &sent)
+        return try exchange(frame, socket: path, replyMagic: replyMagic, sent: &sent, timeout: timeout)
     }
 
     /// `exchange`, telling the caller whether the whole request had been sent when it failed:
     /// after that the daemon may have carried it out even though no reply came.
     public static func exchange(_ frame: [UInt8], socket path: [UInt8], replyMagic: [UInt8],
-                                sent: inout Bool) throws(MFAError) -> [UInt8] {
+                                sent: inout Bool, timeout: Int64 = timeoutMilliseconds) throws(MFAError) -> [UInt8] {
         sent = false
-        let deadline = clibc_monotonic_ms() + timeoutMilliseconds
+        let deadline = clibc_monotonic_ms() + min(max(timeout, 1), sendTimeoutMilliseconds)
         let fd = clibc_socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw .daemon("cannot create a socket (errno " + Errno.current.number + ")") }
         defer { _ = clibc_close(fd) }

@@ -8,19 +8,27 @@ import MFASystem
 // the daemon share one encoder and one bounded decoder (fuzzed: Fuzz/ target "protocol").
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
-//   request  "PTQ2": op u8 (1 lookup, 2 authenticate) · flags u8 (1 nullok, 2 forward_pass,
-//            4 debug) · adjacent_intervals u8 · hotp_window u8 · hotp_resync_window u16 ·
-//            max_failures u8 · lockout u32 · service (u8 length + bytes) · user (u8 + bytes) ·
-//            store (u16 + bytes) · answer (u16 + bytes) · previous answer (u16 + bytes; empty:
-//            none; the login's answer before, told "resync")
-//   reply    "PTR2": kind u8, then by kind —
+//   request  "PTQ3": op u8 (1 lookup, 2 authenticate, 3 send a code) · flags u8 (1 nullok,
+//            2 forward_pass, 4 debug) · adjacent_intervals u8 · hotp_window u8 ·
+//            hotp_resync_window u16 · max_failures u8 · lockout u32 · factor_kinds u8 ·
+//            oob_digits u8 · oob_max_attempts u8 · oob_lifetime u16 · oob_resend_interval u16 ·
+//            oob_max_per_hour u8 · oob_max_per_day u8 · service (u8 length + bytes) · user
+//            (u8 + bytes) · store (u16 + bytes) · answer (u16 + bytes; send: the factor's
+//            label) · previous answer (u16 + bytes; empty: none; the login's answer before,
+//            told "resync")
+//   reply    "PTR3": kind u8, then by kind —
 //            0 success: step u64 · digits u8 · label (u8 + bytes)
 //            1 recovery code: remaining u16
 //            2 wrong code: replayed u8 · failures u32 · locked until i64 (0: none)
 //            3 not recorded: error      4 locked out: until i64 · permanent u8
 //            5 unenrolled               6 failed: error
-//            7 enrolled (lookup)        8 refused: message (u16 + bytes)
+//            7 enrolled (lookup): typed u8 · disallowed u8 · count u8 · per sent-code
+//              factor: kind u8 · label (u8 + bytes) · masked destination (u8 + bytes)
+//            8 refused: message (u16 + bytes)
 //            9 resync needed: failures u32
+//            10 sent (send): fresh u8 (0: the earlier code is still valid) · sent at i64 ·
+//              expires at i64 · masked destination (u8 + bytes)
+//            11 not sent (send): message for the user (u16 + bytes)
 //            error = kind u8 · errno i32 · message (u16 + bytes)
 // Nothing else is accepted: unknown magic, op, kind or flag bits, a length beyond the frame,
 // or bytes left over are all `malformed`.
@@ -33,8 +41,8 @@ public enum DaemonProtocol {
     /// Version 2 (HOTP's window, resync's reach and the previous answer): a module and a
     /// daemon of different versions refuse each other's frames (the login is denied, and
     /// pam-totpd logs a malformed request) rather than misread a field.
-    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x32] }  // "PTQ2"
-    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x32] }    // "PTR2"
+    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x33] }  // "PTQ3"
+    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x33] }    // "PTR3"
 
     /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
     /// start a frame of the expected kind within `maxFrameSize`.
@@ -78,6 +86,8 @@ public enum DaemonProtocol {
 public enum DaemonOperation: UInt8, Sendable {
     case lookup = 1
     case authenticate = 2
+    /// Send a code to the factor named by the request's answer field (text message, email).
+    case send = 3
 }
 
 /// What the module asks pam-totpd.
@@ -110,7 +120,10 @@ public struct DaemonRequest: Equatable, Sendable {
               answer.count <= DaemonProtocol.maxAnswerLength, previous.count <= DaemonProtocol.maxAnswerLength,
               options.hotpResyncWindow >= 0, options.hotpResyncWindow <= 65535,
               options.adjacentIntervals >= 0, options.adjacentIntervals <= 255,
-              options.hotpWindow >= 0, options.hotpWindow <= 255, options.maxFailures <= 255, options.lockoutSeconds >= 0, options.lockoutSeconds <= Int64(UInt32.max) else { return nil }
+              options.hotpWindow >= 0, options.hotpWindow <= 255, options.maxFailures <= 255, options.lockoutSeconds >= 0, options.lockoutSeconds <= Int64(UInt32.max),
+              options.oobDigits >= 0, options.oobDigits <= 255, options.oobMaxAttempts >= 0, options.oobMaxAttempts <= 255,
+              options.oobLifetime >= 0, options.oobLifetime <= 65535, options.oobResendInterval >= 0, options.oobResendInterval <= 65535,
+              options.oobMaxPerHour >= 0, options.oobMaxPerHour <= 255, options.oobMaxPerDay >= 0, options.oobMaxPerDay <= 255 else { return nil }
         var b: [UInt8] = []
         b.reserveCapacity(20 + service.count + user.count + options.store.count + answer.count + previous.count)
         b.append(operation.rawValue)
@@ -120,6 +133,13 @@ public struct DaemonRequest: Equatable, Sendable {
         Writer.u16(UInt16(truncatingIfNeeded: options.hotpResyncWindow), &b)
         b.append(UInt8(truncatingIfNeeded: options.maxFailures))
         Writer.u32(UInt32(truncatingIfNeeded: options.lockoutSeconds), &b)
+        b.append(options.factorKinds)
+        b.append(UInt8(truncatingIfNeeded: options.oobDigits))
+        b.append(UInt8(truncatingIfNeeded: options.oobMaxAttempts))
+        Writer.u16(UInt16(truncatingIfNeeded: options.oobLifetime), &b)
+        Writer.u16(UInt16(truncatingIfNeeded: options.oobResendInterval), &b)
+        b.append(UInt8(truncatingIfNeeded: options.oobMaxPerHour))
+        b.append(UInt8(truncatingIfNeeded: options.oobMaxPerDay))
         Writer.short(service, &b)
         Writer.short(user, &b)
         Writer.long(options.store, &b)
@@ -136,13 +156,19 @@ public struct DaemonRequest: Equatable, Sendable {
               let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
               let flags = r.u8(), flags & ~7 == 0,
               let adjacent = r.u8(), let hotpWindow = r.u8(), let resync = r.u16(), let maxFailures = r.u8(),
-              let lockout = r.u32(), let service = r.short(), let user = r.short(), let store = r.long(),
+              let lockout = r.u32(), let kinds = r.u8(), let oobDigits = r.u8(), let oobAttempts = r.u8(),
+              let oobLifetime = r.u16(), let oobResend = r.u16(), let oobHour = r.u8(), let oobDay = r.u8(),
+              let service = r.short(), let user = r.short(), let store = r.long(),
               let answer = r.long(), let previous = r.long(), r.atEnd else { throw .malformed("request") }
         var o = ModuleOptions()
         guard Int(adjacent) <= TOTPVerifier.maxAdjacentIntervals, HOTPWindow.sizeRange.contains(Int(hotpWindow)),
               HOTPWindow.resyncRange.contains(Int(resync)), previous.count <= DaemonProtocol.maxAnswerLength,
               ModuleOptions.maxFailuresRange.contains(UInt64(maxFailures)),
               ModuleOptions.lockoutRange.contains(UInt64(lockout)),
+              kinds != 0, kinds & ~FactorKind.allBits == 0, ModuleOptions.oobDigitsRange.contains(UInt64(oobDigits)),
+              ModuleOptions.oobMaxAttemptsRange.contains(UInt64(oobAttempts)), ModuleOptions.oobLifetimeRange.contains(UInt64(oobLifetime)),
+              ModuleOptions.oobResendIntervalRange.contains(UInt64(oobResend)), ModuleOptions.oobMaxSendsRange.contains(UInt64(oobHour)),
+              ModuleOptions.oobMaxSendsRange.contains(UInt64(oobDay)),
               store.first == 0x2F, !store.contains(0), answer.count <= DaemonProtocol.maxAnswerLength else {
             throw .malformed("request options")
         }
@@ -154,6 +180,13 @@ public struct DaemonRequest: Equatable, Sendable {
         o.hotpResyncWindow = Int(resync)
         o.maxFailures = UInt32(maxFailures)
         o.lockoutSeconds = Int64(lockout)
+        o.factorKinds = kinds
+        o.oobDigits = Int(oobDigits)
+        o.oobMaxAttempts = Int(oobAttempts)
+        o.oobLifetime = Int64(oobLifetime)
+        o.oobResendInterval = Int64(oobResend)
+        o.oobMaxPerHour = Int(oobHour)
+        o.oobMaxPerDay = Int(oobDay)
         o.store = store
         return DaemonRequest(operation: operation, service: service, user: user, options: o, answer: answer, previous: previous)
     }
@@ -163,8 +196,12 @@ public struct DaemonRequest: Equatable, Sendable {
 public enum DaemonReply: Equatable, Sendable {
     /// The verdict of an `authenticate` (or `.unenrolled` / `.failed` for a `lookup`).
     case outcome(AuthOutcome)
-    /// `lookup`: the user has a factor.
-    case enrolled
+    /// `lookup`: the user has a factor; what the login may offer them.
+    case enrolled(FactorHints)
+    /// `send`: a code is on its way (`fresh`), or the one sent at `sentAt` is still valid.
+    case sent(fresh: Bool, sentAt: Int64, expiresAt: Int64, masked: [UInt8])
+    /// `send`: nothing was sent; the message says why, for the user and the log.
+    case notSent(Message)
     /// The caller may not ask about this user (a caller without root asks only for its own
     /// account), or was turned away; the message says why, for the module's log line.
     case refused(Message)
@@ -194,8 +231,18 @@ public enum DaemonReply: Equatable, Sendable {
             case .resyncNeeded(let failures):
                 b.append(9); Writer.u32(failures, &b)
             }
-        case .enrolled:
-            b.append(7)
+        case .enrolled(let hints):
+            b.append(7); b.append(hints.typed ? 1 : 0); b.append(UInt8(truncatingIfNeeded: min(max(hints.disallowed, 0), 255)))
+            let offered = hints.sent.prefix(FactorHints.maxOffered)
+            b.append(UInt8(truncatingIfNeeded: offered.count))
+            for h in offered {
+                b.append(h.kind.rawValue); Writer.short(Array(h.label.prefix(255)), &b); Writer.short(Array(h.masked.prefix(255)), &b)
+            }
+        case .sent(let fresh, let sentAt, let expiresAt, let masked):
+            b.append(10); b.append(fresh ? 1 : 0); Writer.u64(UInt64(bitPattern: sentAt), &b); Writer.u64(UInt64(bitPattern: expiresAt), &b)
+            Writer.short(Array(masked.prefix(255)), &b)
+        case .notSent(let why):
+            b.append(11); Writer.long(Array(why.bytes.prefix(1024)), &b)
         case .refused(let why):
             b.append(8); Writer.long(Array(why.bytes.prefix(1024)), &b)
         }
@@ -229,7 +276,25 @@ public enum DaemonReply: Equatable, Sendable {
             guard let error = r.error() else { throw .malformed("reply") }
             reply = .outcome(.failed(error))
         case 7:
-            reply = .enrolled
+            guard let typed = r.u8(), typed <= 1, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
+                throw .malformed("reply")
+            }
+            var hints = FactorHints(typed: typed == 1, disallowed: Int(disallowed))
+            for _ in 0..<n {
+                guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.isOutOfBand, let label = r.short(), let masked = r.short() else {
+                    throw .malformed("reply")
+                }
+                hints.sent.append(FactorHint(kind: k, label: label, masked: masked))
+            }
+            reply = .enrolled(hints)
+        case 10:
+            guard let fresh = r.u8(), fresh <= 1, let sentAt = r.u64(), let expiresAt = r.u64(), let masked = r.short() else {
+                throw .malformed("reply")
+            }
+            reply = .sent(fresh: fresh == 1, sentAt: Int64(bitPattern: sentAt), expiresAt: Int64(bitPattern: expiresAt), masked: masked)
+        case 11:
+            guard let why = r.long() else { throw .malformed("reply") }
+            reply = .notSent(Message(why))
         case 8:
             guard let why = r.long() else { throw .malformed("reply") }
             reply = .refused(Message(why))

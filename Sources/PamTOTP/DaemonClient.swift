@@ -11,7 +11,9 @@ func askDaemon(_ request: DaemonRequest, socket path: [UInt8]) -> DaemonReply {
     do throws(MFAError) {
         guard var frame = request.encoded() else { throw .daemon("request too large to send") }
         defer { wipe(&frame) }
-        return try DaemonReply.decode(try DaemonConnection.exchange(frame, socket: path, replyMagic: DaemonProtocol.replyMagic))
+        let timeout = request.operation == .send ? DaemonConnection.sendTimeoutMilliseconds : DaemonConnection.timeoutMilliseconds
+        return try DaemonReply.decode(try DaemonConnection.exchange(frame, socket: path, replyMagic: DaemonProtocol.replyMagic,
+                                                                    timeout: timeout))
     } catch {
         return .outcome(.failed(error))
     }

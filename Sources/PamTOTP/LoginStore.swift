@@ -17,7 +17,8 @@ enum LoginStore {
 
     /// What is known before the prompt.
     enum Enrolment {
-        case enrolled
+        /// Enrolled: what the login may offer (typed codes, factors a code can be sent to).
+        case enrolled(FactorHints)
         case unenrolled
         /// Not asked: pam-totpd is asked before the prompt only when nullok may skip it.
         case unknown
@@ -61,15 +62,20 @@ enum LoginStore {
         switch self {
         case .files(let login):
             if case .unenrolled = login.enrollment { return .unenrolled }
-            return .enrolled
+            return .enrolled(login.hints(kinds: options.factorKinds))
         case .daemon(let service):
-            guard mayMatter else { return .unknown }
+            // Asked when nullok may skip the prompt, when a code may have to be sent (a kind that
+            // is sent is allowed here, and the one question is not forward_pass's), or when the
+            // policy leaves kinds out (a user with none allowed is told so, not prompted).
+            guard mayMatter || options.factorKinds != FactorKind.allBits
+                    || (options.factorKinds & Self.sentKinds != 0 && !options.forwardPass) else { return .unknown }
             let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
             switch askDaemon(request, socket: options.socket) {
-            case .enrolled: return .enrolled
+            case .enrolled(let hints): return .enrolled(hints)
             case .outcome(.unenrolled): return .unenrolled
             case .outcome(let other): return .decided(other)
             case .refused(let why): return .refused(why)
+            case .sent, .notSent: return .decided(.failed(.malformed("a sent code where a look-up was due")))
             }
         }
     }
@@ -90,8 +96,17 @@ enum LoginStore {
                              socket: options.socket) {
             case .outcome(let outcome): return .outcome(outcome)
             case .refused(let why): return .refused(why)
-            case .enrolled: return .outcome(.failed(.malformed("an enrolment where a verdict was due")))
+            case .enrolled, .sent, .notSent: return .outcome(.failed(.malformed("an enrolment where a verdict was due")))
             }
         }
+    }
+
+    static var sentKinds: UInt8 { FactorKind.sms.bit | FactorKind.email.bit }
+
+    /// Asks pam-totpd to send a code to the factor `label` (in process too: only pam-totpd
+    /// sends). The reply is `.sent` or `.notSent`; anything else is a failure.
+    func send(user: [UInt8], label: [UInt8], service: [UInt8], options: ModuleOptions) -> DaemonReply {
+        askDaemon(DaemonRequest(operation: .send, service: service, user: user, options: options, answer: label),
+                         socket: options.socket)
     }
 }

@@ -63,8 +63,10 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
     // account enumeration).
     let skippable = options.nullok && !options.forwardPass
     var unenrolled = false
+    var hints = FactorHints()
     switch store.enrolment(user: user, options: options, mayMatter: skippable) {
-    case .enrolled, .unknown: break
+    case .enrolled(let offered): hints = offered
+    case .unknown: break
     case .unenrolled: unenrolled = true
     case .decided(let outcome): return finish(pamh, outcome, user: user, debug: options.debug)
     case .refused(let why): return refused(pamh, user: user, why)
@@ -75,11 +77,23 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
         return code
     }
     if unenrolled && skippable { return ignored(pamh, user: user, options: options) }
-    guard var answer = prompt(pamh, Message(options.prompt)) else {
+    // Every factor of a kind the policy does not allow here (factor_kinds): nothing to ask.
+    if !hints.typed && hints.sent.isEmpty && hints.disallowed > 0 {
+        log(pamh, LOG_WARNING, "denied user " + printable(user) + ": none of their factors is of a kind allowed here (factor_kinds = "
+            + Message(ModuleOptions.kindNames(options.factorKinds)) + ")")
+        _ = showInfo(pamh, [literal("None of your factors may be used here.")])
+        return PAM_AUTH_ERR
+    }
+    // Factors a code can be sent to: the first question offers them (OutOfBand.swift).
+    var notSent = false
+    let first = hints.sent.isEmpty || options.forwardPass
+        ? prompt(pamh, Message(options.prompt)) : firstAnswer(pamh, store, user: user, options: options, hints: hints, notSent: &notSent)
+    guard var answer = first else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
         return PAM_CONV_ERR
     }
     defer { wipe(&answer) }
+    if notSent { return PAM_AUTH_ERR }  // told and logged; nothing counted against the user
     // forward_pass under nullok for a user without a factor: the whole answer is the password.
     if unenrolled && options.nullok {
         forwardPassword(pamh, answer, codeLength: 0)

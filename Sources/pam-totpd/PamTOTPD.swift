@@ -98,7 +98,8 @@ struct PamTOTPD: Command {
     static func backend(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> Backend {
         switch site.backend {
         case .files:
-            return Backend(DaemonService<Store>(site: site, openStore: Self.openStore),
+            return Backend(DaemonService<Store>(site: site, openStore: Self.openStore,
+                                                sender: try Sending.sender(site: site, workers: workers)),
                            name: "store " + String(decoding: site.store, as: UTF8.self))
         case .postgresql:
             let store = try Self.fleetStore(site: site, configPath: configPath, workers: workers)

@@ -7,17 +7,24 @@ import MFAPolicy
 import MFASystem
 import MFAWire
 
-/// `totp-enroll list`: the user's factors and recovery-code count — never a secret.
+/// `totp-enroll list`: the user's factors and recovery-code count — never a secret. A phone
+/// number or address is shown masked (`+1******1234`), in full only to root with
+/// `--show-destinations`.
 struct List: Command {
     static let name = "list"
     static let abstract = "List your factors: label, algorithm/digits/period, created, last used (never the secret)."
-    static let specs = TargetOptions.specs
+    static let specs = TargetOptions.specs + [.flag("--show-destinations", "Phone numbers and email addresses in full (root only).")]
 
     let target: TargetOptions
+    let showDestinations: Bool
 
-    init(_ arguments: Arguments) { target = TargetOptions(arguments) }
+    init(_ arguments: Arguments) {
+        target = TargetOptions(arguments)
+        showDestinations = arguments.flag("--show-destinations")
+    }
 
     func run() throws(CommandError) {
+        if showDestinations && getuid() != 0 { throw CLIError("--show-destinations is for root only") }
         let context = try target.context()
         let store = try context.openStore()
         guard let status = try storeCall({ () throws(MFAError) in try store.status(user: context.user) }),
@@ -31,10 +38,14 @@ struct List: Command {
         }
         // A SERIAL column (hardware tokens' serial numbers) only where a factor has one.
         let serials = record.factors.contains { !$0.serial.isEmpty }
-        var rows = [["LABEL"] + (serials ? ["SERIAL"] : []) + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
+        let destinations = record.factors.contains { $0.kind.isOutOfBand }
+        var rows = [["LABEL"] + (serials ? ["SERIAL"] : []) + (destinations ? ["DESTINATION"] : [])
+                    + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
         for f in record.factors {
             let last: String
             switch f.kind {
+            case .sms, .email:
+                last = state.lastStep(of: f).map { formatTime(Int64(clamping: $0)) } ?? "never"
             case .totp:
                 last = state.lastUsedStep(of: f).map { step -> String in
                     let (t, overflow) = Int64(clamping: step).multipliedReportingOverflow(by: Int64(f.parameters.period))
@@ -44,8 +55,10 @@ struct List: Command {
                 // Root sees where the token's counter is (for a resync); the user sees only whether it was used.
                 last = getuid() == 0 ? "next \(state.nextCounter(of: f))" : (state.lastStep(of: f) == nil ? "never" : "yes")
             }
-            rows.append([shown(f.label)] + (serials ? [serialColumn(f.serial)] : []) + [algorithmColumn(f.kind, f.parameters.algorithm.name),
-                         "\(f.parameters.digits)", f.kind == .hotp ? "-" : "\(f.parameters.period)s", formatTime(f.created), last])
+            let destination = f.kind.isOutOfBand ? shown(showDestinations ? f.destination : f.maskedDestination) : "-"
+            rows.append([shown(f.label)] + (serials ? [serialColumn(f.serial)] : []) + (destinations ? [destination] : [])
+                        + [algorithmColumn(f.kind, f.parameters.algorithm.name), f.kind.isOutOfBand ? "-" : "\(f.parameters.digits)",
+                           f.kind == .totp ? "\(f.parameters.period)s" : "-", formatTime(f.created), last])
         }
         print(table(rows), terminator: "")
         if let r = record.recovery {
@@ -66,9 +79,15 @@ func serialColumn(_ serial: [UInt8]) -> String {
     serial.isEmpty ? "-" : shown(serial)
 }
 
-/// The ALGORITHM column of `list` and `status`: SHA1, or HOTP-SHA1 for a counter-based factor.
+/// The ALGORITHM column of `list` and `status`: SHA1, HOTP-SHA1 for a counter-based factor,
+/// SMS or EMAIL for a sent code.
 func algorithmColumn(_ kind: FactorKind, _ algorithm: String) -> String {
-    kind == .hotp ? "HOTP-" + algorithm.uppercased() : algorithm.uppercased()
+    switch kind {
+    case .totp: return algorithm.uppercased()
+    case .hotp: return "HOTP-" + algorithm.uppercased()
+    case .sms: return "SMS"
+    case .email: return "EMAIL"
+    }
 }
 
 /// "2026-11-21 14:03 UTC" (or another strftime format), in UTC.

@@ -56,6 +56,13 @@ struct Policy: Command {
             case .hotpResyncWindow: value = String(options.hotpResyncWindow)
             case .maxFailures: value = String(options.maxFailures)
             case .lockout: value = "\(options.lockoutSeconds) s"
+            case .factorKinds: value = String(decoding: ModuleOptions.kindNames(options.factorKinds), as: UTF8.self)
+            case .oobDigits: value = String(options.oobDigits)
+            case .oobLifetime: value = "\(options.oobLifetime) s"
+            case .oobMaxAttempts: value = String(options.oobMaxAttempts)
+            case .oobResendInterval: value = "\(options.oobResendInterval) s"
+            case .oobMaxPerHour: value = String(options.oobMaxPerHour)
+            case .oobMaxPerDay: value = String(options.oobMaxPerDay)
             }
             let from = options.source(of: setting).map { String(decoding: $0, as: UTF8.self) } ?? "the built-in default"
             let name = setting.name.string

@@ -78,13 +78,22 @@ struct Status: Command {
             let uid = record.uid.map { "uid \($0)" } ?? "uid not bound yet"
             out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
             let serials = r.factors.contains { !$0.serial.isEmpty }  // a SERIAL column only where there is one
-            var rows = [["  LABEL"] + (serials ? ["SERIAL"] : []) + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
+            let destinations = r.factors.contains { $0.kind.isOutOfBand }  // a DESTINATION column likewise (masked)
+            var rows = [["  LABEL"] + (serials ? ["SERIAL"] : []) + (destinations ? ["DESTINATION"] : [])
+                        + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
             for f in r.factors {
                 let last = f.counter.map { "next \($0)" } ?? f.lastUsed.map { formatTime($0) } ?? (f.used ? "yes" : "never")
-                rows.append(["  " + shown(f.label)] + (serials ? [serialColumn(f.serial)] : []) + [algorithmColumn(f.kind, f.algorithm), "\(f.digits)", f.kind == .hotp ? "-" : "\(f.period)s",
-                             formatTime(f.created), last, f.kind == .hotp ? "-" : driftText(f.drift, period: f.period)])
+                let timed = f.kind == .totp
+                rows.append(["  " + shown(f.label)] + (serials ? [serialColumn(f.serial)] : [])
+                            + (destinations ? [f.destination.isEmpty ? "-" : shown(f.destination)] : [])
+                            + [algorithmColumn(f.kind, f.algorithm), f.kind.isOutOfBand ? "-" : "\(f.digits)", timed ? "\(f.period)s" : "-",
+                               formatTime(f.created), last, timed ? driftText(f.drift, period: f.period) : "-"])
             }
             out += table(rows)
+            if r.sendsLastDay > 0 {
+                out += "  Codes sent: \(r.sendsLastHour) in the last hour, \(r.sendsLastDay) in the last day"
+                    + (r.lastSend.map { " (last \(formatTime($0)))" } ?? "") + ".\n"
+            }
             if let left = r.recoveryLeft, let total = r.recoveryTotal {
                 out += "  Recovery codes: \(left) of \(total) left.\n"
             } else {
@@ -130,6 +139,7 @@ struct Status: Command {
                     ("kind", JSON.string(Array("\(f.kind.name)".utf8))),
                     ("label", JSON.string(f.label)),
                     ("serial", f.serial.isEmpty ? "null" : JSON.string(f.serial)),
+                    ("destination", f.destination.isEmpty ? "null" : JSON.string(f.destination)),
                     ("algorithm", JSON.string(Array(f.algorithm.utf8))),
                     ("digits", "\(f.digits)"),
                     ("period", "\(f.period)"),
@@ -145,6 +155,9 @@ struct Status: Command {
             fields.append(("recovery_codes_left", r.recoveryLeft.map { "\($0)" } ?? "null"))
             fields.append(("recovery_codes_total", r.recoveryTotal.map { "\($0)" } ?? "null"))
             fields.append(("failures", "\(r.failures)"))
+            fields.append(("codes_sent_last_hour", "\(r.sendsLastHour)"))
+            fields.append(("codes_sent_last_day", "\(r.sendsLastDay)"))
+            fields.append(("last_code_sent", r.lastSend.map { "\($0)" } ?? "null"))
             fields.append(("locked", r.lockedPermanently || r.lockedUntil != nil ? "true" : "false"))
             fields.append(("locked_until", r.lockedUntil.map { "\($0)" } ?? "null"))
             fields.append(("locked_at_cap", r.lockedPermanently ? "true" : "false"))
@@ -172,7 +185,13 @@ struct UserReport {
         var counter: UInt64? = nil
         /// A code of it was accepted (its step or counter, for root, is `lastUsedStep`).
         var used = false
+        /// An out-of-band factor's destination, masked (`+1******1234`); empty for the others.
+        var destination: [UInt8] = []
     }
+    /// Codes pam-totpd sent for the account: in the last hour, the last day, and when the last was.
+    var sendsLastHour = 0
+    var sendsLastDay = 0
+    var lastSend: Int64?
 
     var user: [UInt8]
     var status: UserStatus?
@@ -196,9 +215,15 @@ struct UserReport {
         let (record, state) = (status.record, status.state)
         for f in record.factors {
             let step = f.kind == .hotp ? state.lastStep(of: f) : state.lastUsedStep(of: f)
-            let time = f.kind == .hotp ? nil : step.flatMap { s -> Int64? in
-                let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
-                return overflow ? nil : t
+            let time: Int64?
+            switch f.kind {
+            case .hotp: time = nil
+            case .sms, .email: time = step.map { Int64(clamping: $0) }  // the "step" of a sent code is when it was sent
+            case .totp:
+                time = step.flatMap { s -> Int64? in
+                    let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
+                    return overflow ? nil : t
+                }
             }
             // A token's counter is shown to root only (a user sees whether it was used).
             let root = getuid() == 0
@@ -206,7 +231,8 @@ struct UserReport {
                                           period: f.parameters.period, created: f.created,
                                           lastUsedStep: f.kind == .hotp && !root ? nil : step,
                                           lastUsed: time, drift: state.drift(forLabel: f.label),
-                                          counter: f.kind == .hotp && root ? state.nextCounter(of: f) : nil, used: step != nil))
+                                          counter: f.kind == .hotp && root ? state.nextCounter(of: f) : nil, used: step != nil,
+                                          destination: f.maskedDestination))
         }
         if let set = record.recovery {
             let used = state.usedRecovery(set: set.id)
@@ -214,6 +240,9 @@ struct UserReport {
             r.recoveryLeft = (0..<set.hashes.count).filter { $0 >= 32 || (used >> UInt32($0)) & 1 == 0 }.count
         }
         r.failures = state.failures
+        r.sendsLastHour = state.sends(within: 3600, of: now)
+        r.sendsLastDay = state.sends(within: 86_400, of: now)
+        r.lastSend = state.sends.last
         if state.failures >= UserState.hardFailureCap {
             r.lockedPermanently = true
         } else if state.lockedUntil > now {

@@ -17,7 +17,7 @@ enum TOTPEnroll {
             and saves the factor only after you type a valid code from your authenticator app.
             """,
         root: Subcommand(Enroll.self), rootIsSubcommand: true,
-        subcommands: [Subcommand(Enroll.self), Subcommand(AddHOTP.self), Subcommand(Code.self), Subcommand(List.self),
+        subcommands: [Subcommand(Enroll.self), Subcommand(AddHOTP.self), Subcommand(AddPhone.self), Subcommand(AddEmail.self), Subcommand(Code.self), Subcommand(List.self),
                       Subcommand(Status.self), Subcommand(Remove.self), Subcommand(RecoveryCodes.self),
                       Subcommand(ImportGoogleAuthenticator.self), Subcommand(ImportPSKC.self), Subcommand(Unlock.self),
                       Subcommand(Purge.self), Subcommand(AuditTrail.self), Subcommand(Policy.self)],

@@ -58,7 +58,13 @@ final class DaemonProtocolTests: XCTestCase {
             .outcome(.failed(.insecureStore("store directory has the wrong owner"))),
             .outcome(.failed(.lockTimeout)),
             .outcome(.failed(.daemon("busy"))),
-            .enrolled,
+            .enrolled(FactorHints()),
+            .enrolled(FactorHints(typed: false, sent: [FactorHint(kind: .sms, label: Array("phone".utf8), masked: Array("+1******1234".utf8)),
+                                                    FactorHint(kind: .email, label: Array("work".utf8), masked: Array("a***@example.com".utf8))],
+                                  disallowed: 2)),
+            .sent(fresh: true, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: Array("+1******1234".utf8)),
+            .sent(fresh: false, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: []),
+            .notSent("a code was sent 3 s ago: wait 27 s before asking for another"),
             .refused("a caller without root may only ask about its own account"),
         ]
         for reply in replies {
@@ -81,9 +87,11 @@ final class DaemonProtocolTests: XCTestCase {
             var longer = frame
             longer[5] &+= 1
             XCTAssertThrowsError(try decode(longer + [0]), "a longer body with a bad field layout")
-            var magic = frame
-            magic[3] = 0x33
-            XCTAssertThrowsError(try decode(magic), "version 3 magic")
+            for version: UInt8 in [0x32, 0x34] {  // the version before sent codes, and a later one
+                var magic = frame
+                magic[3] = version
+                XCTAssertThrowsError(try decode(magic), "version \(version - 0x30) magic")
+            }
         }
         var rng = SplitMix64(seed: 99)
         for _ in 0..<20_000 {
@@ -112,8 +120,8 @@ final class DaemonProtocolTests: XCTestCase {
         r.answer = [UInt8](repeating: 0x31, count: DaemonProtocol.maxAnswerLength + 1)
         XCTAssertNil(r.encoded(), "an answer over the limit is not sent")
         // A header announcing more than the largest frame.
-        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ2".utf8) + [0xFF, 0xFF], reply: false))
-        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ2".utf8) + [0x10], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ3".utf8) + [0xFF, 0xFF], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ3".utf8) + [0x10], reply: false))
     }
 
     // MARK: DaemonService
@@ -171,7 +179,7 @@ final class DaemonProtocolTests: XCTestCase {
 
     func testACallerWithoutRootAsksOnlyAboutItsOwnAccount() throws {
         let f = try Fixture()
-        XCTAssertEqual(ask(f, .lookup, user: "alice", peer: 1001), .enrolled)
+        XCTAssertEqual(ask(f, .lookup, user: "alice", peer: 1001), .enrolled(FactorHints()))
         XCTAssertEqual(ask(f, .lookup, user: "carol", peer: 1003), .outcome(.unenrolled))
         for (user, peer) in [("bob", UInt32(1001)), ("nobody-here", 1001), ("alice", 1003)] {
             for op in [DaemonOperation.lookup, .authenticate] {
@@ -201,7 +209,7 @@ final class DaemonProtocolTests: XCTestCase {
         let f = try Fixture()
         let t: Int64 = 1_700_000_010
         for spelling in ["ALICE", "alice "] {
-            XCTAssertEqual(ask(f, .lookup, user: spelling, peer: 0), .enrolled, "\(spelling) is alice's record")
+            XCTAssertEqual(ask(f, .lookup, user: spelling, peer: 0), .enrolled(FactorHints()), "\(spelling) is alice's record")
             guard case .outcome(.wrongCode(false, _, nil)) = ask(f, .authenticate, user: spelling, peer: 0, at: t) else {
                 return XCTFail("\(spelling): a wrong code is a wrong code for alice")
             }

@@ -294,7 +294,7 @@ final class FleetDaemonTests: XCTestCase {
         }
         let before = try failures()
         for spelling in ["ROOT", "root "] {
-            XCTAssertEqual(try askC(.lookup, spelling, ""), .enrolled, "\(spelling) is root's record: \(host.output)")
+            XCTAssertEqual(try askC(.lookup, spelling, ""), .enrolled(FactorHints()), "\(spelling) is root's record: \(host.output)")
             let r = try askC(.authenticate, spelling, try codeOutsideWindow(secret))
             guard case .outcome(.wrongCode(false, _, _)) = r else { return XCTFail("\(spelling): a wrong code is a wrong code for root, got \(r)") }
         }

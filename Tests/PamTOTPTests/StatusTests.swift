@@ -107,7 +107,11 @@ final class StatusTests: XCTestCase {
         let lastUsed = try XCTUnwrap(factors[1]["last_used_step"] as? Int)
         XCTAssertEqual(lastUsed, Int(time(nil)) / 30 + 2, "the step accepted two ahead")
         XCTAssertEqual(Set(u.keys), ["user", "enrolled", "uid", "factors", "recovery_codes_left", "recovery_codes_total",
-                                     "failures", "locked", "locked_until", "locked_at_cap"])
+                                     "failures", "locked", "locked_until", "locked_at_cap",
+                                     "codes_sent_last_hour", "codes_sent_last_day", "last_code_sent"])
+        XCTAssertEqual(u["codes_sent_last_day"] as? Int, 0)
+        XCTAssertTrue(u["last_code_sent"] is NSNull, "no code was sent")
+        XCTAssertTrue(factors.allSatisfy { $0["destination"] is NSNull }, "app factors have no destination")
     }
 
     func testLockedUsersAndAllUsers() throws {

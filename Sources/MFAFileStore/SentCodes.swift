@@ -1,0 +1,98 @@
+import CLibc
+import MFACrypto
+import MFAPolicy
+import MFASystem
+
+// Sent codes in the file store: the plan (`OutOfBand.plan`) under the user's lock, the pending
+// code and the send recorded in the state before the message leaves, and a failed send voided.
+
+extension FileStore {
+    /// Plans a send to `user`'s factor `label` and, for `.send`, records the pending code and
+    /// the send (one state write, under the lock) before returning: the caller sends only after
+    /// this returned. A record enrolled for another account is refused like a missing one.
+    public func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
+                                                   options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
+        try withLock(user: user) { () throws(MFAError) -> SendPlan in
+            guard let record = try read(user: user) else { return .refused("no text-message or email factor of that name") }
+            defer { record.wipeSecretsInPlace() }
+            guard record.belongs(toAccount: accountUID) else { return .refused("no text-message or email factor of that name") }
+            let (state, file) = try readStateForUpdate(user: user)
+            let plan = OutOfBand.plan(record: record, state: state, label: label, at: now, options: options, using: &generator)
+            if case .send(_, _, let next, _) = plan {
+                try writeStateLocked(user: user, state: next, file: file)
+            }
+            return plan
+        }
+    }
+
+    /// The code proving a new factor (`OutOfBand.planEnrolment`), recorded like a login's
+    /// before it is sent. The record must be the account's (or not exist yet).
+    public func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
+                                                            options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
+        try factor.validateNew()
+        return try withLock(user: user) { () throws(MFAError) -> SendPlan in
+            let record = try read(user: user) ?? UserRecord(uid: accountUID)
+            defer { record.wipeSecretsInPlace() }
+            guard record.belongs(toAccount: accountUID) else { throw .invalidParameters("the stored record belongs to another account") }
+            let (state, file) = try readStateForUpdate(user: user)
+            let plan = OutOfBand.planEnrolment(record: record, state: state, factor: factor, at: now, options: options, using: &generator)
+            if case .send(_, _, let next, _) = plan {
+                try writeStateLocked(user: user, state: next, file: file)
+            }
+            return plan
+        }
+    }
+
+    /// Checks the code typed back at an enrolment (`sendEnrolmentCode` sent it at `sentAt`)
+    /// and, if it is the one, adds the factor — one step under the user's lock. A wrong code
+    /// uses one of the code's attempts (void after the last) and counts as a failure like a
+    /// wrong code at login, so nobody can guess their way to someone else's number.
+    public func confirmEnrolment<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, sentAt: Int64,
+                                                           answer: [UInt8], at now: Int64, options: ModuleOptions,
+                                                           using generator: inout G) throws(MFAError) -> EnrolmentCheck {
+        try factor.validateNew()
+        return try withLock(user: user) { () throws(MFAError) -> EnrolmentCheck in
+            let (state, file) = try readStateForUpdate(user: user)
+            let key = OutOfBand.enrolmentKey(for: factor)
+            guard let p = state.pending, p.factorKey == key, p.sentAt == sentAt, p.isLive(at: now) else { return .expired }
+            var next = state
+            if PendingCode.matches(p, code: answer, at: now) {
+                next.pending = nil
+                try writeStateLocked(user: user, state: next, file: file)
+                try enrollLocked(user: user, accountUID: accountUID, factor: factor, importedCodes: nil, onlyIfNone: false,
+                                 using: &generator)
+                return .enrolled
+            }
+            next = Authenticator.failed(next, at: now, options: options)
+            let left = Int(p.attemptsLeft) - 1
+            next.pending = left > 0 ? PendingCode(factorKey: p.factorKey, sentAt: p.sentAt, expiresAt: p.expiresAt, digits: p.digits,
+                                                  attemptsLeft: UInt8(left), salt: p.salt, hash: p.hash) : nil
+            try writeStateLocked(user: user, state: next, file: file)
+            return .wrong(attemptsLeft: max(left, 0))
+        }
+    }
+
+    /// The code sent at `sentAt` for the factor keyed `factorKey` was not delivered: it is
+    /// void. Its send still counts toward the account's limits when the program ran (a sender
+    /// that timed out or failed may have handed the message on: counting it keeps the limits
+    /// true); `uncount` only when it never ran. Nothing happens if another code or none is pending.
+    public func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError) {
+        try withLock(user: user) { () throws(MFAError) in
+            let (state, file) = try readStateForUpdate(user: user)
+            guard let p = state.pending, p.sentAt == sentAt, p.factorKey == factorKey else { return }
+            var next = state
+            next.pending = nil
+            if uncount, let i = next.sends.lastIndex(of: sentAt) { next.sends.remove(at: i) }
+            try writeStateLocked(user: user, state: next, file: file)
+        }
+    }
+}
+
+/// The outcome of a code typed back at an enrolment (`FileStore.confirmEnrolment`).
+public enum EnrolmentCheck: Equatable, Sendable {
+    case enrolled
+    /// Not the code; `attemptsLeft` more may be tried (0: the code is void).
+    case wrong(attemptsLeft: Int)
+    /// No such code is pending any more (expired, used up, or replaced by another send).
+    case expired
+}

@@ -1,0 +1,130 @@
+import MFACrypto
+import MFASystem
+
+// Sent codes (issue "Text-message and email codes", docs/ARCHITECTURE.md, section 2.3): the
+// policy of a send, pure, so every limit is tested with an injected clock and random source.
+// Only pam-totpd sends; the store records the code (hashed) and the send under the record lock
+// before the message leaves (`FileStore.sendCode`), so a killed daemon never leaves a code
+// that works but was not counted, and a failed send is voided (`voidSentCode`).
+
+/// What the prompt shows of one out-of-band factor: never its full destination.
+public struct FactorHint: Equatable, Sendable {
+    public var kind: FactorKind
+    public var label: [UInt8]
+    /// `+1******1234`, `a***@example.com`.
+    public var masked: [UInt8]
+    public init(kind: FactorKind, label: [UInt8], masked: [UInt8]) { (self.kind, self.label, self.masked) = (kind, label, masked) }
+}
+
+/// What a login may offer a user, by the kinds the policy allows here (`factor_kinds`).
+public struct FactorHints: Equatable, Sendable {
+    /// The user has an allowed factor whose code they type from a device (TOTP, HOTP) or recovery codes.
+    public var typed: Bool
+    /// The allowed factors whose codes are sent, in record order (at most 9 are offered).
+    public var sent: [FactorHint]
+    /// Factors of kinds not allowed here (`factor_kinds`): neither offered nor accepted.
+    public var disallowed: Int
+    public static let maxOffered = 9
+    public init(typed: Bool = true, sent: [FactorHint] = [], disallowed: Int = 0) {
+        (self.typed, self.sent, self.disallowed) = (typed, sent, disallowed)
+    }
+}
+
+extension UserRecord {
+    /// The hints for a login where `kinds` (`ModuleOptions.factorKinds`) are allowed.
+    @_optimize(size)  // cold: a login with a phone or address only
+    public func hints(kinds: UInt8) -> FactorHints {
+        var h = FactorHints(typed: !(recovery?.hashes.isEmpty ?? true))
+        for f in factors {
+            guard kinds & f.kind.bit != 0 else { h.disallowed += 1; continue }
+            if f.kind.isOutOfBand {
+                if h.sent.count < FactorHints.maxOffered { h.sent.append(FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination)) }
+            } else {
+                h.typed = true
+            }
+        }
+        return h
+    }
+}
+
+/// What to do about a request to send a code.
+public enum SendPlan: Equatable, Sendable {
+    /// Send `code` to `factor`; `state` holds the pending code (hashed) and the send, and is
+    /// recorded before the message leaves.
+    case send(code: [UInt8], factor: Factor, state: UserState, expiresAt: Int64)
+    /// The code sent at `sentAt` to `factor` is still valid and `oob_resend_interval` has not
+    /// passed: the user is asked for that one again, and nothing is sent.
+    case pending(factor: Factor, sentAt: Int64, expiresAt: Int64)
+    /// Nothing is sent: why, for the user and the log.
+    case refused(Message)
+}
+
+public enum OutOfBand {
+    /// The plan for sending a code to the factor labelled `label` of `record` at `now`, with
+    /// the per-account limits of `options` (per daemon: pam-totpd's `oob_max_per_minute`).
+    public static func plan<G: RandomNumberGenerator>(record: UserRecord, state: UserState, label: [UInt8], at now: Int64,
+                                                      options: ModuleOptions, using generator: inout G) -> SendPlan {
+        guard let factor = record.factor(labelled: label), factor.kind.isOutOfBand else {
+            return .refused("no text-message or email factor of that name")
+        }
+        guard options.factorKinds & factor.kind.bit != 0 else {
+            return .refused(Message(Array(bytes(factor.kind.name))) + " codes are not allowed here (factor_kinds)")
+        }
+        if state.failures >= UserState.hardFailureCap || now < state.lockedUntil {
+            return .refused("locked out: no code is sent")
+        }
+        var next = state.current(for: record)
+        if let p = next.pending, p.factorKey == UserState.key(for: factor), p.isLive(at: now),
+           secondsSince(p.sentAt, at: now) < options.oobResendInterval {
+            return .pending(factor: factor, sentAt: p.sentAt, expiresAt: p.expiresAt)
+        }
+        if let last = next.sends.last, secondsSince(last, at: now) < options.oobResendInterval {
+            let ago = secondsSince(last, at: now)
+            return .refused("a code was sent " + Message(decimalBytes(UInt64(ago))) + " s ago: wait "
+                            + Message(decimalBytes(UInt64(options.oobResendInterval - ago))) + " s before asking for another")
+        }
+        if next.sends(within: 3600, of: now) >= options.oobMaxPerHour {
+            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerHour)))
+                            + " codes are sent an hour: use your app or a recovery code, or try later")
+        }
+        if next.sends(within: 86_400, of: now) >= options.oobMaxPerDay {
+            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerDay)))
+                            + " codes are sent a day: use your app or a recovery code, or try tomorrow")
+        }
+        let (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
+                                               maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
+        next.pending = pending
+        next.recordSend(at: now)
+        return .send(code: code, factor: factor, state: next, expiresAt: pending.expiresAt)
+    }
+
+    /// A pending code for a factor being enrolled is kept under this key, never a saved
+    /// factor's: a login cannot use it, and the first state write after the enrolment drops it.
+    public static func enrolmentKey(for factor: Factor) -> UInt64 { UserState.key(for: factor) ^ 0x656E_726F_6C6D_656E }
+
+    /// The plan for the code that proves a new out-of-band factor at enrolment (totp-enroll
+    /// add-phone, add-email): the account's limits as for a login's send, the code kept under
+    /// `enrolmentKey`. Never `.pending`: each enrolment proves its destination with a new code.
+    public static func planEnrolment<G: RandomNumberGenerator>(record: UserRecord, state: UserState, factor: Factor, at now: Int64,
+                                                               options: ModuleOptions, using generator: inout G) -> SendPlan {
+        guard factor.kind.isOutOfBand else { return .refused("not a text-message or email factor") }
+        var next = state.current(for: record)
+        if let last = next.sends.last, secondsSince(last, at: now) < options.oobResendInterval {
+            let ago = secondsSince(last, at: now)
+            return .refused("a code was sent " + Message(decimalBytes(UInt64(ago))) + " s ago: wait "
+                            + Message(decimalBytes(UInt64(options.oobResendInterval - ago))) + " s and try again")
+        }
+        if next.sends(within: 3600, of: now) >= options.oobMaxPerHour {
+            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerHour))) + " codes are sent an hour: try later")
+        }
+        if next.sends(within: 86_400, of: now) >= options.oobMaxPerDay {
+            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerDay))) + " codes are sent a day: try tomorrow")
+        }
+        var (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
+                                               maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
+        pending.factorKey = enrolmentKey(for: factor)
+        next.pending = pending
+        next.recordSend(at: now)
+        return .send(code: code, factor: factor, state: next, expiresAt: pending.expiresAt)
+    }
+}

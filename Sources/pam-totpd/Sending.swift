@@ -1,0 +1,126 @@
+import CLibc
+import MFAAdmin
+import MFAPolicy
+import MFASystem
+
+// How pam-totpd sends a code (issue "Text-message and email codes", "Delivery"): the configured
+// program, run by MFAAdmin's `deliver` as the delivery user, with the message built from the
+// configuration's templates. DaemonService decides whether to send; this only sends.
+
+enum Sending {
+    /// The unprivileged system user every sender runs as (created by the install).
+    static let deliveryUser = "pam-totp-sender"
+    /// How long a sender may run before it is killed with its process group.
+    static let timeoutMilliseconds = 10_000
+
+    /// The sender for `site`'s configuration; nil when it names no program (nothing is sent).
+    /// Every template is checked here, so a bad one stops pam-totpd at start, not at a login.
+    static func sender(site: ModuleOptions, workers: Int) throws(DaemonError) -> CodeSender? {
+        guard site.smsCommand != nil || site.emailCommand != nil else { return nil }
+        let smsText = try template(site.smsText, "sms_text", needsCode: true, or: MessageTemplate.defaultSMS)
+        let subject = try template(site.emailSubject, "email_subject", needsCode: false, or: MessageTemplate.defaultEmailSubject)
+        let emailText = try template(site.emailText, "email_text", needsCode: true, or: MessageTemplate.defaultEmailText)
+        guard let pw = getpwnam(deliveryUser) else {
+            throw DaemonError("sms_command or email_command is set, but there is no user \(deliveryUser) to run it as "
+                              + "(make install and the package create it: useradd --system --no-create-home --shell /usr/sbin/nologin \(deliveryUser))")
+        }
+        let uid = UInt32(pw.pointee.pw_uid), gid = UInt32(pw.pointee.pw_gid)
+        guard uid != 0, gid != 0 else { throw DaemonError("the user \(deliveryUser) must not be root or in group root") }
+        // The programs are checked now (a regular file, root's, writable by root only: whoever
+        // could change one would read every code it sends), not at the first login.
+        for (name, program) in [("sms_command", site.smsCommand), ("email_command", site.emailCommand)] {
+            if let program, let refused = checkSenderProgram(program) {
+                throw DaemonError("\(name) \(String(decoding: program, as: UTF8.self)): \(refused.description.string)")
+            }
+        }
+        let host = hostName()
+        let perMinute = site.oobMaxPerMinute
+        // At most half the workers wait on senders at once: logins always have the rest (rule 15).
+        let concurrent = max(1, workers / 2)
+        let counts = Locked<(minute: Int64, sent: Int, running: Int)>((0, 0, 0))
+        let sms = site.smsCommand, email = site.emailCommand
+        return CodeSender(takeSlot: {
+            let minute = Int64(time(nil)) / 60
+            return counts.withLock { c in
+                if c.minute != minute { c = (minute, 0, c.running) }
+                guard c.sent < perMinute else { return false }
+                c.sent += 1
+                return true
+            }
+        }, send: { kind, destination, code, minutes in
+            let program: [UInt8]?
+            var message: [UInt8]
+            switch kind {
+            case .sms:
+                program = sms
+                message = smsText.render(code: code, host: host, minutes: UInt64(max(minutes, 0)))
+            case .email:
+                program = email
+                // The subject line, a blank line, the text: the sender writes the headers (docs/examples/email-sendmail).
+                message = literal("Subject: ") + subject.render(code: code, host: host, minutes: UInt64(max(minutes, 0)))
+                    + [0x0A, 0x0A] + emailText.render(code: code, host: host, minutes: UInt64(max(minutes, 0))) + [0x0A]
+            case .totp, .hotp:
+                return SendFailure("not a kind that is sent", started: false)
+            }
+            defer { wipe(&message) }
+            guard let program else {
+                return SendFailure(Message(Array(bytes(kind.name))) + " codes are not sent: pam-totpd has no "
+                                   + Message(Array(bytes(kind.name))) + "_command", started: false)
+            }
+            let started = counts.withLock { c -> Bool in
+                guard c.running < concurrent else { return false }
+                c.running += 1
+                return true
+            }
+            guard started else { return SendFailure("too many senders running at once", started: false) }
+            defer { counts.withLock { c in c.running -= 1 } }
+            let result = deliver(program: program, destination: destination, message: message, uid: uid, gid: gid,
+                                 timeoutMilliseconds: timeoutMilliseconds)
+            if result.isSent { return nil }
+            var ran = true
+            if case .couldNotStart = result.outcome { ran = false }
+            // The program's output may repeat the destination or the message (a mailer's
+            // "recipient not accepted"): both are masked out of the log line.
+            let output = scrubbed(result.output.bytes, destination: destination, code: code)
+            return SendFailure(printable(program) + " " + result.summary + (output.isEmpty ? "" : ": " + Message(output)), started: ran)
+        })
+    }
+
+    /// `output` with every occurrence of `destination` replaced by its mask and of `code` by
+    /// "***" (the output is already escaped for a log line; both are plain ASCII there).
+    static func scrubbed(_ output: [UInt8], destination: [UInt8], code: [UInt8]) -> [UInt8] {
+        let masked = destination.first == 0x2B ? Destination.maskPhone(destination) : Destination.maskEmail(destination)
+        return replacing(replacing(output, destination, with: masked), code, with: literal("***"))
+    }
+
+    static func replacing(_ bytes: [UInt8], _ needle: [UInt8], with replacement: [UInt8]) -> [UInt8] {
+        guard !needle.isEmpty, bytes.count >= needle.count else { return bytes }
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            if i + needle.count <= bytes.count && bytes[i..<(i + needle.count)].elementsEqual(needle) {
+                out += replacement
+                i += needle.count
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return out
+    }
+
+    static func template(_ text: [UInt8]?, _ name: String, needsCode: Bool, or fallback: MessageTemplate) throws(DaemonError) -> MessageTemplate {
+        guard let text else { return fallback }
+        do throws(MFAError) { return try MessageTemplate(text, needsCode: needsCode) } catch {
+            throw DaemonError("\(name): \(describe(error).string)")
+        }
+    }
+
+    /// This host's name (%h), "localhost" if it has none.
+    static func hostName() -> [UInt8] {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard clibc_hostname(&buffer, 255) == 0 else { return literal("localhost") }
+        let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+        return name.isEmpty ? literal("localhost") : Array(name.prefix(64))
+    }
+}

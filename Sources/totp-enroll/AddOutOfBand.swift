@@ -1,0 +1,121 @@
+import CLibc
+import MFAAdmin
+import MFACommandLine
+import MFACrypto
+import MFAFileStore
+import MFAPolicy
+import MFASystem
+import MFAWire
+
+/// `totp-enroll add-phone NUMBER`: a factor whose codes pam-totpd sends by text message.
+struct AddPhone: Command {
+    static let name = "add-phone"
+    static let abstract = "Enrol a phone number: sign-in codes sent by text message (saved after you type the code sent)."
+    static let discussion = """
+        NUMBER is in E.164 form: + then the country code and number, no spaces (e.g. +15105551234). \
+        pam-totpd sends a code to it; the phone is saved only after you type that code back. \
+        Standard message rates may apply.
+        """
+    static let specs: [ArgumentSpec] = [.argument("number", "The phone number, E.164 (+15105551234).")] + OutOfBandEnrolment.specs
+
+    let enrolment: OutOfBandEnrolment
+    init(_ arguments: Arguments) throws(CommandError) { enrolment = try OutOfBandEnrolment(arguments, kind: .sms, argument: "number") }
+    func run() throws(CommandError) { try enrolment.run() }
+}
+
+/// `totp-enroll add-email ADDRESS`: a factor whose codes pam-totpd sends by email.
+struct AddEmail: Command {
+    static let name = "add-email"
+    static let abstract = "Enrol an email address: sign-in codes sent by email (saved after you type the code sent)."
+    static let discussion = "pam-totpd sends a code to ADDRESS; the address is saved only after you type that code back."
+    static let specs: [ArgumentSpec] = [.argument("address", "The email address (name@example.com).")] + OutOfBandEnrolment.specs
+
+    let enrolment: OutOfBandEnrolment
+    init(_ arguments: Arguments) throws(CommandError) { enrolment = try OutOfBandEnrolment(arguments, kind: .email, argument: "address") }
+    func run() throws(CommandError) { try enrolment.run() }
+}
+
+/// What add-phone and add-email share: checks, proof of the caller, the code sent by
+/// pam-totpd (only it sends), the code typed back, one commit. A wrong code, end of input,
+/// Ctrl-C, expiry or a failed send saves nothing.
+struct OutOfBandEnrolment {
+    static let specs: [ArgumentSpec] = TargetOptions.specs + [
+        .option("--name", "NAME", "A name for this factor, shown at sign-in and by `list` (default: phone or email)."),
+    ]
+
+    let kind: FactorKind
+    let destination: [UInt8]
+    let target: TargetOptions
+    let name: String?
+
+    init(_ arguments: Arguments, kind: FactorKind, argument: String) throws(CommandError) {
+        self.kind = kind
+        destination = Array(try arguments.required(argument).utf8)
+        target = TargetOptions(arguments)
+        name = try newFactorName(arguments)
+        // Checked first: a malformed destination is an error showing the expected form, and nothing is sent.
+        do throws(MFAError) { try Factor.validate(destination: destination, kind: kind) } catch { throw CLIError(error) }
+    }
+
+    func run() throws(CommandError) {
+        let context = try target.context()
+        let store = try context.openStore()
+        guard case .files(let files) = store else { throw CLIError("text-message and email factors are not available in fleet mode yet") }
+        let label = name ?? (kind == .sms ? "phone" : "email")
+        let factor: Factor
+        do throws(MFAError) {
+            factor = try Factor(outOfBand: kind, label: Array(label.utf8), destination: destination, created: Int64(time(nil)))
+        } catch { throw CLIError(error) }
+        try checkEnrollable(store, context, label: label, secret: nil)
+        if let record = try storeCall({ () throws(MFAError) in try store.status(user: context.user) })?.record,
+           record.factors.contains(where: { $0.kind == kind && $0.destination == destination }) {
+            throw CLIError(kind == .sms ? "this phone number is already enrolled" : "this email address is already enrolled")
+        }
+        // Not root: prove who you are (password, and a current code if you have a factor).
+        try Proof.require(context, store: store, code: nil)
+
+        let site = try siteOptions()
+        let masked = String(decoding: factor.maskedDestination, as: UTF8.self)
+        print(kind == .sms ? "Sending a code by text message to \(masked). Standard message rates may apply."
+                           : "Sending a code by email to \(masked).")
+        let request = AdminRequest.sendEnrolmentCode(user: context.user, uid: context.uid, factor: factor)
+        guard let frame = request.encoded() else { throw CLIError("the request does not fit in a frame") }
+        let sentAt: Int64
+        do throws(MFAError) {
+            let reply = try AdminReply.decode(try DaemonConnection.exchange(frame, socket: site.socket, replyMagic: DaemonProtocol.adminReplyMagic,
+                                                                              timeout: DaemonConnection.sendTimeoutMilliseconds))
+            switch reply {
+            case .number(let t): sentAt = t
+            case .refused(let why): throw MFAError.daemon(why)
+            case .failed(let e): throw e
+            default: throw MFAError.malformed("unexpected reply")
+            }
+        } catch {
+            throw CLIError("no code was sent, nothing was saved: \(CLIError.text(error))")
+        }
+        let again = "run totp-enroll \(kind == .sms ? "add-phone" : "add-email") again"
+        while true {
+            guard let line = promptLine("Code sent to \(masked): ") else { throw CLIError("no code entered; nothing was saved") }
+            var answer = Array(line.utf8).filter { $0 != 0x20 }
+            defer { wipe(&answer) }
+            var rng = SystemRandomNumberGenerator()
+            // Checked, counted and (if right) saved in one step under the user's lock.
+            let check = try storeCall { () throws(MFAError) -> EnrolmentCheck in
+                try files.confirmEnrolment(user: context.user, accountUID: context.uid, factor: factor, sentAt: sentAt, answer: answer,
+                                           at: Int64(time(nil)), options: site, using: &rng)
+            }
+            switch check {
+            case .enrolled:
+                Audit.log("enrolled \(kind == .sms ? "phone" : "email") factor \"\(Audit.safe(label))\" (\(masked))", context: context)
+                print("Enrolled \(kind == .sms ? "phone" : "email address") \(masked) as \"\(shown(label))\" for \(context.userName).")
+                return
+            case .wrong(let left) where left > 0:
+                warn("that is not the code sent; try again (\(left) left)")
+            case .wrong:
+                throw CLIError("the code did not match; nothing was saved, \(again)")
+            case .expired:
+                throw CLIError("the code sent has expired or was replaced; nothing was saved, \(again)")
+            }
+        }
+    }
+}
