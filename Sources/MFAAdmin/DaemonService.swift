@@ -42,6 +42,19 @@ public struct SendFailure: Equatable, Sendable {
     public init(_ why: Message, started: Bool) { (self.why, self.started) = (why, started) }
 }
 
+/// A module request's answer (`DaemonService.handleDeferring`): the reply and its log line,
+/// or, for a code to send, the delivery that makes them (run after the account is let go).
+public struct Answered {
+    public var reply: DaemonReply
+    public var log: Message
+    public var deliver: (() -> (reply: DaemonReply, log: Message))?
+
+    public init(_ answer: (reply: DaemonReply, log: Message)) { (reply, log, deliver) = (answer.reply, answer.log, nil) }
+    public init(deliver: @escaping () -> (reply: DaemonReply, log: Message)) {
+        (reply, log, self.deliver) = (.notSent(""), "", deliver)
+    }
+}
+
 public struct DaemonService<S: TOTPStore> {
     /// The daemon's own settings (its configuration file): the store, and the least strict
     /// limits a caller without root gets.
@@ -93,6 +106,15 @@ public struct DaemonService<S: TOTPStore> {
     /// what was asked and decided, never an answer, code or secret.
     public func handle(_ request: DaemonRequest, peer: PeerCredentials, at now: Int64,
                        account: ([UInt8]) throws(MFAError) -> Account?) -> (reply: DaemonReply, log: Message) {
+        let answered = handleDeferring(request, peer: peer, at: now, account: account)
+        return answered.deliver?() ?? (answered.reply, answered.log)
+    }
+
+    /// `handle`, with a send's delivery (the sender, up to 10 s) left to the caller:
+    /// pam-totpd runs it after it has let the account's other requests go (`Server.dispatch`),
+    /// so a slow text-message gateway never holds up another terminal's login.
+    public func handleDeferring(_ request: DaemonRequest, peer: PeerCredentials, at now: Int64,
+                                account: ([UInt8]) throws(MFAError) -> Account?) -> Answered {
         // Built in one buffer (each `+` of Messages would allocate another: this runs per request).
         var line: [UInt8] = []
         line.reserveCapacity(320)  // the words, two numbers, two printable() fields of at most 131 bytes
@@ -120,18 +142,24 @@ public struct DaemonService<S: TOTPStore> {
         // never read as "no record", which nullok would let through. A failed look-up denies.
         let resolved: Account?
         do throws(MFAError) { resolved = try lookupAccount() } catch {
-            return (.outcome(.failed(error)), who + "account look-up failed")
+            return Answered((.outcome(.failed(error)), who + "account look-up failed"))
         }
         if !peer.isRoot {
             // A caller without root asks only about the account whose uid is its own.
             guard let resolved, resolved.uid == peer.uid else {
-                return (.refused("a caller without root may only ask about its own account"),
-                        who + "refused: not the caller's own account")
+                return Answered((.refused("a caller without root may only ask about its own account"),
+                                 who + "refused: not the caller's own account"))
             }
         }
         let user = resolved?.name ?? request.user
         let options = effectiveOptions(request, peer: peer)
         if request.operation == .send { return send(request, user: user, account: resolved, options: options, at: now, who: who) }
+        return Answered(handleNow(request, user: user, options: options, at: now, who: who, account: lookupAccount, peer: peer))
+    }
+
+    /// lookup and authenticate.
+    func handleNow(_ request: DaemonRequest, user: [UInt8], options: ModuleOptions, at now: Int64, who: Message,
+                   account lookupAccount: () throws(MFAError) -> Account?, peer: PeerCredentials) -> (reply: DaemonReply, log: Message) {
         if request.operation == .authenticate {
             let previous: [UInt8]? = request.previous.isEmpty ? nil : request.previous
             // One step (for a database: one statement), with the same outcomes as lookup + authenticate.
@@ -172,12 +200,12 @@ public struct DaemonService<S: TOTPStore> {
     /// The code is recorded, hashed, before it is sent; a send that fails is voided and not
     /// counted, and the user is told to use another factor.
     func send(_ request: DaemonRequest, user: [UInt8], account: Account?, options: ModuleOptions, at now: Int64,
-              who: Message) -> (reply: DaemonReply, log: Message) {
+              who: Message) -> Answered {
         let label = request.answer
-        guard let account else { return (.notSent("no text-message or email factor of that name"), who + "send: no such account") }
+        guard let account else { return Answered((.notSent("no text-message or email factor of that name"), who + "send: no such account")) }
         guard let sender else {
-            return (.notSent("codes cannot be sent from this host: use your app or a recovery code"),
-                    who + "send refused: pam-totpd has no sms_command or email_command")
+            return Answered((.notSent("codes cannot be sent from this host: use your app or a recovery code"),
+                             who + "send refused: pam-totpd has no sms_command or email_command"))
         }
         let store: S
         let plan: SendPlan
@@ -187,16 +215,19 @@ public struct DaemonService<S: TOTPStore> {
             store = try openStore(options.store)
             plan = try store.sendCode(user: user, accountUID: account.uid, label: label, at: now, options: options, using: &generator)
         } catch {
-            return (.notSent(Self.notSentText), who + "send failed: " + describe(error))
+            return Answered((.notSent(Self.notSentText), who + "send failed: " + describe(error)))
         }
         switch plan {
         case .refused(let why):
-            return (.notSent(why), who + "send refused (factor " + printable(label) + "): " + why)
+            return Answered((.notSent(why), who + "send refused (factor " + printable(label) + "): " + why))
         case .pending(let factor, let sentAt, let expiresAt):
-            return (.sent(fresh: false, sentAt: sentAt, expiresAt: expiresAt, masked: factor.maskedDestination),
-                    who + "asked again for the code sent at " + utcTimeText(sentAt) + " (factor " + printable(factor.label) + ")")
-        case .send(var code, let factor, _, let expiresAt):
-            defer { wipe(&code) }
+            return Answered((.sent(fresh: false, sentAt: sentAt, expiresAt: expiresAt, masked: factor.maskedDestination),
+                             who + "asked again for the code sent at " + utcTimeText(sentAt) + " (factor " + printable(factor.label) + ")"))
+        case .send(let sentCode, let factor, _, let expiresAt):
+            // Recorded: the delivery runs once the caller has let the account's other requests go.
+            return Answered { () -> (reply: DaemonReply, log: Message) in
+            let code = sentCode
+            defer { wipeInPlace(code) }
             let kind = Message(Array(bytes(factor.kind.name)))
             let key = UserState.key(for: factor)
             guard sender.takeSlot() else {
@@ -212,6 +243,7 @@ public struct DaemonService<S: TOTPStore> {
             }
             return (.sent(fresh: true, sentAt: now, expiresAt: expiresAt, masked: factor.maskedDestination),
                     who + "sent a code (" + kind + " factor " + printable(factor.label) + ", " + Message(factor.maskedDestination) + ")")
+            }
         }
     }
 
@@ -230,8 +262,8 @@ public struct DaemonService<S: TOTPStore> {
             return (.refused(why), who + "enrolment code refused (" + kind + " factor " + printable(factor.label) + "): " + why)
         case .pending:
             return (.refused("a code is already on its way"), who + "enrolment code: one is pending")
-        case .send(var code, _, _, _):
-            defer { wipe(&code) }
+        case .send(let code, _, _, _):
+            defer { wipeInPlace(code) }
             let key = OutOfBand.enrolmentKey(for: factor)
             guard sender.takeSlot() else {
                 let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: true)

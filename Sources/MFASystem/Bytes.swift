@@ -102,6 +102,16 @@ public func wipe(_ bytes: inout [UInt8]) {
     bytes.removeAll()
 }
 
+/// Overwrites the bytes where they are stored, through the buffer every copy of this array
+/// shares (`wipe` would copy a shared buffer first and wipe the copy). Only for bytes nothing
+/// will read again: a code that was sent.
+public func wipeInPlace(_ bytes: [UInt8]) {
+    bytes.withUnsafeBufferPointer { b in
+        guard let base = b.baseAddress, !b.isEmpty else { return }
+        clibc_wipe(UnsafeMutableRawPointer(mutating: base), b.count)
+    }
+}
+
 @usableFromInline package enum Hex {
     /// The lower-case hex digit of a nibble (computed, not a global table: see Base32.symbol).
     @inline(__always)

@@ -86,7 +86,7 @@ struct PamTOTPD: Command {
         let name: String
 
         init<S: TOTPStore>(_ service: DaemonService<S>, name: String) {
-            handle = { request, peer, now in service.handle(request, peer: peer, at: now, account: AccountCache.shared.lookup) }
+            handle = { request, peer, now in service.handleDeferring(request, peer: peer, at: now, account: AccountCache.shared.lookup) }
             handleAdmin = { request, peer, now in
                 var rng = SystemRandomNumberGenerator()
                 return service.handleAdmin(request, peer: peer, at: now, using: &rng)

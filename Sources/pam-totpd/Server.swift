@@ -86,7 +86,7 @@ struct PeerCred: Sendable {
 }
 
 /// One request answered: DaemonService.handle on the backend the configuration names.
-typealias RequestHandlerFunction = (DaemonRequest, PeerCredentials, Int64) -> (reply: DaemonReply, log: Message)
+typealias RequestHandlerFunction = (DaemonRequest, PeerCredentials, Int64) -> Answered
 /// One enrolment-management request (totp-enroll, AdminProtocol): DaemonService.handleAdmin.
 typealias AdminHandlerFunction = (AdminRequest, PeerCredentials, Int64) -> (reply: AdminReply, log: Message)
 
@@ -580,10 +580,18 @@ final class Server: @unchecked Sendable {
         let account = (admin ? adminRequest?.user : request?.user) ?? []
         state.serialize(account: account) { [self] in
             state.pool.run { [self] in
-                let bytes = admin ? Self.answerAdmin(adminRequest, credentials, connection: c, charged: charged, state: state)
-                                  : Self.answer(request, credentials, charged: charged, state: state)
-                state.dequeue(uid: charged)
+                var later: (() -> [UInt8])? = nil
+                var bytes: [UInt8]
+                if admin {
+                    bytes = Self.answerAdmin(adminRequest, credentials, connection: c, charged: charged, state: state)
+                } else {
+                    (bytes, later) = Self.answer(request, credentials, charged: charged, state: state)
+                }
+                // The account's next request may start now; a code's delivery (up to 10 s)
+                // runs after that, on this worker (its caller's share of the queue still held).
                 state.finished(account: account)
+                if let later { bytes = later() }
+                state.dequeue(uid: charged)
                 complete(c, bytes)
             }
         }
@@ -665,19 +673,30 @@ final class Server: @unchecked Sendable {
         return 0
     }
 
-    /// A module request on a worker (nil: it did not decode): answered, logged.
-    static func answer(_ request: DaemonRequest?, _ credentials: PeerCredentials, charged: UInt32, state: ServerState) -> [UInt8] {
+    /// A module request on a worker (nil: it did not decode): answered, logged; a code's
+    /// delivery comes back as `later`, to run once the account is let go.
+    static func answer(_ request: DaemonRequest?, _ credentials: PeerCredentials, charged: UInt32,
+                       state: ServerState) -> (bytes: [UInt8], later: (() -> [UInt8])?) {
         guard let request else {
             state.log(.warning, uid: charged, "malformed request from uid \(credentials.uid) pid \(credentials.pid)")
-            return DaemonReply.outcome(.failed(.malformed("request"))).encoded()
+            return (DaemonReply.outcome(.failed(.malformed("request"))).encoded(), nil)
         }
-        let (reply, line) = state.handle(request, credentials, Int64(time(nil)))
-        if case .outcome(.failed(.daemon)) = reply {
-            state.log(.error, uid: charged, message: line)
-        } else {
-            state.log(.info, uid: charged, message: line)
+        let answered = state.handle(request, credentials, Int64(time(nil)))
+        func logged(_ reply: DaemonReply, _ line: Message) -> [UInt8] {
+            if case .outcome(.failed(.daemon)) = reply {
+                state.log(.error, uid: charged, message: line)
+            } else {
+                state.log(.info, uid: charged, message: line)
+            }
+            return reply.encoded()
         }
-        return reply.encoded()
+        if let deliver = answered.deliver {
+            return ([], {
+                let (reply, line) = deliver()
+                return logged(reply, line)
+            })
+        }
+        return (logged(answered.reply, answered.log), nil)
     }
 
     /// An enrolment-management request (totp-enroll) on a worker.

@@ -22,6 +22,14 @@ final class OutOfBandTests: XCTestCase {
         try Factor(label: Array("app".utf8), parameters: .default, created: 0, secret: Array("12345678901234567890".utf8))
     }
 
+    /// A store in a new temporary directory (removed by the caller).
+    func makeStore() throws -> (dir: URL, path: String, store: Store) {
+        let dir = try makeTemporaryDirectory()
+        let path = dir.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(path, 0o700), 0)
+        return (dir, path, try Store(path: Array(path.utf8)))
+    }
+
     // MARK: The record
 
     func testRecordLinesRoundTripAndBadDestinationsAreRefused() throws {
@@ -221,24 +229,25 @@ final class OutOfBandTests: XCTestCase {
         var sent: [(kind: FactorKind, destination: [UInt8], code: [UInt8], minutes: Int64)] = []
         var fail: SendFailure? = nil
         var slots = 100
+        /// The code arrays as handed to the sender (their buffers, not copies).
+        var handed: [[UInt8]] = []
         var sender: CodeSender {
             CodeSender(takeSlot: { [self] in
                 guard slots > 0 else { return false }
                 slots -= 1
                 return true
             }, send: { [self] kind, destination, code, minutes in
-                sent.append((kind, destination, code, minutes))
+                // A copy: the daemon wipes the code's own bytes once it was handed on.
+                sent.append((kind, destination, code.map { $0 }, minutes))
+                handed.append(code)
                 return fail
             })
         }
     }
 
     func testDaemonSendsOnceRecordsFirstAndVoidsAFailedSend() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, storePath, store) = try makeStore()
         defer { removeTemporaryDirectory(dir) }
-        let storePath = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(storePath, 0o700), 0)
-        let store = try Store(path: Array(storePath.utf8))
         var rng = SplitMix64(seed: 6)
         try store.enroll(user: Array("alice".utf8), accountUID: 1001, factor: try app(), importedCodes: nil, using: &rng)
         try store.enroll(user: Array("alice".utf8), accountUID: 1001, factor: try phone(), importedCodes: nil, using: &rng)
@@ -268,6 +277,7 @@ final class OutOfBandTests: XCTestCase {
         XCTAssertEqual(recorder.sent.count, 1)
         XCTAssertEqual(recorder.sent[0].destination, Array("+15105551234".utf8))
         XCTAssertEqual(recorder.sent[0].minutes, 5)
+        XCTAssertEqual(recorder.handed.first, [UInt8](repeating: 0, count: 6), "the code's bytes are wiped once handed on")
         let code = String(decoding: recorder.sent[0].code, as: UTF8.self)
         // Asked again within the interval: the same code, nothing sent.
         XCTAssertEqual(ask(.send, "phone", at: t0 + 5), .sent(fresh: false, sentAt: t0, expiresAt: t0 + 300, masked: Array("+1******1234".utf8)))
@@ -307,11 +317,8 @@ final class OutOfBandTests: XCTestCase {
     /// The code typed back at an enrolment is checked under the lock: wrong answers count as
     /// failures and use up the code's attempts; the right one saves the factor once.
     func testEnrolmentCodeIsCheckedAndCountedUnderTheLock() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, _, store) = try makeStore()
         defer { removeTemporaryDirectory(dir) }
-        let storePath = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(storePath, 0o700), 0)
-        let store = try Store(path: Array(storePath.utf8))
         var rng = SplitMix64(seed: 8)
         let user = Array("dave".utf8)
         let factor = try phone()
@@ -368,11 +375,8 @@ final class OutOfBandTests: XCTestCase {
     }
 
     func testEnrolmentCodeIsKeptApartFromLoginCodes() throws {
-        let dir = try makeTemporaryDirectory()
+        let (dir, _, store) = try makeStore()
         defer { removeTemporaryDirectory(dir) }
-        let storePath = dir.appendingPathComponent("store").path
-        XCTAssertEqual(mkdir(storePath, 0o700), 0)
-        let store = try Store(path: Array(storePath.utf8))
         var rng = SplitMix64(seed: 7)
         let factor = try phone()
         guard case .send(let code, _, _, _) = try store.sendEnrolmentCode(user: Array("carol".utf8), accountUID: 1003, factor: factor,

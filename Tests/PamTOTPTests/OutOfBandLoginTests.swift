@@ -21,11 +21,7 @@ final class OutOfBandLoginTests: XCTestCase {
 
     override func setUpWithError() throws {
         try XCTSkipUnless(isRoot, "pam-totpd runs as root and the sender as pam-totp-sender")
-        if getpwnam("pam-totp-sender") == nil {
-            let made = try runCommand(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "pam-totp-sender"])
-            XCTAssertEqual(made.status, 0, made.stderr)
-            createdSender = true
-        }
+        createdSender = try makeSenderUser()
         daemon = try DaemonFixture()
         pam = try PAMFixture()
         let senders = daemon.root.appendingPathComponent("senders").path
@@ -275,6 +271,46 @@ final class OutOfBandLoginTests: XCTestCase {
         XCTAssertFalse(log.contains(try XCTUnwrap(lastCode())), "the code is never logged")
     }
 
+    /// A slow sender (a gateway that takes seconds) does not hold up the account's other
+    /// logins: a second terminal is asked, at once, for the code on its way, and logs in with it.
+    func testASlowSenderDoesNotHoldUpAnotherTerminal() throws {
+        try writeSender("slow-sms", "#!/bin/sh\nsleep 6\n{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        try writeConfig(sms: "slow-sms")
+        try daemon.start()
+        let caller = try ThrowawayAccount(prefix: "tslow")
+        defer { caller.delete() }
+        try enrolPhone(caller.name, uid: caller.uid)
+        let path = "/etc/pam.d/" + service
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("auth required \(moduleURL.path) socket=\(daemon.socketPath)\n".utf8),
+                                                     attributes: [.posixPermissions: 0o644]))
+        func pamtester() throws -> (Process, Pipe, Pipe) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            p.arguments = caller.setpriv + ["pamtester", "-v", service, caller.name, "authenticate"]
+            let input = Pipe(), output = Pipe()
+            (p.standardInput, p.standardOutput, p.standardError) = (input, output, output)
+            try p.run()
+            return (p, input, output)
+        }
+        let output = OutputCollector()
+        let (first, firstInput, firstOutput) = try pamtester()
+        defer { if first.isRunning { first.terminate() } }
+        usleep(1_000_000)  // the first terminal's send is under way: its sender sleeps 6 s
+        let (second, secondInput, secondOutput) = try pamtester()
+        output.collect(secondOutput)
+        XCTAssertTrue(waitUntil(timeout: 4) { output.text.contains("Code sent to +1******1234 at ") },
+                      "the second terminal waited for the first one's sender: \(output.text)")
+        XCTAssertTrue(waitUntil(timeout: 15) { self.lastCode() != nil }, daemon.output)
+        secondInput.fileHandleForWriting.write(Data((try XCTUnwrap(lastCode()) + "\n").utf8))
+        try secondInput.fileHandleForWriting.close()
+        second.waitUntilExit()
+        XCTAssertEqual(second.terminationStatus, 0, output.text)
+        try firstInput.fileHandleForWriting.close()
+        first.waitUntilExit()
+        _ = firstOutput.fileHandleForReading.readDataToEndOfFile()
+        XCTAssertEqual(messages.components(separatedBy: "\n--\n").count - 1, 1, "one message for both terminals")
+    }
+
     // MARK: Enrolment
 
     /// totp-enroll add-phone: a malformed number is refused before anything is sent; the phone
@@ -323,5 +359,28 @@ final class OutOfBandLoginTests: XCTestCase {
         let json = try runCommand(enroll + ["status", "--json"])
         XCTAssertTrue(json.stdout.contains("\"destination\":\"+1******1234\""), json.stdout)
         XCTAssertTrue(json.stdout.contains("\"codes_sent_last_hour\":2"), json.stdout)
+    }
+}
+
+/// Creates the delivery user pam-totp-sender (as make install does) if there is none; true if
+/// it did (the caller removes it after).
+func makeSenderUser() throws -> Bool {
+    guard getpwnam("pam-totp-sender") == nil else { return false }
+    let made = try runCommand(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "pam-totp-sender"])
+    XCTAssertEqual(made.status, 0, made.stderr)
+    return made.status == 0
+}
+
+/// Collects what a pipe gives, in the background (for output read while the process runs).
+final class OutputCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+    var text: String { lock.lock(); defer { lock.unlock() }; return String(decoding: data, as: UTF8.self) }
+    func collect(_ pipe: Pipe) {
+        pipe.fileHandleForReading.readabilityHandler = { [self] handle in
+            let chunk = handle.availableData
+            if chunk.isEmpty { handle.readabilityHandler = nil; return }
+            lock.lock(); data.append(chunk); lock.unlock()
+        }
     }
 }

@@ -30,11 +30,7 @@ final class OutOfBandPeerTests: XCTestCase {
 
     override func setUpWithError() throws {
         try XCTSkipUnless(isRoot, "pam-totpd runs as root and the sender as pam-totp-sender")
-        if getpwnam("pam-totp-sender") == nil {
-            let made = try runCommand(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "pam-totp-sender"])
-            XCTAssertEqual(made.status, 0, made.stderr)
-            createdSender = true
-        }
+        createdSender = try makeSenderUser()
     }
 
     override func tearDown() {
@@ -242,45 +238,22 @@ final class OutOfBandPeerTests: XCTestCase {
 
     // MARK: - sshd, keyboard-interactive
 
-    /// The client for the sshd test: argv port user command spool. Answers the password, Enter
-    /// at pam_totp's first prompt, and at "Code sent to" the last 6-digit number in the spool;
-    /// prints the prompts answered (P password, E Enter, C the code) and exits with ssh's status.
-    static let enterThenCodeScript = #"""
-        set timeout 20
-        log_user 1
-        lassign $argv port user command spool
-        spawn ssh -F /dev/null -p $port -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-            -o LogLevel=ERROR -o NumberOfPasswordPrompts=1 -o ConnectTimeout=5 \
-            -o PubkeyAuthentication=no -o PreferredAuthentications=keyboard-interactive $user@127.0.0.1 $command
-        set seen ""
-        set open 1
-        for {set round 0} {$round < 8 && $open} {incr round} {
-            expect {
+    /// The client for the sshd test (SSHDTests' with these answers; the spool in PAMTOTP_SPOOL):
+    /// the password, Enter at pam_totp's first prompt, and at "Code sent to" the last 6-digit
+    /// number in the spool; it prints the prompts answered (P password, E Enter, C the code).
+    static let enterThenCodeScript = SSHDWorld.clientScript(answering: #"""
                 -ex "Password:" { send -- "$env(PAMTOTP_PASSWORD)\r"; append seen P }
                 -ex "Verification code (Enter: text message to +1******1234): " { send -- "\r"; append seen E }
                 -ex "Code sent to +1******1234: " {
-                    set f [open $spool]
+                    set f [open $env(PAMTOTP_SPOOL)]
                     set data [read $f]
                     close $f
                     set code [lindex [regexp -all -inline {\m[0-9]{6}\M} $data] end]
                     send -- "$code\r"
                     append seen C
                 }
-                eof { set open 0 }
-                timeout { puts "\nEXPECT-PROMPTS:$seen\nEXPECT-TIMEOUT"; exit 90 }
-            }
-        }
-        if {$open} {
-            expect {
-                eof {}
-                timeout { puts "\nEXPECT-PROMPTS:$seen\nEXPECT-TIMEOUT"; exit 91 }
-            }
-        }
-        set result [wait]
-        puts "\nEXPECT-PROMPTS:$seen"
-        if {[lindex $result 2] != 0} { exit 92 }
-        exit [lindex $result 3]
-        """#
+
+        """#)
 
     /// The shipped password stack (pam.d/sshd) in a real sshd: an app user with a backup phone
     /// types the password, Enter at the code prompt, the texted code, and gets the shell.
@@ -320,8 +293,9 @@ final class OutOfBandPeerTests: XCTestCase {
         try Self.enterThenCodeScript.write(to: script, atomically: true, encoding: .utf8)
         var environment = ProcessInfo.processInfo.environment
         environment["PAMTOTP_PASSWORD"] = user.password
+        environment["PAMTOTP_SPOOL"] = spool
         let before = server.log().utf8.count
-        let r = try runCommand(["expect", "-f", script.path, String(server.port), user.name, SSHDServer.remoteCommand, spool],
+        let r = try runCommand(["expect", "-f", script.path, String(server.port), user.name, SSHDServer.remoteCommand, "-"],
                                environment: environment)
         let output = r.stdout + r.stderr
         let log = String(decoding: Array(server.log().utf8).dropFirst(before), as: UTF8.self)

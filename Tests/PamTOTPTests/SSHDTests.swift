@@ -347,10 +347,19 @@ final class SSHDWorld {
     }
 
     /// The client: argv port user command identity ("-" for none: keyboard-interactive only).
-    /// Answers each prompt once per sighting, at most 6 rounds, 20 s per wait; prints the
+    /// Answers each prompt once per sighting, at most 8 rounds, 20 s per wait; prints the
     /// prompts it answered (P = Password, V = Verification code) and exits with ssh's status
     /// (90+ for its own timeouts). The secrets come through the environment, not argv.
-    static let clientScript = #"""
+    static let clientScript = clientScript(answering: #"""
+                -ex "Password:" { send -- "$env(PAMTOTP_PASSWORD)\r"; append seen P }
+                -ex "Verification code:" { send -- "$env(PAMTOTP_CODE)\r"; append seen V }
+
+        """#)
+
+    /// The client with `answers` (expect clauses, one per prompt, each appending its letter to
+    /// `seen`) in its loop of at most 8 rounds.
+    static func clientScript(answering answers: String) -> String {
+        #"""
         set timeout 20
         log_user 1
         lassign $argv port user command identity
@@ -364,10 +373,10 @@ final class SSHDWorld {
         spawn ssh {*}$options $user@127.0.0.1 $command
         set seen ""
         set open 1
-        for {set round 0} {$round < 6 && $open} {incr round} {
+        for {set round 0} {$round < 8 && $open} {incr round} {
             expect {
-                -ex "Password:" { send -- "$env(PAMTOTP_PASSWORD)\r"; append seen P }
-                -ex "Verification code:" { send -- "$env(PAMTOTP_CODE)\r"; append seen V }
+
+        """# + answers + #"""
                 eof { set open 0 }
                 timeout { puts "\nEXPECT-PROMPTS:$seen\nEXPECT-TIMEOUT"; exit 90 }
             }
@@ -383,6 +392,7 @@ final class SSHDWorld {
         if {[lindex $result 2] != 0} { exit 92 }
         exit [lindex $result 3]
         """#
+    }
 }
 
 // MARK: - One sshd per shipped stack
