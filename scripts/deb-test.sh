@@ -137,6 +137,11 @@ check "$SO 644 root:root" mode_is "$SO" "644 root:root"
 check "/usr/bin/totp-enroll set-uid root (4755 root:root)" mode_is /usr/bin/totp-enroll "4755 root:root"
 check "/usr/sbin/pam-totpd 755 root:root" mode_is /usr/sbin/pam-totpd "755 root:root"
 check "the store /var/lib/pam-totp is 700 root:root" mode_is /var/lib/pam-totp "700 root:root"
+# Text-message and email senders run as this user (pam_totp(8), sms_command), never root.
+check "the postinst made the delivery user pam-totp-sender (a system uid, no login shell)" \
+    in_root sh -c 'u=$(getent passwd pam-totp-sender) && uid=$(echo "$u" | cut -d: -f3) && [ "$uid" -gt 0 ] && [ "$uid" -lt 1000 ] && [ "$(echo "$u" | cut -d: -f7)" = /usr/sbin/nologin ]'
+check "the example senders are in /usr/share/doc/pam-totp/examples" \
+    test -s "$R/usr/share/doc/pam-totp/examples/sms-gammu" -a -s "$R/usr/share/doc/pam-totp/examples/email-sendmail" -a -s "$R/usr/share/doc/pam-totp/examples/sms-http-curl"
 check "the sshd drop-in example in the doc directory" test -f "$R/usr/share/doc/pam-totp/sshd_config.d/pam_totp.conf"
 check "systemd units in /lib/systemd/system" test -f "$R/lib/systemd/system/pam-totpd.socket" -a -f "$R/lib/systemd/system/pam-totpd.service"
 check "pam-totpd.socket is enabled (the service is socket-activated only)" \
