@@ -100,6 +100,16 @@ public struct ModuleOptions: Equatable, Sendable {
         case postgresql
     }
 
+    /// The kinds a login may offer: `factorKinds`, less a sent kind whose program (`sms_command`,
+    /// `email_command`) the configuration does not name: nothing can be sent, so nothing is offered,
+    /// and a site without senders pays no look-up before the prompt (docs/ARCHITECTURE.md, 2.3).
+    public var offeredKinds: UInt8 {
+        var kinds = factorKinds
+        if smsCommand == nil { kinds &= ~FactorKind.sms.bit }
+        if emailCommand == nil { kinds &= ~FactorKind.email.bit }
+        return kinds
+    }
+
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
 

@@ -62,16 +62,22 @@ enum LoginStore {
         switch self {
         case .files(let login):
             if case .unenrolled = login.enrollment { return .unenrolled }
-            return .enrolled(login.hints(kinds: options.factorKinds))
+            return .enrolled(login.hints(kinds: options.offeredKinds))
         case .daemon(let service):
             // Asked when nullok may skip the prompt, when a code may have to be sent (a kind that
             // is sent is allowed here, and the one question is not forward_pass's), or when the
             // policy leaves kinds out (a user with none allowed is told so, not prompted).
             guard mayMatter || options.factorKinds != FactorKind.allBits
-                    || (options.factorKinds & Self.sentKinds != 0 && !options.forwardPass) else { return .unknown }
+                    || (options.offeredKinds & Self.sentKinds != 0 && !options.forwardPass) else { return .unknown }
             let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
             switch askDaemon(request, socket: options.socket) {
-            case .enrolled(let hints): return .enrolled(hints)
+            case .enrolled(var hints):
+                // Only what this host can send (the daemon answered for every kind allowed).
+                var offered: [FactorHint] = []
+                for h in hints.sent where options.offeredKinds & h.kind.bit != 0 { offered.append(h) }
+                hints.disallowed += hints.sent.count - offered.count
+                hints.sent = offered
+                return .enrolled(hints)
             case .outcome(.unenrolled): return .unenrolled
             case .outcome(let other): return .decided(other)
             case .refused(let why): return .refused(why)

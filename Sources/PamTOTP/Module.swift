@@ -79,8 +79,8 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
     if unenrolled && skippable { return ignored(pamh, user: user, options: options) }
     // Every factor of a kind the policy does not allow here (factor_kinds): nothing to ask.
     if !hints.typed && hints.sent.isEmpty && hints.disallowed > 0 {
-        log(pamh, LOG_WARNING, "denied user " + printable(user) + ": none of their factors is of a kind allowed here (factor_kinds = "
-            + Message(ModuleOptions.kindNames(options.factorKinds)) + ")")
+        log(pamh, LOG_WARNING, "denied user " + printable(user) + ": none of their factors is of a kind offered here ("
+            + Message(ModuleOptions.kindNames(options.offeredKinds)) + "; factor_kinds, and a sent kind only with its sms_command or email_command)")
         _ = showInfo(pamh, [literal("None of your factors may be used here.")])
         return PAM_AUTH_ERR
     }

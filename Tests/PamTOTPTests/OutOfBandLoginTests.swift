@@ -76,7 +76,7 @@ final class OutOfBandLoginTests: XCTestCase {
     }
 
     func line(_ extra: String = "") -> String {
-        "auth required MODULE store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0 \(extra)"
+        "auth required MODULE config=\(daemon.config) store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0 \(extra)"
     }
 
     // MARK: In process (root: sshd, login, su, sudo)
@@ -123,6 +123,23 @@ final class OutOfBandLoginTests: XCTestCase {
         }
         XCTAssertEqual(pam.authenticate(service: "oob", user: "nobody", conversation: byText), PAM_SUCCESS, daemon.output)
         XCTAssertEqual(byText.prompts.last, "Code sent to +1******1234: ")
+    }
+
+    /// A host whose configuration names no sender offers no phone: the plain question, and
+    /// nothing sent (and through pam-totpd, no look-up before it).
+    func testNothingIsOfferedWhereNoSenderIsConfigured() throws {
+        try daemon.start()
+        let secret = randomTOTPSecret()
+        try enrolPhone("nobody", uid: 65534, app: secret)
+        let plain = daemon.root.appendingPathComponent("plain.conf").path
+        try "store = \(daemon.store)\n".write(toFile: plain, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(plain, 0o644), 0)
+        try pam.service("plain", [line().replacingOccurrences(of: "config=\(daemon.config)", with: "config=\(plain)")])
+        awayFromStepBoundary()
+        let c = Conversation(answer: Array(try codeNow(secret).utf8))
+        XCTAssertEqual(pam.authenticate(service: "plain", user: "nobody", conversation: c), PAM_SUCCESS)
+        XCTAssertEqual(c.prompts, ["Verification code: "])
+        XCTAssertTrue(messages.isEmpty)
     }
 
     /// Three wrong answers void a sent code; each is a failure like a wrong app code; an
@@ -202,7 +219,7 @@ final class OutOfBandLoginTests: XCTestCase {
             }
             XCTAssertTrue(shipped.contains("@include common-auth\nauth required pam_totp.so\n"), "\(stack): \(shipped)")
             let text = shipped.replacingOccurrences(of: "auth required pam_totp.so",
-                                                    with: "auth required \(moduleURL.path) store=\(daemon.store) socket=\(daemon.socketPath) oob_resend_interval=0")
+                                                    with: "auth required \(moduleURL.path) config=\(daemon.config) store=\(daemon.store) socket=\(daemon.socketPath) oob_resend_interval=0")
             try text.write(to: pam.confdir.appendingPathComponent("oob-" + stack), atomically: true, encoding: .utf8)
             let wrong = Conversation(answer: Array("not the password".utf8))
             XCTAssertEqual(pam.authenticate(service: "oob-" + stack, user: user.name, conversation: wrong), PAM_AUTH_ERR, stack)
@@ -248,7 +265,7 @@ final class OutOfBandLoginTests: XCTestCase {
         defer { caller.delete() }
         try enrolPhone(caller.name, uid: caller.uid)
         let path = "/etc/pam.d/" + service
-        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("auth required \(moduleURL.path) socket=\(daemon.socketPath)\n".utf8),
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("auth required \(moduleURL.path) config=\(daemon.config) socket=\(daemon.socketPath)\n".utf8),
                                                      attributes: [.posixPermissions: 0o644]))
         // pamtester reads its answers as it is asked: the code is written once it was sent.
         let p = Process()
@@ -281,7 +298,7 @@ final class OutOfBandLoginTests: XCTestCase {
         defer { caller.delete() }
         try enrolPhone(caller.name, uid: caller.uid)
         let path = "/etc/pam.d/" + service
-        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("auth required \(moduleURL.path) socket=\(daemon.socketPath)\n".utf8),
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("auth required \(moduleURL.path) config=\(daemon.config) socket=\(daemon.socketPath)\n".utf8),
                                                      attributes: [.posixPermissions: 0o644]))
         func pamtester() throws -> (Process, Pipe, Pipe) {
             let p = Process()

@@ -196,7 +196,7 @@ final class OutOfBandPeerTests: XCTestCase {
         try s.write(user: Array("nobody".utf8), record: UserRecord(uid: 65534, factors: [
             try Factor(outOfBand: .sms, label: Array("mobile".utf8), destination: Array(number.utf8), created: 1_700_000_000),
         ]))
-        try pam.service("gammu", ["auth required MODULE store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0"])
+        try pam.service("gammu", ["auth required MODULE config=\(daemon.config) store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0"])
 
         // What gammu-smsd transmitted: one file in SentSMSPath, once it is there.
         var message: SMSBackup?
@@ -278,7 +278,7 @@ final class OutOfBandPeerTests: XCTestCase {
         // pam-totpd on that stack's store (where the user's app factor was enrolled).
         let world = try SSHDWorld()
         self.world = world
-        let server = try world.server("sshd", moduleArguments: "socket=\(daemon.socketPath)", tag: "oob")
+        let server = try world.server("sshd", moduleArguments: "config=\(daemon.config) socket=\(daemon.socketPath)", tag: "oob")
         try "store = \(server.store.path)\nsms_command = \(program)\n".write(toFile: daemon.config, atomically: true, encoding: .utf8)
         XCTAssertEqual(chmod(daemon.config, 0o644), 0)
         try daemon.start()
