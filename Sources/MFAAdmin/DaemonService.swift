@@ -230,16 +230,15 @@ public struct DaemonService<S: TOTPStore> {
             defer { wipeInPlace(code) }
             let kind = Message(Array(bytes(factor.kind.name)))
             let key = UserState.key(for: factor)
-            guard sender.takeSlot() else {
-                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: true)
-                return (.notSent("too many codes are being sent from this host: try again in a minute"),
+            switch Self.deliver(sender, store, user: user, factor: factor, code: code, key: key, sentAt: now, lifetime: options.oobLifetime) {
+            case .sent: break
+            case .noSlot(let voided):
+                return (.notSent(Self.noSlotText),
                         who + "send refused (factor " + printable(factor.label) + "): oob_max_per_minute reached" + voided)
-            }
-            if let failure = sender.send(factor.kind, factor.destination, code, (options.oobLifetime + 59) / 60) {
-                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: !failure.started)
+            case .failed(let why):
                 return (.notSent(Self.notSentText),
                         who + "could not send a code (" + kind + " factor " + printable(factor.label) + ", "
-                        + Message(factor.maskedDestination) + "): " + failure.why + voided)
+                        + Message(factor.maskedDestination) + "): " + why)
             }
             return (.sent(fresh: true, sentAt: now, expiresAt: expiresAt, masked: factor.maskedDestination),
                     who + "sent a code (" + kind + " factor " + printable(factor.label) + ", " + Message(factor.maskedDestination) + ")")
@@ -265,21 +264,35 @@ public struct DaemonService<S: TOTPStore> {
         case .send(let code, _, _, _):
             defer { wipeInPlace(code) }
             let key = OutOfBand.enrolmentKey(for: factor)
-            guard sender.takeSlot() else {
-                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: true)
-                return (.refused("too many codes are being sent from this host: try again in a minute"),
-                        who + "enrolment code refused: oob_max_per_minute reached" + voided)
-            }
-            if let failure = sender.send(factor.kind, factor.destination, code, (site.oobLifetime + 59) / 60) {
-                let voided = Self.void(store, user: user, sentAt: now, key: key, uncount: !failure.started)
+            switch Self.deliver(sender, store, user: user, factor: factor, code: code, key: key, sentAt: now, lifetime: site.oobLifetime) {
+            case .sent: break
+            case .noSlot(let voided):
+                return (.refused(Self.noSlotText), who + "enrolment code refused: oob_max_per_minute reached" + voided)
+            case .failed(let why):
                 return (.refused("could not send a code to " + Message(factor.maskedDestination) + "; nothing was saved"),
                         who + "could not send an enrolment code (" + kind + " factor " + printable(factor.label) + ", "
-                        + Message(factor.maskedDestination) + "): " + failure.why + voided)
+                        + Message(factor.maskedDestination) + "): " + why)
             }
             return (.number(now), who + "sent an enrolment code (" + kind + " factor " + printable(factor.label) + ", "
                     + Message(factor.maskedDestination) + ")")
         }
     }
+
+    /// How a recorded code's delivery went (`deliver`): the log text of a refusal or failure,
+    /// with what voiding the code said.
+    enum Delivered { case sent, noSlot(Message), failed(Message) }
+
+    /// One delivery of a recorded code, for a login's send and an enrolment's alike: the
+    /// daemon's per-minute slot, the sender, and the code voided when it did not go (its send
+    /// uncounted when the program never ran).
+    static func deliver(_ sender: CodeSender, _ store: S, user: [UInt8], factor: Factor, code: [UInt8], key: UInt64, sentAt: Int64,
+                        lifetime: Int64) -> Delivered {
+        guard sender.takeSlot() else { return .noSlot(void(store, user: user, sentAt: sentAt, key: key, uncount: true)) }
+        guard let failure = sender.send(factor.kind, factor.destination, code, (lifetime + 59) / 60) else { return .sent }
+        return .failed(failure.why + void(store, user: user, sentAt: sentAt, key: key, uncount: !failure.started))
+    }
+
+    static var noSlotText: Message { "too many codes are being sent from this host: try again in a minute" }
 
     /// What a user is told when a code could not be sent.
     static var notSentText: Message { "could not send a code: use your app or a recovery code" }

@@ -78,24 +78,31 @@ public enum OutOfBand {
            secondsSince(p.sentAt, at: now) < options.oobResendInterval {
             return .pending(factor: factor, sentAt: p.sentAt, expiresAt: p.expiresAt)
         }
-        if let last = next.sends.last, secondsSince(last, at: now) < options.oobResendInterval {
-            let ago = secondsSince(last, at: now)
-            return .refused("a code was sent " + Message(decimalBytes(UInt64(ago))) + " s ago: wait "
-                            + Message(decimalBytes(UInt64(options.oobResendInterval - ago))) + " s before asking for another")
-        }
-        if next.sends(within: 3600, of: now) >= options.oobMaxPerHour {
-            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerHour)))
-                            + " codes are sent an hour: use your app or a recovery code, or try later")
-        }
-        if next.sends(within: 86_400, of: now) >= options.oobMaxPerDay {
-            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerDay)))
-                            + " codes are sent a day: use your app or a recovery code, or try tomorrow")
-        }
+        if let why = overLimit(next, at: now, options: options) { return .refused(why) }
         let (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
                                                maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
         next.pending = pending
         next.recordSend(at: now)
         return .send(code: code, factor: factor, state: next, expiresAt: pending.expiresAt)
+    }
+
+    /// Why the account may not be sent another code now (`oob_resend_interval`,
+    /// `oob_max_per_hour`, `oob_max_per_day`, counted in `state.sends`); nil: it may.
+    static func overLimit(_ state: UserState, at now: Int64, options: ModuleOptions) -> Message? {
+        if let last = state.sends.last, secondsSince(last, at: now) < options.oobResendInterval {
+            let ago = secondsSince(last, at: now)
+            return "a code was sent " + Message(decimalBytes(UInt64(ago))) + " s ago: wait "
+                + Message(decimalBytes(UInt64(options.oobResendInterval - ago))) + " s before asking for another"
+        }
+        if state.sends(within: 3600, of: now) >= options.oobMaxPerHour {
+            return "at most " + Message(decimalBytes(UInt64(options.oobMaxPerHour)))
+                + " codes are sent an hour: use your app or a recovery code, or try later"
+        }
+        if state.sends(within: 86_400, of: now) >= options.oobMaxPerDay {
+            return "at most " + Message(decimalBytes(UInt64(options.oobMaxPerDay)))
+                + " codes are sent a day: use your app or a recovery code, or try tomorrow"
+        }
+        return nil
     }
 
     /// A pending code for a factor being enrolled is kept under this key, never a saved
@@ -109,17 +116,7 @@ public enum OutOfBand {
                                                                options: ModuleOptions, using generator: inout G) -> SendPlan {
         guard factor.kind.isOutOfBand else { return .refused("not a text-message or email factor") }
         var next = state.current(for: record)
-        if let last = next.sends.last, secondsSince(last, at: now) < options.oobResendInterval {
-            let ago = secondsSince(last, at: now)
-            return .refused("a code was sent " + Message(decimalBytes(UInt64(ago))) + " s ago: wait "
-                            + Message(decimalBytes(UInt64(options.oobResendInterval - ago))) + " s and try again")
-        }
-        if next.sends(within: 3600, of: now) >= options.oobMaxPerHour {
-            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerHour))) + " codes are sent an hour: try later")
-        }
-        if next.sends(within: 86_400, of: now) >= options.oobMaxPerDay {
-            return .refused("at most " + Message(decimalBytes(UInt64(options.oobMaxPerDay))) + " codes are sent a day: try tomorrow")
-        }
+        if let why = overLimit(next, at: now, options: options) { return .refused(why) }
         var (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
                                                maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
         pending.factorKey = enrolmentKey(for: factor)

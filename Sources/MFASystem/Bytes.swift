@@ -210,3 +210,12 @@ public func decimal<T: BinaryInteger>(_ value: T) -> Message {
     if value < 0 { digits.append(0x2D) }
     return Message(digits.reversed())
 }
+
+/// This host's name (the issuer an app shows, `%h` in a sent code's text), at most 64 bytes;
+/// "localhost" if it has none. One copy for the module and pam-totpd.
+public func hostName() -> [UInt8] {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard clibc_hostname(&buffer, 255) == 0 else { return literal("localhost") }
+    let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+    return name.isEmpty ? literal("localhost") : Array(name.prefix(64))
+}

@@ -112,13 +112,6 @@ func showInfo(_ pamh: OpaquePointer, _ lines: [[UInt8]]) -> Bool {
     return flush()
 }
 
-/// This host's name (the issuer shown by the app), "localhost" if it has none.
-func hostName() -> [UInt8] {
-    var buffer = [CChar](repeating: 0, count: 256)
-    guard clibc_hostname(&buffer, 255) == 0 else { return literal("localhost") }
-    let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
-    return name.isEmpty ? literal("localhost") : Array(name.prefix(64))
-}
 
 /// "YYYY-MM-DD" of a Unix time (UTC).
 func dayText(_ t: Int64) -> [UInt8] {

@@ -115,12 +115,4 @@ enum Sending {
             throw DaemonError("\(name): \(describe(error).string)")
         }
     }
-
-    /// This host's name (%h), "localhost" if it has none.
-    static func hostName() -> [UInt8] {
-        var buffer = [CChar](repeating: 0, count: 256)
-        guard clibc_hostname(&buffer, 255) == 0 else { return literal("localhost") }
-        let name = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
-        return name.isEmpty ? literal("localhost") : Array(name.prefix(64))
-    }
 }

@@ -139,7 +139,7 @@ struct NewFactorOptions {
     func enrol(_ kind: NewFactorKind) throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
-        let host = hostName()
+        let host = hostNameString()
         let label = naming.label(user: context.userName, host: host)
         var given = try secret.map(readSecret)
         defer { if given != nil { wipe(&given!) } }
@@ -297,12 +297,7 @@ struct SecretDisplayOptions {
     }
 }
 
-func hostName() -> String {
-    var buf = [CChar](repeating: 0, count: 256)
-    guard gethostname(&buf, buf.count - 1) == 0 else { return "localhost" }
-    let name = String(cString: buf)
-    return name.isEmpty ? "localhost" : name
-}
+func hostNameString() -> String { String(decoding: hostName(), as: UTF8.self) }
 
 /// `--name LABEL` of a command that makes factors: checked as every new factor's label is.
 func newFactorName(_ arguments: Arguments) throws(CommandError) -> String? {
