@@ -13,7 +13,7 @@
 
 CREATE SCHEMA pam_totp_api;
 REVOKE ALL ON SCHEMA pam_totp_api FROM PUBLIC;
-GRANT USAGE ON SCHEMA pam_totp_api TO pam_totp_host, pam_totp_admin;
+GRANT USAGE ON SCHEMA pam_totp_api TO pam_totp_host, pam_totp_admin, pam_totp_sender;
 
 -- HOTP (RFC 4226) value of `counter`: HMAC, dynamic truncation, modulo 10^digits.
 CREATE FUNCTION pam_totp_api.hotp(secret bytea, counter bigint, algorithm text, digits integer) RETURNS integer
@@ -47,6 +47,109 @@ END $$;
 CREATE FUNCTION pam_totp_api.now_seconds() RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $$ SELECT floor(extract(epoch FROM clock_timestamp()))::bigint $$;
+
+-- The hint a host may see of a destination, as MFAPolicy's Destination masks it: a phone's +,
+-- first digit, a * for every digit but the last four (+15105551234: +1******1234); an
+-- address's first character, ***, @domain (a***@example.com). The table holds only printable
+-- ASCII (factors_destination), so the mask is too.
+CREATE FUNCTION pam_totp_api.masked(p_kind text, p_destination text) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+  SELECT CASE p_kind
+    WHEN 'sms' THEN '+' || substr(p_destination, 2, 1) || repeat('*', greatest(length(p_destination) - 6, 0)) || right(p_destination, 4)
+    WHEN 'email' THEN left(p_destination, 1) || '***@' || split_part(p_destination, '@', 2)
+  END
+$$;
+
+-- A code of p_digits decimal digits from pgcrypto's random source, uniform (rejection sampling
+-- of 32-bit values).
+CREATE FUNCTION pam_totp_api.random_code(p_digits integer) RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE m bigint := (10 ^ p_digits)::bigint; lim bigint; v bigint; b bytea;
+BEGIN
+  lim := 4294967296 - (4294967296 % m);
+  LOOP
+    b := pam_totp_crypto.gen_random_bytes(4);
+    v := (get_byte(b, 0)::bigint << 24) | (get_byte(b, 1)::bigint << 16) | (get_byte(b, 2)::bigint << 8) | get_byte(b, 3)::bigint;
+    EXIT WHEN v < lim;
+  END LOOP;
+  RETURN lpad((v % m)::text, p_digits, '0');
+END $$;
+
+-- Why p_user may not be sent another code now (NULL: it may), the same texts as MFAPolicy's
+-- OutOfBand.overLimit: the account's resend interval, hour and day, then the fleet's minute
+-- (under a lock every send takes, so two hosts cannot both take the last slot).
+CREATE FUNCTION pam_totp_api.send_refusal(p_user text, p_clock bigint) RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE cfg pam_totp.settings%ROWTYPE; last_ bigint;
+BEGIN
+  SELECT * INTO cfg FROM pam_totp.settings;
+  SELECT max(s.at) INTO last_ FROM pam_totp.sends s WHERE s.user_name = p_user;
+  IF last_ IS NOT NULL AND p_clock - last_ < cfg.oob_resend_interval THEN
+    RETURN 'a code was sent ' || greatest(p_clock - last_, 0) || ' s ago: wait ' || (cfg.oob_resend_interval - greatest(p_clock - last_, 0))
+           || ' s before asking for another';
+  END IF;
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.user_name = p_user AND s.at > p_clock - 3600) >= cfg.oob_max_per_hour THEN
+    RETURN 'at most ' || cfg.oob_max_per_hour || ' codes are sent an hour: use your app or a recovery code, or try later';
+  END IF;
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.user_name = p_user AND s.at > p_clock - 86400) >= cfg.oob_max_per_day THEN
+    RETURN 'at most ' || cfg.oob_max_per_day || ' codes are sent a day: use your app or a recovery code, or try tomorrow';
+  END IF;
+  PERFORM pg_advisory_xact_lock(727716181);
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.at > p_clock - 60) >= cfg.oob_max_per_minute THEN
+    RETURN 'too many codes are being sent: try again in a minute';
+  END IF;
+  RETURN NULL;
+END $$;
+
+-- Queues a message with a new code (the outbox, for pam_totp_sender), counts the send and
+-- wakes the deliverers (NOTIFY pam_totp_outbox, no payload). Returns the outbox id, the code's
+-- salt and its hash; the code itself goes only into the outbox.
+CREATE FUNCTION pam_totp_api.queue_code(p_user text, p_kind text, p_destination text, p_host text, p_clock bigint,
+                                        OUT id bigint, OUT salt bytea, OUT hash bytea, OUT digits integer, OUT expires_at bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE cfg pam_totp.settings%ROWTYPE; code text;
+BEGIN
+  IF p_host IS NULL OR p_host !~ '^[!-~]{1,64}$' THEN
+    RAISE EXCEPTION 'a host name must be 1 to 64 printable characters' USING ERRCODE = 'P0001';
+  END IF;
+  SELECT * INTO cfg FROM pam_totp.settings;
+  digits := cfg.oob_digits;
+  code := pam_totp_api.random_code(digits);
+  salt := pam_totp_crypto.gen_random_bytes(16);
+  hash := pam_totp_crypto.digest(salt || convert_to(code, 'UTF8'), 'sha256');
+  expires_at := p_clock + cfg.oob_lifetime;
+  INSERT INTO pam_totp.outbox (user_name, kind, destination, code, host, minutes, queued, expires_at)
+  VALUES (p_user, p_kind, p_destination, code, p_host, (cfg.oob_lifetime + 59) / 60, p_clock, expires_at)
+  RETURNING outbox.id INTO id;
+  INSERT INTO pam_totp.sends (user_name, at) VALUES (p_user, p_clock);
+  DELETE FROM pam_totp.sends s WHERE s.at < p_clock - 86400;
+  DELETE FROM pam_totp.outbox o WHERE o.queued < p_clock - 7 * 86400;
+  PERFORM pg_notify('pam_totp_outbox', '');
+END $$;
+
+-- A wrong answer uses one attempt of p_user's outstanding code (p_which 'sent': a login's,
+-- 'enrolment': an enrolment's); the last one voids it. Returns the attempts left (NULL: none
+-- was outstanding).
+CREATE FUNCTION pam_totp_api.use_attempt(p_which text, p_user text) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE left_ integer;
+BEGIN
+  IF p_which = 'sent' THEN
+    UPDATE pam_totp.sent_codes x SET attempts_left = greatest(x.attempts_left - 1, 0) WHERE x.user_name = p_user
+    RETURNING x.attempts_left INTO left_;
+    DELETE FROM pam_totp.sent_codes x WHERE x.user_name = p_user AND x.attempts_left = 0;
+  ELSE
+    UPDATE pam_totp.enrolment_codes x SET attempts_left = greatest(x.attempts_left - 1, 0) WHERE x.user_name = p_user
+    RETURNING x.attempts_left INTO left_;
+    DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user AND x.attempts_left = 0;
+  END IF;
+  RETURN left_;
+END $$;
 
 -- Raises unless p's collation (the calling function's input collation) compares byte for byte.
 -- A PL/pgSQL function takes its input collation from its arguments: `'alice' COLLATE
@@ -132,6 +235,7 @@ AS $$
 DECLARE
   code text; wanted bigint; now_step bigint; c bigint;
   first_wanted bigint; v integer; pair bigint; first_equal boolean := false; reach_end bigint;
+  sent pam_totp.sent_codes%ROWTYPE;
 BEGIN
   replayed := false; far := false;
   code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
@@ -169,6 +273,17 @@ BEGIN
         c := c + 1;
       END LOOP;
       step := coalesce(step, pair);
+    END IF;
+  WHEN 'sms', 'email' THEN
+    -- The code the database sent for this factor, if one is outstanding (send_code): its salted
+    -- SHA-256; a match is "step" the code's id, above the factor's last used one.
+    SELECT * INTO sent FROM pam_totp.sent_codes x WHERE x.user_name = f.user_name AND x.factor_id = f.id;
+    IF FOUND AND sent.expires_at > p_now AND sent.attempts_left > 0 THEN
+      code := CASE WHEN p_forward_pass THEN right(p_answer, sent.digits) ELSE p_answer END;
+      IF octet_length(code) = sent.digits AND code ~ '^[0-9]+$'
+         AND pam_totp_crypto.digest(sent.salt || convert_to(code, 'UTF8'), 'sha256') = sent.hash THEN
+        IF sent.id > f.last_step THEN step := sent.id; ELSE replayed := true; END IF;
+      END IF;
     END IF;
   END CASE;
 END $$;
@@ -290,6 +405,10 @@ BEGIN
       -- A far code starts a resync once per login, unless this failure started a lockout.
       verdict_ := CASE WHEN j.factor_id IS NOT NULL THEN 'match' WHEN j.recovery_index IS NOT NULL THEN 'recovery'
                        WHEN j.far AND p_previous IS NULL AND until_ = 0 THEN 'resync' ELSE 'wrong' END;
+      -- A wrong answer uses one of an outstanding sent code's attempts (void after the last).
+      IF verdict_ IN ('wrong', 'resync') THEN
+        PERFORM pam_totp_api.use_attempt('sent', p_user);
+      END IF;
     END IF;
   END IF;
   INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
@@ -341,6 +460,7 @@ BEGIN
   END IF;
   UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + p_proof_seconds
    WHERE u.name = a.user_name;
+  DELETE FROM pam_totp.sent_codes x WHERE x.user_name = a.user_name;   -- any success voids a sent code
 END $$;
 
 -- A login, second step: the verdict of an attempt whose login_begin has committed, told once,
@@ -440,13 +560,16 @@ $$;
 
 -- A user's factors, in enrolment order. serial: a hardware token's serial number (NULL: none).
 CREATE FUNCTION pam_totp_api.list_factors(p_user text)
-RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text, serial text)
+RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text, serial text,
+               destination text)
 LANGUAGE sql STABLE SECURITY DEFINER
 AS $$
   -- A token's counter is for admins only (a host reads no secret and no counter); its
-  -- serial number is not a secret.
+  -- serial number is not a secret. A phone or address: masked, except to an admin.
   SELECT f.label, f.algorithm, f.digits, f.period, f.created,
-         CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind, f.serial
+         CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind, f.serial,
+         CASE WHEN pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.destination
+              ELSE pam_totp_api.masked(f.kind, f.destination) END
     FROM pam_totp.factors f
    WHERE f.user_name = p_user ORDER BY f.id
 $$;
@@ -606,6 +729,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE gone pam_totp.users%ROWTYPE;
 BEGIN
+  DELETE FROM pam_totp.enrolment_codes WHERE user_name = p_user;
   DELETE FROM pam_totp.users WHERE name = p_user RETURNING * INTO gone;
   IF NOT FOUND THEN RETURN false; END IF;
   PERFORM pam_totp_api.audit_append('purge', p_user, gone.uid, NULL, NULL, 0, 'every factor, recovery code and count removed');
@@ -656,6 +780,24 @@ BEGIN
                                     NULL, 0, 'last used step ' || p_last_step || ' from a file store');
 END $$;
 
+-- Admin (import-files): a phone or address from a file store, where it was proved by a code
+-- sent to it at its enrolment; a host may not call it (a host's enrolment proves its own:
+-- send_enrolment_code). The user row exists (a factor imported before it, or made here).
+CREATE FUNCTION pam_totp_api.import_destination(p_user text, p_uid bigint, p_label text, p_kind text, p_destination text,
+                                                p_created bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
+  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
+  VALUES (p_user, p_label, 'sha1', 6, 30, p_created, 0, NULL, p_kind, p_destination);
+  PERFORM pam_totp_api.audit_append('import', p_user, p_uid, p_label, NULL, 0,
+                                    CASE p_kind WHEN 'sms' THEN 'text messages to ' ELSE 'email to ' END
+                                    || pam_totp_api.masked(p_kind, p_destination) || ' from a file store');
+END $$;
+
 -- Admin: the audit trail, oldest first: rows after p_after (an id; 0 from the start), of p_user
 -- (NULL: everyone) at or after p_since, at most p_limit (1-1000) rows.
 CREATE FUNCTION pam_totp_api.audit_trail(p_user text, p_since bigint, p_after bigint, p_limit integer)
@@ -668,6 +810,206 @@ AS $$
    WHERE a.id > coalesce(p_after, 0) AND a.at >= coalesce(p_since, 0) AND (p_user IS NULL OR a.account = p_user)
    ORDER BY a.id LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
 $$;
+
+-- Before the prompt, for a host: the uid p_user's enrolment is bound to (no row: not enrolled)
+-- and each factor's kind, name and, for a phone or address, its mask (the hints a login
+-- offers); has_recovery: the user has recovery codes; pending: a code sent to this factor is
+-- live (a one-prompt stack then takes the answer's trailing digits as it). One row per factor.
+CREATE FUNCTION pam_totp_api.enrolled(p_user text)
+RETURNS TABLE (uid bigint, kind text, label text, masked text, has_recovery boolean, pending boolean)
+LANGUAGE sql STABLE SECURITY DEFINER
+AS $$
+  SELECT u.uid, f.kind, f.label, pam_totp_api.masked(f.kind, f.destination),
+         EXISTS (SELECT 1 FROM pam_totp.recovery r WHERE r.user_name = u.name),
+         EXISTS (SELECT 1 FROM pam_totp.sent_codes x WHERE x.user_name = u.name AND x.factor_id = f.id AND x.attempts_left > 0
+                    AND x.expires_at > pam_totp_api.now_seconds())
+    FROM pam_totp.users u JOIN pam_totp.factors f ON f.user_name = u.name
+   WHERE u.name = p_user ORDER BY f.id
+$$;
+
+-- A login's send (docs/FLEET.md, "Text-message and email codes"): a code to p_user's factor
+-- p_label, within the account's limits and the fleet's (send_refusal), under the user's row
+-- lock. The caller learns no code and no destination, only its mask. outcome: 'sent' (queued
+-- now), 'pending' (a code sent at sent_at is still valid and oob_resend_interval has not
+-- passed: nothing new is sent, the user is asked for that one), 'refused' (why, for the user,
+-- in detail; nothing changed). p_host: the asking host's name, for the message's %h.
+CREATE FUNCTION pam_totp_api.send_code(p_user text, p_uid bigint, p_label text, p_host text,
+                                       OUT outcome text, OUT detail text, OUT sent_at bigint, OUT expires_at bigint,
+                                       OUT kind text, OUT masked text)
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE
+  cfg pam_totp.settings%ROWTYPE;
+  u pam_totp.users%ROWTYPE;
+  f pam_totp.factors%ROWTYPE;
+  p pam_totp.sent_codes%ROWTYPE;
+  q record;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  SELECT * INTO cfg FROM pam_totp.settings;
+  SELECT * INTO u FROM pam_totp.users x WHERE x.name = p_user FOR UPDATE;
+  IF FOUND AND u.uid = p_uid THEN
+    SELECT * INTO f FROM pam_totp.factors x WHERE x.user_name = p_user AND x.label = p_label AND x.kind IN ('sms', 'email');
+  END IF;
+  IF f.id IS NULL THEN
+    outcome := 'refused'; detail := 'no text-message or email factor of that name'; RETURN;
+  END IF;
+  kind := f.kind; masked := pam_totp_api.masked(f.kind, f.destination);
+  IF u.failures >= cfg.hard_failure_cap OR clock < u.locked_until THEN
+    outcome := 'refused'; detail := 'locked out: no code is sent'; RETURN;
+  END IF;
+  SELECT * INTO p FROM pam_totp.sent_codes x WHERE x.user_name = p_user;
+  IF FOUND AND p.factor_id = f.id AND p.expires_at > clock AND p.attempts_left > 0 AND clock - p.sent_at < cfg.oob_resend_interval THEN
+    outcome := 'pending'; sent_at := p.sent_at; expires_at := p.expires_at; RETURN;
+  END IF;
+  detail := pam_totp_api.send_refusal(p_user, clock);
+  IF detail IS NOT NULL THEN outcome := 'refused'; RETURN; END IF;
+  q := pam_totp_api.queue_code(p_user, f.kind, f.destination, p_host, clock);
+  INSERT INTO pam_totp.sent_codes (user_name, id, factor_id, digits, salt, hash, sent_at, expires_at, attempts_left)
+  VALUES (p_user, q.id, f.id, q.digits, q.salt, q.hash, clock, q.expires_at, cfg.oob_max_attempts)
+  ON CONFLICT (user_name) DO UPDATE SET id = EXCLUDED.id, factor_id = EXCLUDED.factor_id, digits = EXCLUDED.digits,
+    salt = EXCLUDED.salt, hash = EXCLUDED.hash, sent_at = EXCLUDED.sent_at, expires_at = EXCLUDED.expires_at,
+    attempts_left = EXCLUDED.attempts_left;
+  PERFORM pam_totp_api.audit_append('code-sent', p_user, u.uid, f.label, NULL, 0,
+                                    f.kind || ' code to ' || masked || ' queued for ' || p_host);
+  outcome := 'sent'; sent_at := clock; expires_at := q.expires_at;
+END $$;
+
+-- totp-enroll add-phone / add-email: the code that proves a new destination, sent before
+-- anything is saved. The same checks as enroll (the proof of an enrolled user, a free name,
+-- at most 32 factors, the same account) and the same limits as a login's send; a refusal
+-- raises (nothing changed). Returns when it was sent (confirm_enrolment names it).
+CREATE FUNCTION pam_totp_api.send_enrolment_code(p_user text, p_uid bigint, p_label text, p_kind text, p_destination text,
+                                                 p_host text) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE
+  cfg pam_totp.settings%ROWTYPE;
+  u pam_totp.users%ROWTYPE;
+  q record;
+  why text;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  IF p_kind = 'sms' AND p_destination !~ '^[+][1-9][0-9]{7,14}$' THEN
+    RAISE EXCEPTION 'a phone number must be + then 8 to 15 digits, the first not 0 (E.164, e.g. +15105551234)' USING ERRCODE = 'P0001';
+  ELSIF p_kind = 'email' AND (octet_length(p_destination) > 254 OR p_destination !~
+        '^[A-Za-z0-9!#$%&''*+=?^_`{}~][A-Za-z0-9!#$%&''*+/=?^_`{|}~.-]{0,63}@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$') THEN
+    RAISE EXCEPTION 'an email address must look like name@example.com' USING ERRCODE = 'P0001';
+  ELSIF p_kind IS NULL OR p_kind NOT IN ('sms', 'email') THEN
+    RAISE EXCEPTION 'send_enrolment_code: a phone or an email address only' USING ERRCODE = 'P0001';
+  END IF;
+  SELECT * INTO cfg FROM pam_totp.settings;
+  INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
+  PERFORM pam_totp_api.lock_for_change(p_user);
+  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+  IF EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = p_user AND x.kind = p_kind AND x.destination = p_destination) THEN
+    RAISE EXCEPTION '%', CASE p_kind WHEN 'sms' THEN 'this phone number is already enrolled' ELSE 'this email address is already enrolled' END
+      USING ERRCODE = 'P0001';
+  END IF;
+  SELECT * INTO u FROM pam_totp.users x WHERE x.name = p_user;
+  IF u.failures >= cfg.hard_failure_cap OR clock < u.locked_until THEN
+    RAISE EXCEPTION 'locked out: no code is sent' USING ERRCODE = 'P0001';
+  END IF;
+  why := pam_totp_api.send_refusal(p_user, clock);
+  IF why IS NOT NULL THEN RAISE EXCEPTION '%', why USING ERRCODE = 'P0001'; END IF;
+  q := pam_totp_api.queue_code(p_user, p_kind, p_destination, p_host, clock);
+  INSERT INTO pam_totp.enrolment_codes (user_name, uid, id, label, kind, destination, digits, salt, hash, sent_at, expires_at, attempts_left)
+  VALUES (p_user, p_uid, q.id, p_label, p_kind, p_destination, q.digits, q.salt, q.hash, clock, q.expires_at, cfg.oob_max_attempts)
+  ON CONFLICT (user_name) DO UPDATE SET uid = EXCLUDED.uid, id = EXCLUDED.id, label = EXCLUDED.label, kind = EXCLUDED.kind,
+    destination = EXCLUDED.destination, digits = EXCLUDED.digits, salt = EXCLUDED.salt, hash = EXCLUDED.hash,
+    sent_at = EXCLUDED.sent_at, expires_at = EXCLUDED.expires_at, attempts_left = EXCLUDED.attempts_left;
+  PERFORM pam_totp_api.audit_append('code-sent', p_user, p_uid, p_label, NULL, 0,
+                                    p_kind || ' enrolment code to ' || pam_totp_api.masked(p_kind, p_destination) || ' queued for ' || p_host);
+  RETURN clock;
+END $$;
+
+-- The code typed back at an enrolment (send_enrolment_code sent it at p_sent_at for p_label):
+-- the right one saves the factor (one transaction, under the user's row lock); a wrong one
+-- uses an attempt (void after the last) and counts as a failure like a wrong code at login.
+-- outcome: 'enrolled', 'wrong' (attempts_left more may be tried; 0: void) or 'expired' (no
+-- such code is outstanding: expired, used up, replaced, or never sent).
+CREATE FUNCTION pam_totp_api.confirm_enrolment(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text, p_created bigint,
+                                               OUT outcome text, OUT attempts_left integer)
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE
+  cfg pam_totp.settings%ROWTYPE;
+  e pam_totp.enrolment_codes%ROWTYPE;
+  had boolean;
+  fails integer;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  SELECT * INTO cfg FROM pam_totp.settings;
+  had := pam_totp_api.lock_for_change(p_user);
+  SELECT * INTO e FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user;
+  IF NOT FOUND OR e.uid <> p_uid OR e.label <> p_label OR e.sent_at <> p_sent_at OR e.expires_at <= clock OR e.attempts_left <= 0 THEN
+    outcome := 'expired'; attempts_left := 0; RETURN;
+  END IF;
+  IF octet_length(p_code) = e.digits AND p_code ~ '^[0-9]+$'
+     AND pam_totp_crypto.digest(e.salt || convert_to(p_code, 'UTF8'), 'sha256') = e.hash THEN
+    DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user;
+    PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+    INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
+    VALUES (p_user, p_label, 'sha1', 6, 30, p_created, 0, NULL, e.kind, e.destination);
+    PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
+                                      CASE e.kind WHEN 'sms' THEN 'text messages to ' ELSE 'email to ' END
+                                      || pam_totp_api.masked(e.kind, e.destination));
+    IF NOT had THEN
+      UPDATE pam_totp.users SET proof_role = session_user, proof_until = clock + cfg.proof_seconds WHERE name = p_user;
+    END IF;
+    outcome := 'enrolled'; attempts_left := 0; RETURN;
+  END IF;
+  attempts_left := pam_totp_api.use_attempt('enrolment', p_user);
+  UPDATE pam_totp.users u SET failures = u.failures + 1,
+         locked_until = CASE WHEN cfg.min_lockout > 0 AND (u.failures + 1) % cfg.max_failures = 0 THEN clock + cfg.min_lockout
+                             ELSE u.locked_until END
+   WHERE u.name = p_user RETURNING u.failures INTO fails;
+  PERFORM pam_totp_api.audit_append('failure', p_user, p_uid, p_label, fails, 0, 'wrong enrolment code');
+  outcome := 'wrong';
+END $$;
+
+-- pam_totp_sender (pam-totpd deliver): the next message to send, claimed for good. The claim
+-- commits before the deliverer runs its program and a claimed row is never handed out again,
+-- so a message goes at most once (a deliverer killed mid-send does not send it again; the user
+-- asks for another). Unclaimed messages past their code's life are dropped on the way. No row:
+-- nothing waiting.
+CREATE FUNCTION pam_totp_api.outbox_claim()
+RETURNS TABLE (id bigint, kind text, destination text, code text, host text, minutes integer)
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  UPDATE pam_totp.outbox o SET code = NULL, done_at = clock, outcome = 'expired'
+   WHERE o.claimed_at IS NULL AND o.expires_at <= clock;
+  RETURN QUERY
+    WITH c AS (SELECT o.id, o.code FROM pam_totp.outbox o WHERE o.claimed_at IS NULL ORDER BY o.id LIMIT 1 FOR UPDATE SKIP LOCKED)
+    UPDATE pam_totp.outbox o SET claimed_at = clock, claimed_by = session_user, code = NULL
+      FROM c WHERE o.id = c.id
+    RETURNING o.id, o.kind, o.destination, c.code, o.host, o.minutes;
+END $$;
+
+-- pam_totp_sender: how the claimed message p_id went. A failed one voids its code (the user
+-- asks for another; the send still counts, the program may have handed it on) and is written
+-- to the audit trail with p_detail (the deliverer's own words, never the code or destination).
+CREATE FUNCTION pam_totp_api.outbox_done(p_id bigint, p_sent boolean, p_detail text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE o pam_totp.outbox%ROWTYPE; clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  UPDATE pam_totp.outbox x SET done_at = clock, outcome = CASE WHEN p_sent THEN 'sent' ELSE 'failed' END
+   WHERE x.id = p_id AND x.claimed_by = session_user AND x.done_at IS NULL
+  RETURNING x.* INTO o;
+  IF NOT FOUND OR p_sent THEN RETURN; END IF;
+  DELETE FROM pam_totp.sent_codes x WHERE x.id = p_id;
+  DELETE FROM pam_totp.enrolment_codes x WHERE x.id = p_id;
+  PERFORM pam_totp_api.audit_append('code-not-sent', o.user_name, (SELECT u.uid FROM pam_totp.users u WHERE u.name = o.user_name),
+                                    NULL, NULL, 0,
+                                    o.kind || ' code to ' || pam_totp_api.masked(o.kind, o.destination) || ' could not be sent: '
+                                    || left(coalesce(p_detail, 'no reason given'), 200));
+END $$;
 
 -- Every function of this schema runs with search_path pinned, pg_temp last (a search_path
 -- that does not name pg_temp searches it first for types and relations, and TEMP is PUBLIC's
@@ -697,8 +1039,16 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.check_enrollable(text, bigint, text, bytea),
   pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text),
   pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
-  pam_totp_api.remove_factor(text, bigint, text, boolean)
+  pam_totp_api.remove_factor(text, bigint, text, boolean),
+  pam_totp_api.enrolled(text),
+  pam_totp_api.send_code(text, bigint, text, text),
+  pam_totp_api.send_enrolment_code(text, bigint, text, text, text, text),
+  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint)
 TO pam_totp_host, pam_totp_admin;
+GRANT EXECUTE ON FUNCTION
+  pam_totp_api.outbox_claim(),
+  pam_totp_api.outbox_done(bigint, boolean, text)
+TO pam_totp_sender;
 GRANT EXECUTE ON PROCEDURE
   pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text)
 TO pam_totp_host, pam_totp_admin;
@@ -708,5 +1058,6 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.all_status(),
   pam_totp_api.import_state(text, integer, bigint, bigint),
   pam_totp_api.import_last_step(text, text, bigint),
+  pam_totp_api.import_destination(text, bigint, text, text, text, bigint),
   pam_totp_api.audit_trail(text, bigint, bigint, integer)
 TO pam_totp_admin;

@@ -151,6 +151,7 @@ struct MakeSeeds {
             .replaceRecovery(user: user, uid: 1000, set: adminSet), .unlock(user: user), .purge(user: user),
             .auditTrail(user: nil, since: 0, after: 0), .auditTrail(user: user, since: 1_700_000_000, after: 41),
             .sendEnrolmentCode(user: user, uid: 1000, factor: mobile), .sendEnrolmentCode(user: user, uid: 1000, factor: mail),
+            .confirmEnrolment(user: user, uid: 1000, factor: mobile, sentAt: 1_700_000_000, answer: Array("123456".utf8)),
         ]
         for (i, r) in adminRequests.enumerated() { if let f = r.encoded() { save(f, corpus + "/admin", "gen-request-\(i + 1)") } }
         var state = UserState()
@@ -166,6 +167,9 @@ struct MakeSeeds {
                          AuditEvent(id: 43, time: 1_700_000_010, role: Array("admin_alice".utf8), account: user, uid: nil,
                                     event: Array("unlock".utf8), label: Array("phone".utf8), failures: nil, lockedUntil: 0,
                                     detail: [])], more: true),
+            // A fleet host's status: the phone as the database masks it.
+            .status(UserStatus(record: UserRecord(uid: 1000, factors: [{ var m = mobile; m.destination = Array("+1******1234".utf8); return m }()]),
+                               state: UserState())),
         ]
         for (i, r) in adminReplies.enumerated() { save(r.encoded(), corpus + "/admin", "gen-reply-\(i + 1)") }
 

@@ -37,11 +37,17 @@ static inline const char *cpam_get_string_item(pam_handle_t *pamh, int item) {
 // handle with pam_set_data, one malloc'd block freed (zeroed first) by the cleanup below, which
 // libpam calls on replacement or at pam_end. It holds no code and no secret: which lines ran
 // (their argv, which libpam keeps for the handle's life, one array per line) and, once a line
-// accepted a code, when and for what key (backend, store, socket, service, user).
+// accepted a code, when and for what key (backend, store, socket, service, user). A one-prompt
+// stack's forward_pass line also leaves what the `after_password` line after the password
+// module must do (kind): send a code, or let the user through because the line was ignored.
 #define CPAM_VERDICT_NAME "pam_totp_verified"
 #define CPAM_VERDICT_LINES 32
+#define CPAM_VERDICT_CODE 1     // a code was accepted
+#define CPAM_VERDICT_SEND 2     // forward_pass, a user with sent codes only: send one after the password
+#define CPAM_VERDICT_IGNORED 3  // forward_pass returned PAM_IGNORE (nullok, exempt)
 struct cpam_verdict {
-    long long at_ms;                          // when the code was accepted (monotonic clock)
+    long long at_ms;                          // when the verdict was left (monotonic clock)
+    int kind;                                 // CPAM_VERDICT_*; 0 with key_length 0
     unsigned lines;                           // entries used in line[]
     const void *line[CPAM_VERDICT_LINES];     // the lines that ran since pam_authenticate began
     size_t key_length;                        // 0: no code accepted
@@ -71,7 +77,7 @@ static inline void cpam_verdict_forget(pam_handle_t *pamh) {
 // A new block: the lines of `from` (if any) and `line`, and the key (key_length 0: none). If
 // `line` cannot be noted, nothing is kept: a verdict must always name the line that left it.
 static inline int cpam_verdict_set(pam_handle_t *pamh, const struct cpam_verdict *from, const void *line,
-                                   const unsigned char *key, size_t key_length, long long at_ms) {
+                                   const unsigned char *key, size_t key_length, long long at_ms, int kind) {
     if (key_length > 65536 || (key_length && !key)) { cpam_verdict_forget(pamh); return PAM_BUF_ERR; }
     struct cpam_verdict *v = (struct cpam_verdict *)calloc(1, sizeof *v + key_length);
     if (!v) { cpam_verdict_forget(pamh); return PAM_BUF_ERR; }
@@ -87,6 +93,7 @@ static inline int cpam_verdict_set(pam_handle_t *pamh, const struct cpam_verdict
     }
     v->lines = n;
     v->at_ms = at_ms;
+    v->kind = key_length ? kind : 0;
     v->key_length = key_length;
     if (key_length) memcpy(v->key, key, key_length);
     int rc = pam_set_data(pamh, CPAM_VERDICT_NAME, v, cpam_verdict_free);  // frees `from`
@@ -106,21 +113,23 @@ static inline void cpam_verdict_line(pam_handle_t *pamh, const void *line) {
         if (v && v->lines < CPAM_VERDICT_LINES) { v->line[v->lines++] = line; return; }
         cpam_verdict_forget(pamh);
     }
-    (void)cpam_verdict_set(pamh, NULL, line, NULL, 0, 0);
+    (void)cpam_verdict_set(pamh, NULL, line, NULL, 0, 0, 0);
 }
-// 1 if a line of this pass accepted a code for exactly this key, at most window_ms ago (by the
-// monotonic clock; without a clock, never).
-static inline int cpam_verdict_matches(pam_handle_t *pamh, const unsigned char *key, size_t key_length,
-                                       long long window_ms) {
+// The kind of verdict a line of this pass left for exactly this key, at most window_ms ago (by
+// the monotonic clock; without a clock, none): CPAM_VERDICT_*, 0 for none.
+static inline int cpam_verdict_kind(pam_handle_t *pamh, const unsigned char *key, size_t key_length, long long window_ms) {
     const struct cpam_verdict *v = cpam_verdict_get(pamh);
     long long now_ms = cpam_verdict_now_ms();
-    return v && key && v->key_length && v->key_length == key_length && now_ms >= 0 && v->at_ms >= 0
+    int same = v && key && v->key_length && v->key_length == key_length && now_ms >= 0 && v->at_ms >= 0
         && now_ms >= v->at_ms && now_ms - v->at_ms <= window_ms && memcmp(v->key, key, key_length) == 0;
+    return same ? v->kind : 0;
 }
-// After an accepted code: the verdict for this key, keeping the lines noted so far.
-static inline int cpam_verdict_keep(pam_handle_t *pamh, const void *line, const unsigned char *key, size_t key_length) {
+// After an accepted code (or a forward_pass line's word to its after_password line): the
+// verdict for this key, keeping the lines noted so far.
+static inline int cpam_verdict_keep(pam_handle_t *pamh, const void *line, const unsigned char *key, size_t key_length,
+                                    int kind) {
     if (!key_length) return PAM_BUF_ERR;
-    return cpam_verdict_set(pamh, cpam_verdict_get(pamh), line, key, key_length, cpam_verdict_now_ms());
+    return cpam_verdict_set(pamh, cpam_verdict_get(pamh), line, key, key_length, cpam_verdict_now_ms(), kind);
 }
 
 #endif

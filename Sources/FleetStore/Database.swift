@@ -190,7 +190,7 @@ extension Migrator {
                              CASE WHEN r.rolreplication THEN 'REPLICATION' END, CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
                              (SELECT 'member of ' || string_agg(g.rolname, ' and ' ORDER BY g.rolname)
                                 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid))
-              FROM pg_roles r WHERE r.rolname IN ('pam_totp_host', 'pam_totp_admin') ORDER BY r.rolname
+              FROM pg_roles r WHERE r.rolname IN ('pam_totp_host', 'pam_totp_admin', 'pam_totp_sender') ORDER BY r.rolname
             """)
         for row in roles {
             guard let name = row.first ?? nil, row.count == 2, let what = row[1], !what.isEmpty else { continue }
@@ -231,6 +231,12 @@ extension Migrator {
 public struct FleetEnrolled {
     let name: String
     let uid: UInt32
+    /// Each factor's kind, name and (a phone or address) mask, in record order; and whether
+    /// the user has recovery codes: what `hints` offers.
+    var factors: [FactorHint] = []
+    var hasRecovery = false
+    /// The factors (by index in `factors`) a live sent code belongs to.
+    var pending: [Int] = []
 }
 
 /// The store interface (docs/ARCHITECTURE.md, section 2.2) on PostgreSQL: every operation is one call of
@@ -280,12 +286,106 @@ public final class PostgresStore: TOTPStore {
     public func lookup(user: [UInt8], account: () throws(MFAError) -> Account?) throws(MFAError) -> Enrollment<PostgresStore> {
         let name = try Self.text(user)
         let rows: [[String?]]
-        do throws(PQError) { rows = try pool.read("SELECT pam_totp_api.enrolled_uid($1)", [.text(name)]) } catch { throw Self.mapped(error) }
-        guard let value = rows.first?.first, let v = value, let recordUID = UInt32(v) else { return .unenrolled }
+        do throws(PQError) {
+            rows = try pool.read("SELECT uid, kind, label, masked, has_recovery, pending FROM pam_totp_api.enrolled($1)", [.text(name)])
+        } catch { throw Self.mapped(error) }
+        guard let first = rows.first, first.count == 6, let v = first[0], let recordUID = UInt32(v) else { return .unenrolled }
         let uid = try account()?.uid
         guard uid == recordUID else { return .otherAccount(recordUID: recordUID) }
-        return .enrolled(FleetEnrolled(name: name, uid: recordUID))
+        var enrolled = FleetEnrolled(name: name, uid: recordUID)
+        enrolled.hasRecovery = first[4] == "t"
+        for row in rows where row.count == 6 {
+            guard let kind = row[1].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = row[2] else { continue }
+            if row[5] == "t" { enrolled.pending.append(enrolled.factors.count) }
+            enrolled.factors.append(FactorHint(kind: kind, label: Array(label.utf8), masked: Array((row[3] ?? "").utf8)))
+        }
+        return .enrolled(enrolled)
     }
+
+    /// As `UserRecord.hints` (and `hasLiveCode`), from what `lookup` read (no second statement).
+    public func hints(_ enrolled: FleetEnrolled, kinds: UInt8) -> FactorHints {
+        var h = FactorHints(typed: enrolled.hasRecovery, device: false)
+        for (i, f) in enrolled.factors.enumerated() {
+            guard kinds & f.kind.bit != 0 else { h.disallowed += 1; continue }
+            if f.kind.isOutOfBand {
+                if h.sent.count < FactorHints.maxOffered { h.sent.append(f) }
+                if enrolled.pending.contains(i) { h.pending = true }
+            } else {
+                h.typed = true
+                h.device = true
+            }
+        }
+        return h
+    }
+
+    public static var queuesCodes: Bool { true }
+
+    /// The database makes the code and queues the message (send_code): this host never sees
+    /// the code or the full destination. The limits are the database's (pam_totp.settings).
+    public func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
+                                                   options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
+        let name = try Self.text(user), labelText = try Self.text(label)
+        guard let accountUID else { return .refused("no text-message or email factor of that name") }
+        let rows: [[String?]]
+        do throws(PQError) {
+            rows = try pool.write("SELECT outcome, detail, sent_at, expires_at, kind, masked FROM pam_totp_api.send_code($1, $2, $3, $4)",
+                                  [.text(name), .text(String(accountUID)), .text(labelText), .text(Self.host)])
+        } catch { throw Self.mapped(error) }
+        guard let row = rows.first, row.count == 6 else { throw .daemon("database: malformed reply to send_code") }
+        if row[0] == "refused" { return .refused(Message(Array((row[1] ?? "refused").utf8))) }
+        guard let sentAt = row[2].flatMap({ Int64($0) }), let expiresAt = row[3].flatMap({ Int64($0) }),
+              let kind = row[4].flatMap({ FactorKind(name: Array($0.utf8)) }), let masked = row[5] else {
+            throw .daemon("database: malformed reply to send_code")
+        }
+        return .queued(FactorHint(kind: kind, label: label, masked: Array(masked.utf8)), fresh: row[0] == "sent",
+                       sentAt: sentAt, expiresAt: expiresAt)
+    }
+
+    /// The code proving a new phone or address, made and queued by the database
+    /// (send_enrolment_code, which raises on every refusal: nothing changed).
+    public func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
+                                                            options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
+        try factor.validateNew()
+        let name = try Self.text(user), label = try Self.text(factor.label), destination = try Self.text(factor.destination)
+        let rows: [[String?]]
+        do throws(PQError) {
+            rows = try pool.write("SELECT pam_totp_api.send_enrolment_code($1, $2, $3, $4, $5, $6)",
+                                  [.text(name), .text(String(accountUID)), .text(label),
+                                   .text(String(decoding: bytes(factor.kind.name), as: UTF8.self)),
+                                   .text(destination), .text(Self.host)])
+        } catch { throw Self.mappedChange(error) }
+        guard let sentAt = rows.first?.first.flatMap({ $0 }).flatMap({ Int64($0) }) else {
+            throw .daemon("database: malformed reply to send_enrolment_code")
+        }
+        return .queued(FactorHint(kind: factor.kind, label: factor.label, masked: factor.maskedDestination), fresh: true,
+                       sentAt: sentAt, expiresAt: 0)
+    }
+
+    public func confirmEnrolment<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, sentAt: Int64,
+                                                           answer: [UInt8], at now: Int64, options: ModuleOptions,
+                                                           using generator: inout G) throws(MFAError) -> EnrolmentCheck {
+        try factor.validateNew()
+        let name = try Self.text(user), label = try Self.text(factor.label)
+        let code = answer.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } ? String(decoding: answer, as: UTF8.self) : "x"
+        let rows: [[String?]]
+        do throws(PQError) {
+            rows = try pool.write("SELECT outcome, attempts_left FROM pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6)",
+                                  [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
+                                   .text(code), .text(String(factor.created))])
+        } catch { throw Self.mappedChange(error) }
+        guard let row = rows.first, row.count == 2 else { throw .daemon("database: malformed reply to confirm_enrolment") }
+        switch row[0] {
+        case "enrolled": return .enrolled
+        case "wrong": return .wrong(attemptsLeft: Int(row[1].flatMap { Int64($0) } ?? 0))
+        default: return .expired
+        }
+    }
+
+    /// This host's name, for the message's %h (at most 64 printable bytes, as send_code takes it).
+    static let host: String = {
+        let name = hostName().filter { $0 > 0x20 && $0 < 0x7F }.prefix(64)
+        return name.isEmpty ? "localhost" : String(decoding: name, as: UTF8.self)
+    }()
 
     /// One login in one statement (the procedure pam_totp_api.login): enrolled for this
     /// account's uid, the attempt committed, then the verdict (sql/api.sql).
@@ -382,10 +482,18 @@ public final class PostgresStore: TOTPStore {
         var record = UserRecord()
         record.uid = row[0].flatMap { UInt32($0) }
         var lastUsed: [(Factor, UInt64)] = []
-        for r in f where r.count == 8 {  // list_factors' columns (sql/api.sql)
+        for r in f where r.count >= 8 {  // list_factors' columns (sql/api.sql; the ninth, destination, since 008)
             guard let kind = r[6].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
                   let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
                   let created = r[4].flatMap({ Int64($0) }) else { continue }
+            if kind.isOutOfBand {
+                // A phone or address: its mask (the full one for an admin role), shown as it is.
+                var factor = try Factor(outOfBand: kind, label: Array(label.utf8),
+                                        destination: kind == .sms ? literal("+10000000000") : literal("x@example.org"), created: created)
+                factor.destination = r.count > 8 ? Array((r[8] ?? "").utf8) : []
+                record.factors.append(factor)
+                continue
+            }
             // The secret never leaves the database: a placeholder stands in for it.
             var factor = try Factor(kind: kind, label: Array(label.utf8),
                                     parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
@@ -439,7 +547,7 @@ public final class PostgresStore: TOTPStore {
             guard factor.counter <= UInt64(Int64.max) else { throw .invalidParameters("the counter is too large") }
             used = Int64(factor.counter) - 1
         case .sms, .email:
-            throw .invalidParameters("text-message and email factors are not available in fleet mode yet")
+            throw .invalidParameters("a phone or an address is enrolled with totp-enroll add-phone or add-email: saved once the code sent to it is typed back")
         }
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),

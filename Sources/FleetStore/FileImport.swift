@@ -41,14 +41,6 @@ public enum FileImport {
                 report.lines.append("\(who): no uid in the record and no such account: skipped")
                 continue
             }
-            // Fleet mode has no text-message or email factors yet: a user with one is left in the
-            // files whole (importing the rest could leave them with no factor, which nullok would pass).
-            let outOfBand = record.factors.filter { $0.kind.isOutOfBand }.count
-            if outOfBand > 0 {
-                report.failed += 1
-                report.lines.append("\(who): has \(outOfBand) text-message or email factor(s), which fleet mode does not have yet: skipped")
-                continue
-            }
             do throws(PQError) {
                 try importUser(who, uid: uid, record: record, state: state, into: store)
                 report.imported += 1
@@ -73,7 +65,11 @@ public enum FileImport {
                     case .totp: last = Int64(clamping: max(f.enrolledStep, state.lastUsedStep(of: f) ?? 0))
                     case .hotp: last = state.lastStep(of: f).map { Int64(clamping: $0) } ?? Int64(clamping: f.counter) - 1
                     case .sms, .email:
-                        continue  // (never here: such users are skipped above)
+                        // Proved at its enrolment on the file host (a code sent and typed back).
+                        _ = try c.execute("SELECT pam_totp_api.import_destination($1, $2, $3, $4, $5, $6)", [
+                            .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text("\(f.kind.name)"),
+                            .text(String(decoding: f.destination, as: UTF8.self)), .text(String(f.created))])
+                        continue
                     }
                     _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", [
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(f.parameters.algorithm.name),

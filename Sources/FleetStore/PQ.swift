@@ -184,6 +184,32 @@ public final class PQConnection: @unchecked Sendable {
         }
     }
 
+    /// Waits until the server sends a notification (after LISTEN) or `timeoutMilliseconds`
+    /// pass; true if one came. Every notification received is taken and freed (their channel
+    /// and payload are not needed: the caller asks the database what is waiting).
+    public func waitForNotification(timeoutMilliseconds: Int) throws(PQError) -> Bool {
+        guard let c = conn, cpq_PQstatus(c) == CONNECTION_OK else {
+            throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false)
+        }
+        func drain() -> Bool {
+            var any = false
+            while let n = cpq_PQnotifies(c) { cpq_PQfreemem(n); any = true }
+            return any
+        }
+        if drain() { return true }
+        var p = pollfd(fd: cpq_PQsocket(c), events: Int16(POLLIN), revents: 0)
+        let rc = poll(&p, 1, Int32(clamping: max(timeoutMilliseconds, 0)))
+        if rc < 0 && clibc_errno() != EINTR {
+            throw PQError(message: "waiting for a notification: poll failed", sqlState: nil, connectionLost: true, sent: false)
+        }
+        if rc > 0 && cpq_PQconsumeInput(c) != 1 {
+            let e = lastError("connection lost")
+            finish()
+            throw e
+        }
+        return drain()
+    }
+
     /// Runs one statement with text parameters; returns its rows (text values, nil for NULL).
     /// On a lost connection or timeout the connection is closed (`isBroken`).
     public func execute(_ sql: String, _ parameters: [PQValue] = [],

@@ -74,12 +74,16 @@ public enum AdminRequest: Equatable, Sendable {
     /// totp-enroll add-phone, add-email: send the code that proves `factor` (not saved yet);
     /// the reply is `.number(sent at)`, or `.refused` with why for the user.
     case sendEnrolmentCode(user: [UInt8], uid: UInt32, factor: Factor)
+    /// The code typed back for `factor` (sent at `sentAt`): the reply is `.number` of an
+    /// `EnrolmentCheck` (`EnrolmentCheck.number`).
+    case confirmEnrolment(user: [UInt8], uid: UInt32, factor: Factor, sentAt: Int64, answer: [UInt8])
 
     /// The user the request is about (none for `users`).
     public var user: [UInt8]? {
         switch self {
         case .status(let u), .checkEnrollable(let u, _, _, _), .enroll(let u, _, _, _), .removeFactor(let u, _, _, _),
-             .replaceRecovery(let u, _, _), .unlock(let u), .purge(let u), .sendEnrolmentCode(let u, _, _):
+             .replaceRecovery(let u, _, _), .unlock(let u), .purge(let u), .sendEnrolmentCode(let u, _, _),
+             .confirmEnrolment(let u, _, _, _, _):
             return u
         case .auditTrail(let u, _, _):
             return u
@@ -92,7 +96,7 @@ public enum AdminRequest: Equatable, Sendable {
     public var changesStore: Bool {
         switch self {
         case .status, .users, .checkEnrollable, .auditTrail: return false
-        case .enroll, .removeFactor, .replaceRecovery, .unlock, .purge, .sendEnrolmentCode: return true
+        case .enroll, .removeFactor, .replaceRecovery, .unlock, .purge, .sendEnrolmentCode, .confirmEnrolment: return true
         }
     }
 
@@ -136,6 +140,11 @@ public enum AdminRequest: Equatable, Sendable {
             b.append(10); short(user); Writer.u32(uid, &b)
             if factor.label.count > 255 || factor.destination.count > 255 || !factor.kind.isOutOfBand { ok = false }
             AdminCodec.write(factor, withSecret: false, &b)
+        case .confirmEnrolment(let user, let uid, let factor, let sentAt, let answer):
+            b.append(11); short(user); Writer.u32(uid, &b)
+            if factor.label.count > 255 || factor.destination.count > 255 || !factor.kind.isOutOfBand { ok = false }
+            AdminCodec.write(factor, withSecret: false, &b)
+            Writer.u64(UInt64(bitPattern: sentAt), &b); short(answer)
         }
         let out = ok ? DaemonProtocol.frame(DaemonProtocol.adminRequestMagic, b) : nil
         wipe(&b)
@@ -176,6 +185,10 @@ public enum AdminRequest: Equatable, Sendable {
             guard let user = r.short(), let uid = r.u32(), let factor = try AdminCodec.factor(&r, withSecret: false),
                   factor.kind.isOutOfBand else { throw .malformed("admin request") }
             request = .sendEnrolmentCode(user: user, uid: uid, factor: factor)
+        case 11:
+            guard let user = r.short(), let uid = r.u32(), let factor = try AdminCodec.factor(&r, withSecret: false),
+                  factor.kind.isOutOfBand, let sentAt = r.u64(), let answer = r.short() else { throw .malformed("admin request") }
+            request = .confirmEnrolment(user: user, uid: uid, factor: factor, sentAt: Int64(bitPattern: sentAt), answer: answer)
         default:
             throw .malformed("admin request")
         }
@@ -392,7 +405,9 @@ enum AdminCodec {
         if withSecret { Writer.short(f.secret, &b) }
     }
 
-    static func factor(_ r: inout Reader, withSecret: Bool) throws(MFAError) -> Factor? {
+    /// `masked`: a status reply's, whose phone or address may be a mask (a fleet host sees
+    /// only that: printable ASCII with a `*`), shown as it is and never sent to.
+    static func factor(_ r: inout Reader, withSecret: Bool, masked: Bool = false) throws(MFAError) -> Factor? {
         guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
               let created = r.u64(), let number = r.u64(), let serial = r.short() else { return nil }
         if kind.isOutOfBand {
@@ -400,7 +415,12 @@ enum AdminCodec {
             do throws(MFAError) {
                 return try Factor(outOfBand: kind, label: label, destination: destination, created: Int64(bitPattern: created))
             } catch {
-                throw .malformed("admin factor")
+                guard masked, destination.contains(0x2A), destination.count <= 254, destination.allSatisfy({ $0 > 0x20 && $0 < 0x7F }),
+                      var f = try? Factor(outOfBand: kind, label: label,
+                                          destination: kind == .sms ? literal("+10000000000") : literal("x@example.org"),
+                                          created: Int64(bitPattern: created)) else { throw .malformed("admin factor") }
+                f.destination = destination
+                return f
             }
         }
         var secret = placeholderSecret
@@ -443,7 +463,7 @@ enum AdminCodec {
         guard let hasUID = r.flag(), let uid = r.u32(), let count = r.u8() else { throw .malformed("admin status") }
         var record = UserRecord(uid: hasUID ? uid : nil)
         for _ in 0..<Int(count) {
-            guard let f = try factor(&r, withSecret: false) else { throw .malformed("admin status") }
+            guard let f = try factor(&r, withSecret: false, masked: true) else { throw .malformed("admin status") }
             record.factors.append(f)
         }
         guard let hasSet = r.flag(), let setID = r.u64(), let iterations = r.u32(), let codes = r.u8() else { throw .malformed("admin status") }

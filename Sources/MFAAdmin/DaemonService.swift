@@ -203,7 +203,7 @@ public struct DaemonService<S: TOTPStore> {
               who: Message) -> Answered {
         let label = request.answer
         guard let account else { return Answered((.notSent("no text-message or email factor of that name"), who + "send: no such account")) }
-        guard let sender else {
+        if sender == nil && !S.queuesCodes {
             return Answered((.notSent("codes cannot be sent from this host: use your app or a recovery code"),
                              who + "send refused: pam-totpd has no sms_command or email_command"))
         }
@@ -223,7 +223,13 @@ public struct DaemonService<S: TOTPStore> {
         case .pending(let factor, let sentAt, let expiresAt):
             return Answered((.sent(fresh: false, sentAt: sentAt, expiresAt: expiresAt, masked: factor.maskedDestination),
                              who + "asked again for the code sent at " + utcTimeText(sentAt) + " (factor " + printable(factor.label) + ")"))
+        case .queued(let hint, let fresh, let sentAt, let expiresAt):
+            let what = fresh ? "queued a code (" + Message(Array(bytes(hint.kind.name))) + " factor " + printable(hint.label) + ", "
+                + Message(hint.masked) + ") for the database's outbox"
+                : "asked again for the code sent at " + utcTimeText(sentAt) + " (factor " + printable(hint.label) + ")"
+            return Answered((.sent(fresh: fresh, sentAt: sentAt, expiresAt: expiresAt, masked: hint.masked), who + what))
         case .send(let sentCode, let factor, _, let expiresAt):
+            guard let sender else { return Answered((.notSent(Self.notSentText), who + "send failed: no sender")) }
             // Recorded: the delivery runs once the caller has let the account's other requests go.
             return Answered { () -> (reply: DaemonReply, log: Message) in
             let code = sentCode
@@ -250,7 +256,7 @@ public struct DaemonService<S: TOTPStore> {
     /// voided if the send failed. Root only (handleAdmin): totp-enroll re-authenticated its caller.
     func sendEnrolmentCode(_ store: S, user: [UInt8], uid: UInt32, factor: Factor, at now: Int64,
                            who: Message) throws(MFAError) -> (reply: AdminReply, log: Message) {
-        guard let sender else {
+        if sender == nil && !S.queuesCodes {
             return (.refused("codes cannot be sent from this host: pam-totpd has no sms_command or email_command"),
                     who + "enrolment code refused: no sms_command or email_command")
         }
@@ -261,8 +267,12 @@ public struct DaemonService<S: TOTPStore> {
             return (.refused(why), who + "enrolment code refused (" + kind + " factor " + printable(factor.label) + "): " + why)
         case .pending:
             return (.refused("a code is already on its way"), who + "enrolment code: one is pending")
+        case .queued(let hint, _, let sentAt, _):
+            return (.number(sentAt), who + "queued an enrolment code (" + kind + " factor " + printable(factor.label) + ", "
+                    + Message(hint.masked) + ") for the database's outbox")
         case .send(let code, _, _, _):
             defer { wipeInPlace(code) }
+            guard let sender else { return (.refused("could not send a code; nothing was saved"), who + "no sender") }
             let key = OutOfBand.enrolmentKey(for: factor)
             switch Self.deliver(sender, store, user: user, factor: factor, code: code, key: key, sentAt: now, lifetime: site.oobLifetime) {
             case .sent: break
@@ -384,6 +394,16 @@ extension DaemonService {
                 return (.number(existed ? 1 : 0), who + (existed ? "purged" : "purge: nothing stored"))
             case .sendEnrolmentCode(let user, let uid, let factor):
                 return try sendEnrolmentCode(store, user: user, uid: uid, factor: factor, at: now, who: who)
+            case .confirmEnrolment(let user, let uid, let factor, let sentAt, let answer):
+                let check = try store.confirmEnrolment(user: user, accountUID: uid, factor: factor, sentAt: sentAt, answer: answer,
+                                                       at: now, options: site, using: &generator)
+                let said: Message
+                switch check {
+                case .enrolled: said = "enrolled factor " + printable(factor.label) + " (" + Message(factor.maskedDestination) + ")"
+                case .wrong: said = "wrong enrolment code for factor " + printable(factor.label)
+                case .expired: said = "enrolment code for factor " + printable(factor.label) + " expired"
+                }
+                return (.number(check.number), who + said)
             case .auditTrail(let user, let since, let after):
                 let (page, more) = try auditPage(user: user, since: since, after: after)
                 return (.auditTrail(page, more: more), who + "read the audit trail (" + Message(decimalBytes(UInt64(page.count))) + " events)")

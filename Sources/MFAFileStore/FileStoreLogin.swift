@@ -93,7 +93,17 @@ extension FileStore: TOTPStore {
     }
 
 
-    public func hints(_ enrolled: EnrolledUser<Sys>, kinds: UInt8) -> FactorHints { enrolled.record.hints(kinds: kinds) }
+    /// The record's hints; for a user whose only allowed factors are sent codes, also whether
+    /// one is live (the state, read without the lock: a one-prompt stack's question, pam_totp's
+    /// `after_password`). An unreadable state reads as none: the login then sends nothing
+    /// before the password was checked, and the check after it fails by itself.
+    public func hints(_ enrolled: EnrolledUser<Sys>, kinds: UInt8) -> FactorHints {
+        var h = enrolled.record.hints(kinds: kinds)
+        if !h.device && !h.sent.isEmpty, let state = try? readState(user: enrolled.name) {
+            h.pending = enrolled.record.hasLiveCode(state, kinds: kinds, at: Int64(time(nil)))
+        }
+        return h
+    }
 
     /// Verifies `answer` and records the outcome as one step under the user's lock: the record
     /// (re-read only if it was replaced since `lookup`), the state, the policy, one state write.

@@ -88,11 +88,3 @@ extension FileStore {
     }
 }
 
-/// The outcome of a code typed back at an enrolment (`FileStore.confirmEnrolment`).
-public enum EnrolmentCheck: Equatable, Sendable {
-    case enrolled
-    /// Not the code; `attemptsLeft` more may be tried (0: the code is void).
-    case wrong(attemptsLeft: Int)
-    /// No such code is pending any more (expired, used up, or replaced by another send).
-    case expired
-}

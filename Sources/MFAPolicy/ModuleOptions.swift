@@ -41,6 +41,10 @@ public struct ModuleOptions: Equatable, Sendable {
     /// One question for password and code; the code is the answer's trailing digits and the
     /// rest becomes PAM_AUTHTOK for the next module.
     public var forwardPass = false
+    /// `after_password` (with forward_pass, a pam.d line only): the line after the password
+    /// module of a one-prompt stack. It asks nothing: it completes what the forward_pass line
+    /// before the password module decided (pam_totp(8), "SCREEN LOCKERS AND DESKTOPS").
+    public var afterPassword = false
     /// pam-totpd's socket: where a caller without root asks.
     public var socket: [UInt8] = ModuleOptions.defaultSocket
     /// `exempt`: the user is not asked for a code and the module returns PAM_IGNORE (never
@@ -440,6 +444,11 @@ public struct ModuleOptions: Equatable, Sendable {
                 guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_max_per_minute must be 1 to 10000") }
                 oobMaxPerMinute = Int(n)
             }
+        } else if equals(name, "after_password") {
+            // One line's role in a stack, not a policy: in the file it would apply to every line.
+            guard !fromFile else { throw .invalidOption(origin + "after_password is only allowed on a pam.d line") }
+            guard let v = Self.flag(value) else { throw bad("after_password takes no value, or yes/no") }
+            afterPassword = v
         } else if equals(name, "postgresql_file") {
             guard fromFile else { throw .invalidOption(origin + "postgresql_file= is only allowed in the configuration file") }
             guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {

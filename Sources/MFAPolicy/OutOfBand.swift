@@ -24,9 +24,16 @@ public struct FactorHints: Equatable, Sendable {
     public var sent: [FactorHint]
     /// Factors of kinds not allowed here (`factor_kinds`): neither offered nor accepted.
     public var disallowed: Int
+    /// The user has an allowed TOTP or HOTP factor (`typed` without recovery codes, which
+    /// forward_pass does not take). Only a user without one may be sent a code by a one-prompt
+    /// stack (pam_totp's `after_password`).
+    public var device: Bool
+    /// A code sent to one of the allowed sent factors is live (not expired, attempts left):
+    /// a one-prompt stack then takes the answer's trailing digits as that code.
+    public var pending: Bool
     public static let maxOffered = 9
-    public init(typed: Bool = true, sent: [FactorHint] = [], disallowed: Int = 0) {
-        (self.typed, self.sent, self.disallowed) = (typed, sent, disallowed)
+    public init(typed: Bool = true, sent: [FactorHint] = [], disallowed: Int = 0, device: Bool = true, pending: Bool = false) {
+        (self.typed, self.sent, self.disallowed, self.device, self.pending) = (typed, sent, disallowed, device, pending)
     }
 }
 
@@ -34,16 +41,25 @@ extension UserRecord {
     /// The hints for a login where `kinds` (`ModuleOptions.factorKinds`) are allowed.
     @_optimize(size)  // cold: a login with a phone or address only
     public func hints(kinds: UInt8) -> FactorHints {
-        var h = FactorHints(typed: !(recovery?.hashes.isEmpty ?? true))
+        var h = FactorHints(typed: !(recovery?.hashes.isEmpty ?? true), device: false)
         for f in factors {
             guard kinds & f.kind.bit != 0 else { h.disallowed += 1; continue }
             if f.kind.isOutOfBand {
                 if h.sent.count < FactorHints.maxOffered { h.sent.append(FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination)) }
             } else {
                 h.typed = true
+                h.device = true
             }
         }
         return h
+    }
+
+    /// Whether `state` holds a live code sent to one of this record's factors of `kinds`
+    /// (`FactorHints.pending`).
+    @_optimize(size)  // cold: a user whose only factors are sent codes
+    public func hasLiveCode(_ state: UserState, kinds: UInt8, at now: Int64) -> Bool {
+        guard let p = state.pending, p.isLive(at: now) else { return false }
+        return factors.contains { kinds & $0.kind.bit != 0 && $0.kind.isOutOfBand && UserState.key(for: $0) == p.factorKey }
     }
 }
 
@@ -57,6 +73,37 @@ public enum SendPlan: Equatable, Sendable {
     case pending(factor: Factor, sentAt: Int64, expiresAt: Int64)
     /// Nothing is sent: why, for the user and the log.
     case refused(Message)
+    /// The store sends it itself, and the caller never sees the code (fleet mode: the
+    /// database queues the message for `pam-totpd deliver`). `fresh`: queued now; otherwise
+    /// the code sent at `sentAt` is still valid and nothing new was queued (as `.pending`).
+    case queued(FactorHint, fresh: Bool, sentAt: Int64, expiresAt: Int64)
+}
+
+/// What the code typed back at an enrolment did (`TOTPStore.confirmEnrolment`).
+public enum EnrolmentCheck: Equatable, Sendable {
+    case enrolled
+    /// Not the code; `attemptsLeft` more may be tried (0: the code is void).
+    case wrong(attemptsLeft: Int)
+    /// No such code is pending any more (expired, used up, or replaced by another send).
+    case expired
+
+    /// As one number, for pam-totpd's admin reply: -1 enrolled, -2 expired, else the attempts left.
+    public var number: Int64 {
+        switch self {
+        case .enrolled: return -1
+        case .expired: return -2
+        case .wrong(let left): return Int64(max(left, 0))
+        }
+    }
+
+    public init?(number: Int64) {
+        switch number {
+        case -1: self = .enrolled
+        case -2: self = .expired
+        case 0...255: self = .wrong(attemptsLeft: Int(number))
+        default: return nil
+        }
+    }
 }
 
 public enum OutOfBand {

@@ -73,6 +73,17 @@ public protocol TOTPStore: AnyObject {
     func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
                                                      options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan
 
+    /// Checks the code typed back at an enrolment (`sendEnrolmentCode` sent it at `sentAt`) and,
+    /// if it is the one, saves `factor` — one step under the user's lock; a wrong one uses an
+    /// attempt and counts as a failure like a wrong code at login.
+    func confirmEnrolment<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, sentAt: Int64,
+                                                    answer: [UInt8], at now: Int64, options: ModuleOptions,
+                                                    using generator: inout G) throws(MFAError) -> EnrolmentCheck
+
+    /// The store makes and sends codes itself (`SendPlan.queued`): the caller needs no sender
+    /// of its own and never sees a code (fleet mode).
+    static var queuesCodes: Bool { get }
+
     /// `lookup` then `authenticate` as one step (see the extension's default).
     func login(user: [UInt8], account: () throws(MFAError) -> Account?, answer: [UInt8], previous: [UInt8]?,
                at unixTime: Int64, options: ModuleOptions, process: UInt32) -> AuthOutcome
@@ -128,7 +139,7 @@ extension TOTPStore {
 }
 
 extension TOTPStore {
-    /// A store without sent codes (the fleet's, for now): typed codes only.
+    /// A store without sent codes: typed codes only.
     public func hints(_ enrolled: Enrolled, kinds: UInt8) -> FactorHints { FactorHints() }
 
     public func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
@@ -137,6 +148,14 @@ extension TOTPStore {
     }
 
     public func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError) {}
+
+    public func confirmEnrolment<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, sentAt: Int64,
+                                                           answer: [UInt8], at now: Int64, options: ModuleOptions,
+                                                           using generator: inout G) throws(MFAError) -> EnrolmentCheck {
+        throw .invalidParameters("text-message and email factors are not available with this store yet")
+    }
+
+    public static var queuesCodes: Bool { false }
 
     public func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
                                                             options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {

@@ -22,7 +22,8 @@ import MFASystem
 //            2 wrong code: replayed u8 · failures u32 · locked until i64 (0: none)
 //            3 not recorded: error      4 locked out: until i64 · permanent u8
 //            5 unenrolled               6 failed: error
-//            7 enrolled (lookup): typed u8 · disallowed u8 · count u8 · per sent-code
+//            7 enrolled (lookup): flags u8 (1 typed, 2 no TOTP/HOTP factor, 4 a live sent
+//              code) · disallowed u8 · count u8 · per sent-code
 //              factor: kind u8 · label (u8 + bytes) · masked destination (u8 + bytes)
 //            8 refused: message (u16 + bytes)
 //            9 resync needed: failures u32
@@ -232,7 +233,8 @@ public enum DaemonReply: Equatable, Sendable {
                 b.append(9); Writer.u32(failures, &b)
             }
         case .enrolled(let hints):
-            b.append(7); b.append(hints.typed ? 1 : 0); b.append(UInt8(truncatingIfNeeded: min(max(hints.disallowed, 0), 255)))
+            // Flags: 1 typed, 2 no TOTP/HOTP factor (a daemon before the bit meant one), 4 a live sent code.
+            b.append(7); b.append((hints.typed ? 1 : 0) | (hints.device ? 0 : 2) | (hints.pending ? 4 : 0)); b.append(UInt8(truncatingIfNeeded: min(max(hints.disallowed, 0), 255)))
             let offered = hints.sent.prefix(FactorHints.maxOffered)
             b.append(UInt8(truncatingIfNeeded: offered.count))
             for h in offered {
@@ -276,10 +278,10 @@ public enum DaemonReply: Equatable, Sendable {
             guard let error = r.error() else { throw .malformed("reply") }
             reply = .outcome(.failed(error))
         case 7:
-            guard let typed = r.u8(), typed <= 1, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
+            guard let flags = r.u8(), flags <= 7, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
                 throw .malformed("reply")
             }
-            var hints = FactorHints(typed: typed == 1, disallowed: Int(disallowed))
+            var hints = FactorHints(typed: flags & 1 != 0, disallowed: Int(disallowed), device: flags & 2 == 0, pending: flags & 4 != 0)
             for _ in 0..<n {
                 guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.isOutOfBand, let label = r.short(), let masked = r.short() else {
                     throw .malformed("reply")

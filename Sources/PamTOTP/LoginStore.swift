@@ -65,10 +65,10 @@ enum LoginStore {
             return .enrolled(login.hints(kinds: options.offeredKinds))
         case .daemon(let service):
             // Asked when nullok may skip the prompt, when a code may have to be sent (a kind that
-            // is sent is allowed here, and the one question is not forward_pass's), or when the
-            // policy leaves kinds out (a user with none allowed is told so, not prompted).
+            // is sent is allowed here; with forward_pass, after the password: `after_password`),
+            // or when the policy leaves kinds out (a user with none allowed is told so, not prompted).
             guard mayMatter || options.factorKinds != FactorKind.allBits
-                    || (options.offeredKinds & Self.sentKinds != 0 && !options.forwardPass) else { return .unknown }
+                    || options.offeredKinds & Self.sentKinds != 0 else { return .unknown }
             let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
             switch askDaemon(request, socket: options.socket) {
             case .enrolled(var hints):

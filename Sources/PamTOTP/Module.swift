@@ -42,14 +42,21 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "cannot determine the user name")
         return PAM_USER_UNKNOWN
     }
+    let key = verdictKey(pamh, user: user, options: options)
+    // A one-prompt stack's line after the password module: it asks nothing, it completes what
+    // the forward_pass line before it left (OutOfBand.swift).
+    if options.afterPassword { return afterPassword(pamh, user: user, options: options, key: key) }
     // Exempt by a section of the configuration file: PAM_IGNORE, never PAM_SUCCESS (the line
     // does not count; the rest of the stack decides). Logged every time.
-    if options.exempt { return exempted(pamh, user: user, options: options) }
     // A line before this one in the same transaction accepted a code (OneVerdict.swift).
-    let key = verdictKey(pamh, user: user, options: options)
-    if verifiedEarlier(pamh, key: key, user: user, options: options) { return PAM_SUCCESS }
-    let result = verify(pamh, user: user, options: options)
-    if result == PAM_SUCCESS { rememberVerified(pamh, line, key: key) }
+    if !options.exempt && verifiedEarlier(pamh, key: key, user: user, options: options) { return PAM_SUCCESS }
+    let result = options.exempt ? exempted(pamh, user: user, options: options) : verify(pamh, user: user, options: options)
+    if result == PAM_SUCCESS {
+        rememberVerified(pamh, line, key: key)
+    } else if options.forwardPass && (result == PAM_IGNORE || result == PAM_CRED_INSUFFICIENT) {
+        // For an after_password line after the password module: let through, or send a code.
+        rememberVerified(pamh, line, key: key, kind: result == PAM_IGNORE ? CPAM_VERDICT_IGNORED : CPAM_VERDICT_SEND)
+    }
     return result
 }
 
@@ -98,6 +105,11 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
     if unenrolled && options.nullok {
         forwardPassword(pamh, answer, codeLength: 0)
         return ignored(pamh, user: user, options: options)
+    }
+    // forward_pass for a user with only sent codes and none live: the whole answer is the
+    // password, and the code is sent after the password module (`after_password`).
+    if options.forwardPass && !hints.device && !hints.pending && !hints.sent.isEmpty {
+        return passwordFirst(pamh, answer, user: user)
     }
     var verdict = store.authenticate(user: user, answer: answer, previous: nil, options: options)
     // A token's code past its window: the next press's code, in this login, resyncs it.

@@ -13,7 +13,9 @@ import MFASystem
 // returns PAM_SUCCESS without asking. What is left holds no code and no secret.
 //
 // Only an accepted code is reused: a failure, PAM_IGNORE (nullok, exempt) or an error leaves
-// nothing, so the next line asks and decides on its own. Never reused: with forward_pass (that
+// nothing, so the next line asks and decides on its own. (A forward_pass line's word to the
+// `after_password` line of a one-prompt stack, OutOfBand.swift, is left the same way, as
+// another kind, which no line takes for an accepted code.) Never reused: with forward_pass (that
 // line must hand the password on); in a later pam_authenticate on the same handle (every line
 // notes itself first thing, and a line that finds itself already noted drops what was left: a
 // screen locker that keeps its handle is asked each time, pam_setcred or not); after pam_setcred;
@@ -55,17 +57,25 @@ func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) ->
 @inline(never)
 func verifiedEarlier(_ pamh: OpaquePointer, key: [UInt8], user: [UInt8], options: ModuleOptions) -> Bool {
     guard !options.forwardPass else { return false }
-    guard key.withUnsafeBufferPointer({ cpam_verdict_matches(pamh, $0.baseAddress, $0.count, verdictReuseMilliseconds) }) == 1 else {
-        return false
-    }
+    guard verdictLeft(pamh, key: key) == CPAM_VERDICT_CODE else { return false }
     log(pamh, LOG_INFO, "user " + printable(user) + ": a code was accepted earlier in this PAM transaction; not asked again")
     return true
 }
 
-/// After an accepted code: the verdict for later lines of this pam_authenticate.
+/// What a line before this one in the same pam_authenticate left for the same key, within
+/// `verdictReuseMilliseconds`: CPAM_VERDICT_CODE (a code was accepted), CPAM_VERDICT_SEND,
+/// CPAM_VERDICT_IGNORED (a forward_pass line's word to its after_password line), 0 for nothing.
 @inline(never)
-func rememberVerified(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?, key: [UInt8]) {
-    _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, line, $0.baseAddress, $0.count) }
+func verdictLeft(_ pamh: OpaquePointer, key: [UInt8]) -> Int32 {
+    key.withUnsafeBufferPointer { cpam_verdict_kind(pamh, $0.baseAddress, $0.count, verdictReuseMilliseconds) }
+}
+
+/// After an accepted code (`kind` CPAM_VERDICT_CODE): the verdict for later lines of this
+/// pam_authenticate. A forward_pass line leaves its after_password line CPAM_VERDICT_SEND or
+/// CPAM_VERDICT_IGNORED the same way (never taken for an accepted code).
+@inline(never)
+func rememberVerified(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?, key: [UInt8], kind: Int32 = CPAM_VERDICT_CODE) {
+    _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, line, $0.baseAddress, $0.count, kind) }
 }
 
 /// pam_setcred: the application is done with this authentication; a later one on the same

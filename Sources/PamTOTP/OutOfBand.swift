@@ -38,22 +38,9 @@ func firstAnswer(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], opti
             return answer  // a typed code (or one sent earlier): checked like any other
         }
     }
-    let hint = hints.sent[choice]
     var why: Message = "could not send a code: use your app or a recovery code"
-    switch store.send(user: user, label: hint.label, service: serviceName(pamh), options: options) {
-    case .sent(let fresh, let sentAt, _, let masked):
-        log(pamh, LOG_INFO, (fresh ? "sent a code to user " : "asked user ") + printable(user) + (fresh ? " (factor " : " again for the code sent (factor ")
-            + printable(hint.label) + ", " + printable(masked) + ")")
-        var question = literal("Code sent to ") + printable(masked).bytes
-        if !fresh { question += literal(" at ") + ModuleOptions.utcText(sentAt) }
-        return prompt(pamh, Message(question + literal(": ")))
-    case .notSent(let message):
-        why = message
-        log(pamh, LOG_NOTICE, "no code sent to user " + printable(user) + " (factor " + printable(hint.label) + "): " + message)
-    case .outcome(.failed(let error)):
-        log(pamh, LOG_ERR, "no code sent to user " + printable(user) + " (factor " + printable(hint.label) + "): " + describe(error))
-    default:
-        log(pamh, LOG_ERR, "no code sent to user " + printable(user) + ": unexpected reply from pam-totpd")
+    if let sent = sendCode(pamh, store, user: user, hint: hints.sent[choice], options: options, why: &why) {
+        return prompt(pamh, Message(sent + literal(": ")))
     }
     // A user with nothing else to type is told what is left to do.
     guard showInfo(pamh, hints.typed ? [printable(why.bytes).bytes]
@@ -67,4 +54,89 @@ func firstAnswer(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], opti
 @_optimize(size)  // cold: a login with a phone or address only
 func destination(_ h: FactorHint) -> [UInt8] {
     (h.kind == .sms ? literal("text message to ") : literal("email to ")) + printable(h.masked).bytes
+}
+
+/// Asks pam-totpd to send a code to `hint` (the limits, and a live code within
+/// `oob_resend_interval` asked for again rather than sent, are its store's) and logs what came
+/// of it. Returns "Code sent to +1******1234" (" at TIME" for the code sent earlier); nil when
+/// nothing was sent, with `why` set for the user when pam-totpd said why.
+@_optimize(size)  // cold: a login with a phone or address only
+func sendCode(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], hint: FactorHint, options: ModuleOptions,
+              why: inout Message) -> [UInt8]? {
+    switch store.send(user: user, label: hint.label, service: serviceName(pamh), options: options) {
+    case .sent(let fresh, let sentAt, _, let masked):
+        log(pamh, LOG_INFO, (fresh ? "sent a code to user " : "asked user ") + printable(user) + (fresh ? " (factor " : " again for the code sent (factor ")
+            + printable(hint.label) + ", " + printable(masked) + ")")
+        var text = literal("Code sent to ") + printable(masked).bytes
+        if !fresh { text += literal(" at ") + ModuleOptions.utcText(sentAt) }
+        return text
+    case .notSent(let message):
+        why = message
+        log(pamh, LOG_NOTICE, "no code sent to user " + printable(user) + " (factor " + printable(hint.label) + "): " + message)
+    case .outcome(.failed(let error)):
+        log(pamh, LOG_ERR, "no code sent to user " + printable(user) + " (factor " + printable(hint.label) + "): " + describe(error))
+    default:
+        log(pamh, LOG_ERR, "no code sent to user " + printable(user) + ": unexpected reply from pam-totpd")
+    }
+    return nil
+}
+
+// A one-prompt stack (forward_pass) for a user whose only factors are sent codes, with pam_totp
+// on both sides of the password module (pam_totp(8), "SCREEN LOCKERS AND DESKTOPS"):
+//
+//   auth [success=ok ignore=ignore cred_insufficient=bad default=die] pam_totp.so forward_pass nullok
+//   auth requisite pam_unix.so use_first_pass
+//   auth required  pam_totp.so forward_pass after_password
+//
+// Without a live code, the forward_pass line hands the whole answer on as the password and
+// returns PAM_CRED_INSUFFICIENT (`bad`: the stack goes on but cannot succeed), leaving
+// CPAM_VERDICT_SEND in the handle (OneVerdict.swift: for this key, this pam_authenticate only).
+// The after_password line runs only if the password was right (requisite): it sends the code
+// and fails; at the next attempt the forward_pass line checks the code like any other and the
+// after_password line lets an accepted code through. A wrong password sends nothing.
+// PAM_CRED_INSUFFICIENT is returned for nothing else, so a stack can tell it from a wrong code.
+
+/// forward_pass, a user with only sent codes and none live: the whole answer is PAM_AUTHTOK.
+@_optimize(size)  // cold: a one-prompt login with a phone or address only
+func passwordFirst(_ pamh: OpaquePointer, _ answer: [UInt8], user: [UInt8]) -> Int32 {
+    forwardPassword(pamh, answer, codeLength: 0)
+    log(pamh, LOG_INFO, "user " + printable(user) + " has only sent codes, none live: a code is sent after the password (after_password)")
+    return PAM_CRED_INSUFFICIENT
+}
+
+/// The after_password line: asks nothing. PAM_SUCCESS when the forward_pass line before the
+/// password module accepted a code for this user in this pam_authenticate; PAM_IGNORE when it
+/// was ignored (nullok, exempt); after its PAM_CRED_INSUFFICIENT, sends the code (as the
+/// two-prompt path does), says where, and returns PAM_AUTH_ERR; anything else (no forward_pass
+/// line, another user, another store or socket) is a misconfigured stack: PAM_AUTH_ERR.
+@_optimize(size)  // cold: a one-prompt login with a phone or address only
+func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: [UInt8]) -> Int32 {
+    guard options.forwardPass else {
+        log(pamh, LOG_ERR, "after_password needs forward_pass on the same line (pam_totp(8))")
+        return PAM_SERVICE_ERR
+    }
+    switch verdictLeft(pamh, key: key) {
+    case CPAM_VERDICT_CODE:
+        return PAM_SUCCESS
+    case CPAM_VERDICT_IGNORED:
+        return PAM_IGNORE
+    case CPAM_VERDICT_SEND:
+        break
+    default:
+        log(pamh, LOG_ERR, "denied user " + printable(user) + ": after_password, but no forward_pass line before it decided for this user "
+            + "(misconfigured stack: pam_totp(8))")
+        return PAM_AUTH_ERR
+    }
+    let store = LoginStore.open(pamh, user: user, options: options)
+    guard case .enrolled(let hints) = store.enrolment(user: user, options: options, mayMatter: true), let hint = hints.sent.first else {
+        log(pamh, LOG_ERR, "no code sent to user " + printable(user) + ": no factor to send to")
+        return PAM_AUTH_ERR
+    }
+    var why: Message = "could not send a code"
+    if let sent = sendCode(pamh, store, user: user, hint: hint, options: options, why: &why) {
+        _ = showInfo(pamh, [sent + literal(": type your password followed by the code")])
+    } else {
+        _ = showInfo(pamh, [printable(why.bytes).bytes, literal("Try again later, or ask your administrator.")])
+    }
+    return PAM_AUTH_ERR
 }

@@ -27,7 +27,7 @@ struct PamTOTPD: Command {
     ]
 
     static let program = Program(name: name, abstract: abstract, discussion: discussion, root: Subcommand(PamTOTPD.self),
-                                 rootIsSubcommand: false, subcommands: [Subcommand(InitDatabase.self), Subcommand(ImportFiles.self)],
+                                 rootIsSubcommand: false, subcommands: [Subcommand(InitDatabase.self), Subcommand(ImportFiles.self), Subcommand(Deliver.self)],
                                  optionsBeforeSubcommand: ["--config"])
 
     static func main() {
@@ -172,6 +172,20 @@ struct PamTOTPD: Command {
     /// Fleet mode: the CONNINFO checked (libpq parses it; a password in it needs a root-only
     /// 0600 file), one connection made to prove the server is there, then the pool.
     static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> PostgresStore {
+        let conninfo = try fleetConninfo(site: site, configPath: configPath)
+        let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers)
+        var failure: PQError? = nil
+        do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.enrolled_uid('')") } catch { failure = error }
+        if let e = failure {
+            throw DaemonError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
+                              : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")
+        }
+        return PostgresStore(pool: pool)
+    }
+
+    /// The configuration's CONNINFO (postgresql = or the root-only postgresql_file), checked:
+    /// libpq loads and parses it, and a password in it is only in a root-only file.
+    static func fleetConninfo(site: ModuleOptions, configPath: String?) throws(DaemonError) -> String {
         if site.postgresql != nil && site.postgresqlFile != nil {
             throw DaemonError("set one of postgresql = CONNINFO and postgresql_file = PATH, not both")
         }
@@ -199,14 +213,7 @@ struct PamTOTPD: Command {
                 throw DaemonError("\(path) holds a database password: it must be owned by root with mode 0600 (or use passfile= or a client certificate)")
             }
         }
-        let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers)
-        var failure: PQError? = nil
-        do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.enrolled_uid('')") } catch { failure = error }
-        if let e = failure {
-            throw DaemonError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
-                              : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")
-        }
-        return PostgresStore(pool: pool)
+        return conninfo
     }
 
     /// The CONNINFO in `postgresql_file`: a regular file owned by root that nobody else may

@@ -16,29 +16,12 @@ enum Sending {
     /// The sender for `site`'s configuration; nil when it names no program (nothing is sent).
     /// Every template is checked here, so a bad one stops pam-totpd at start, not at a login.
     static func sender(site: ModuleOptions, workers: Int) throws(DaemonError) -> CodeSender? {
-        guard site.smsCommand != nil || site.emailCommand != nil else { return nil }
-        let smsText = try template(site.smsText, "sms_text", needsCode: true, or: MessageTemplate.defaultSMS)
-        let subject = try template(site.emailSubject, "email_subject", needsCode: false, or: MessageTemplate.defaultEmailSubject)
-        let emailText = try template(site.emailText, "email_text", needsCode: true, or: MessageTemplate.defaultEmailText)
-        guard let pw = getpwnam(deliveryUser) else {
-            throw DaemonError("sms_command or email_command is set, but there is no user \(deliveryUser) to run it as "
-                              + "(make install and the package create it: useradd --system --no-create-home --shell /usr/sbin/nologin \(deliveryUser))")
-        }
-        let uid = UInt32(pw.pointee.pw_uid), gid = UInt32(pw.pointee.pw_gid)
-        guard uid != 0, gid != 0 else { throw DaemonError("the user \(deliveryUser) must not be root or in group root") }
-        // The programs are checked now (a regular file, root's, writable by root only: whoever
-        // could change one would read every code it sends), not at the first login.
-        for (name, program) in [("sms_command", site.smsCommand), ("email_command", site.emailCommand)] {
-            if let program, let refused = checkSenderProgram(program) {
-                throw DaemonError("\(name) \(String(decoding: program, as: UTF8.self)): \(refused.description.string)")
-            }
-        }
+        guard let programs = try Programs(site: site) else { return nil }
         let host = hostName()
         let perMinute = site.oobMaxPerMinute
         // At most half the workers wait on senders at once: logins always have the rest (rule 15).
         let concurrent = max(1, workers / 2)
         let counts = Locked<(minute: Int64, sent: Int, running: Int)>((0, 0, 0))
-        let sms = site.smsCommand, email = site.emailCommand
         return CodeSender(takeSlot: {
             let minute = Int64(time(nil)) / 60
             return counts.withLock { c in
@@ -48,25 +31,6 @@ enum Sending {
                 return true
             }
         }, send: { kind, destination, code, minutes in
-            let program: [UInt8]?
-            var message: [UInt8]
-            switch kind {
-            case .sms:
-                program = sms
-                message = smsText.render(code: code, host: host, minutes: UInt64(max(minutes, 0)))
-            case .email:
-                program = email
-                // The subject line, a blank line, the text: the sender writes the headers (docs/examples/email-sendmail).
-                message = literal("Subject: ") + subject.render(code: code, host: host, minutes: UInt64(max(minutes, 0)))
-                    + [0x0A, 0x0A] + emailText.render(code: code, host: host, minutes: UInt64(max(minutes, 0))) + [0x0A]
-            case .totp, .hotp:
-                return SendFailure("not a kind that is sent", started: false)
-            }
-            defer { wipe(&message) }
-            guard let program else {
-                return SendFailure(Message(Array(bytes(kind.name))) + " codes are not sent: pam-totpd has no "
-                                   + Message(Array(bytes(kind.name))) + "_command", started: false)
-            }
             let started = counts.withLock { c -> Bool in
                 guard c.running < concurrent else { return false }
                 c.running += 1
@@ -74,6 +38,69 @@ enum Sending {
             }
             guard started else { return SendFailure("too many senders running at once", started: false) }
             defer { counts.withLock { c in c.running -= 1 } }
+            return programs.send(kind, destination, code, minutes: minutes, host: host)
+        })
+    }
+
+    /// A configuration's sending programs and message templates (`sms_command`,
+    /// `email_command`, `sms_text`, `email_subject`, `email_text`) and the delivery user: what
+    /// runs a send, for pam-totpd's own logins and for `pam-totpd deliver` alike.
+    struct Programs: Sendable {
+        let sms: [UInt8]?
+        let email: [UInt8]?
+        let smsText: MessageTemplate
+        let subject: MessageTemplate
+        let emailText: MessageTemplate
+        let uid: UInt32
+        let gid: UInt32
+
+        /// nil when `site` names no program. Checks every template, the delivery user and the
+        /// programs (a regular file, root's, writable by root only: whoever could change one
+        /// would read every code it sends).
+        init?(site: ModuleOptions) throws(DaemonError) {
+            guard site.smsCommand != nil || site.emailCommand != nil else { return nil }
+            smsText = try template(site.smsText, "sms_text", needsCode: true, or: MessageTemplate.defaultSMS)
+            subject = try template(site.emailSubject, "email_subject", needsCode: false, or: MessageTemplate.defaultEmailSubject)
+            emailText = try template(site.emailText, "email_text", needsCode: true, or: MessageTemplate.defaultEmailText)
+            guard let pw = getpwnam(deliveryUser) else {
+                throw DaemonError("sms_command or email_command is set, but there is no user \(deliveryUser) to run it as "
+                                  + "(make install and the package create it: useradd --system --no-create-home --shell /usr/sbin/nologin \(deliveryUser))")
+            }
+            uid = UInt32(pw.pointee.pw_uid)
+            gid = UInt32(pw.pointee.pw_gid)
+            guard uid != 0, gid != 0 else { throw DaemonError("the user \(deliveryUser) must not be root or in group root") }
+            for (name, program) in [("sms_command", site.smsCommand), ("email_command", site.emailCommand)] {
+                if let program, let refused = checkSenderProgram(program) {
+                    throw DaemonError("\(name) \(String(decoding: program, as: UTF8.self)): \(refused.description.string)")
+                }
+            }
+            sms = site.smsCommand
+            email = site.emailCommand
+        }
+
+        /// Runs the program for `kind` with `destination` as its argument and the message on its
+        /// standard input; nil when it exited 0.
+        func send(_ kind: FactorKind, _ destination: [UInt8], _ code: [UInt8], minutes: Int64, host: [UInt8]) -> SendFailure? {
+            let program: [UInt8]?
+            var message: [UInt8]
+            let m = UInt64(max(minutes, 0))
+            switch kind {
+            case .sms:
+                program = sms
+                message = smsText.render(code: code, host: host, minutes: m)
+            case .email:
+                program = email
+                // The subject line, a blank line, the text: the sender writes the headers (docs/examples/email-sendmail).
+                message = literal("Subject: ") + subject.render(code: code, host: host, minutes: m)
+                    + [0x0A, 0x0A] + emailText.render(code: code, host: host, minutes: m) + [0x0A]
+            case .totp, .hotp:
+                return SendFailure("not a kind that is sent", started: false)
+            }
+            defer { wipe(&message) }
+            guard let program else {
+                return SendFailure(Message(Array(bytes(kind.name))) + " codes are not sent: the configuration has no "
+                                   + Message(Array(bytes(kind.name))) + "_command", started: false)
+            }
             let result = deliver(program: program, destination: destination, message: message, uid: uid, gid: gid,
                                  timeoutMilliseconds: timeoutMilliseconds)
             if result.isSent { return nil }
@@ -83,7 +110,7 @@ enum Sending {
             // "recipient not accepted"): both are masked out of the log line.
             let output = scrubbed(result.output.bytes, destination: destination, code: code)
             return SendFailure(printable(program) + " " + result.summary + (output.isEmpty ? "" : ": " + Message(output)), started: ran)
-        })
+        }
     }
 
     /// `output` with every occurrence of `destination` replaced by its mask and of `code` by

@@ -60,7 +60,6 @@ struct OutOfBandEnrolment {
     func run() throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
-        guard case .files(let files) = store else { throw CLIError("text-message and email factors are not available in fleet mode yet") }
         let label = name ?? (kind == .sms ? "phone" : "email")
         let factor: Factor
         do throws(MFAError) {
@@ -99,10 +98,17 @@ struct OutOfBandEnrolment {
             var answer = Array(line.utf8).filter { $0 != 0x20 }
             defer { wipe(&answer) }
             var rng = SystemRandomNumberGenerator()
-            // Checked, counted and (if right) saved in one step under the user's lock.
+            // Checked, counted and (if right) saved in one step under the user's lock (fleet
+            // mode: by the database, through pam-totpd).
             let check = try storeCall { () throws(MFAError) -> EnrolmentCheck in
-                try files.confirmEnrolment(user: context.user, accountUID: context.uid, factor: factor, sentAt: sentAt, answer: answer,
-                                           at: Int64(time(nil)), options: site, using: &rng)
+                switch store {
+                case .files(let files):
+                    return try files.confirmEnrolment(user: context.user, accountUID: context.uid, factor: factor, sentAt: sentAt,
+                                                      answer: answer, at: Int64(time(nil)), options: site, using: &rng)
+                case .daemon:
+                    return try Self.confirmThroughDaemon(.confirmEnrolment(user: context.user, uid: context.uid, factor: factor,
+                                                                           sentAt: sentAt, answer: answer), socket: site.socket)
+                }
             }
             switch check {
             case .enrolled:
@@ -116,6 +122,20 @@ struct OutOfBandEnrolment {
             case .expired:
                 throw CLIError("the code sent has expired or was replaced; nothing was saved, \(again)")
             }
+        }
+    }
+
+    /// Fleet mode: pam-totpd asks the database (admin request `confirmEnrolment`).
+    static func confirmThroughDaemon(_ request: AdminRequest, socket: [UInt8]) throws(MFAError) -> EnrolmentCheck {
+        guard let frame = request.encoded() else { throw .invalidParameters("the request does not fit in a frame") }
+        let reply = try AdminReply.decode(try DaemonConnection.exchange(frame, socket: socket, replyMagic: DaemonProtocol.adminReplyMagic))
+        switch reply {
+        case .number(let n):
+            guard let check = EnrolmentCheck(number: n) else { throw .malformed("unexpected reply") }
+            return check
+        case .refused(let why): throw .daemon(why)
+        case .failed(let e): throw e
+        default: throw .malformed("unexpected reply")
         }
     }
 }

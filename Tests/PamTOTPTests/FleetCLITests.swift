@@ -79,6 +79,7 @@ final class FleetCLITests: XCTestCase {
             ("CREATE SCHEMA pam_totp_crypto; GRANT CREATE ON SCHEMA pam_totp_crypto TO PUBLIC", false, "", "PUBLIC may create objects in it"),
             ("CREATE ROLE pam_totp_host LOGIN", false, "DROP ROLE pam_totp_host", "role pam_totp_host already exists"),
             ("CREATE ROLE pam_totp_admin NOLOGIN SUPERUSER", false, "DROP ROLE pam_totp_admin", "it has SUPERUSER"),
+            ("CREATE ROLE pam_totp_sender LOGIN", false, "DROP ROLE pam_totp_sender", "role pam_totp_sender already exists"),
             ("CREATE ROLE pam_totp_host NOLOGIN CREATEROLE", false, "DROP ROLE pam_totp_host", "it has CREATEROLE"),
             ("CREATE ROLE pam_totp_host NOLOGIN; GRANT pg_read_all_data TO pam_totp_host", false, "DROP ROLE pam_totp_host",
              "it has member of pg_read_all_data"),
@@ -100,7 +101,7 @@ final class FleetCLITests: XCTestCase {
         }
         // The same role having made the schema first, and the NOLOGIN roles that exist (made for
         // the last case's database): fine.
-        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pam_totp_%' AND NOT rolcanlogin"), "2")
+        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pam_totp_%' AND NOT rolcanlogin"), "3")
         try cluster.psql("CREATE DATABASE fine")
         try cluster.psql("CREATE SCHEMA pam_totp", database: "fine")
         let ok = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: "fine")])
@@ -182,6 +183,10 @@ final class FleetCLITests: XCTestCase {
         // A second user, and a record for a name no account has (reported, not imported).
         try files.enroll(user: Array("daemon".utf8), accountUID: 1,
                          factor: try Factor(label: Array("phone".utf8), parameters: .default, created: t, secret: other), using: &rng)
+        // ... who also has a phone for text messages (proved when it was enrolled there): it moves as it is.
+        var second = try XCTUnwrap(try files.read(user: Array("daemon".utf8)))
+        second.factors.append(try Factor(outOfBand: .sms, label: Array("mobile".utf8), destination: Array("+15105551234".utf8), created: t))
+        try files.write(user: Array("daemon".utf8), record: second)
 
         // Imports set any state: a role with pam_totp_admin (a host role may not call them).
         try cluster.psql("CREATE ROLE pamtotp_fleet_import LOGIN; GRANT pam_totp_admin TO pamtotp_fleet_import", database: db)
@@ -208,5 +213,7 @@ final class FleetCLITests: XCTestCase {
         XCTAssertEqual(try fleetLogin(try TOTP.code(secret: other, parameters: eight, at: t + 60), at: t + 60),
                        .success(factor: Array("key".utf8), step: UInt64((t + 60) / 60), digits: 8), "the secrets moved intact")
         XCTAssertEqual(try cluster.psql("SELECT uid FROM pam_totp.users WHERE name = 'daemon'", database: db), "1")
+        XCTAssertEqual(try cluster.psql("SELECT string_agg(kind || ' ' || coalesce(destination, '-'), ',' ORDER BY id) FROM pam_totp.factors "
+                                        + "WHERE user_name = 'daemon'", database: db), "totp -,sms +15105551234")
     }
 }

@@ -59,7 +59,7 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(again.to, again.from)
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.schema_version"), String(Migrations.all.count))
         XCTAssertEqual(try sql("SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolname LIKE 'pam_totp_%'"),
-                       "pam_totp_admin,pam_totp_host")
+                       "pam_totp_admin,pam_totp_host,pam_totp_sender")
         XCTAssertEqual(try sql("SELECT bool_and(NOT rolcanlogin) FROM pg_roles WHERE rolname LIKE 'pam_totp_%'"), "t")
         // A second database in the same cluster: the roles exist already, which is fine.
         try cluster.psql("CREATE DATABASE fleet2")
@@ -287,9 +287,10 @@ final class FleetSQLTests: XCTestCase {
     func testHostRoleReadsNoTableAndNoFunctionReturnsASecret() throws {
         try makeHost("host_a")
         try makeHost("admin_a", role: "pam_totp_admin")
+        try makeHost("sender_a", role: "pam_totp_sender")
         // Every relation outside the system catalogues, every column: no SELECT (nor anything
-        // else) for the host or admin role, or for a login role holding them.
-        for who in ["pam_totp_host", "pam_totp_admin", "host_a", "admin_a"] {
+        // else) for the host, admin or sender role, or for a login role holding them.
+        for who in ["pam_totp_host", "pam_totp_admin", "pam_totp_sender", "host_a", "admin_a", "sender_a"] {
             XCTAssertEqual(try sql("""
                 SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
@@ -314,8 +315,9 @@ final class FleetSQLTests: XCTestCase {
             """).split(separator: "\n").map(String.init)
         // A host logs in (login, or its two steps) and enrols with proof; the imports, which
         // set any state, are the admin's (a host changes a user's state only by logging in).
-        let hostFunctions = ["check_enrollable", "enroll", "enrolled_uid", "list_factors", "login", "login_begin", "login_finish",
-                             "remove_factor", "replace_recovery", "user_status"]
+        let hostFunctions = ["check_enrollable", "confirm_enrolment", "enroll", "enrolled", "enrolled_uid", "list_factors", "login",
+                             "login_begin", "login_finish", "remove_factor", "replace_recovery", "send_code", "send_enrolment_code",
+                             "user_status"]
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) }, hostFunctions)
         for who in ["pam_totp_host", "host_a"] {
             XCTAssertEqual(try sql("""
@@ -327,7 +329,16 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertEqual(try sql("""
                 SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                  WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
-                """), (hostFunctions + ["all_status", "audit_trail", "import_last_step", "import_state", "purge", "unlock"]).sorted().joined(separator: ","), who)
+                """), (hostFunctions + ["all_status", "audit_trail", "import_destination", "import_last_step", "import_state", "purge",
+                                         "unlock"]).sorted().joined(separator: ","), who)
+        }
+        // The sender's role takes messages from the outbox and says how they went, nothing else
+        // (it neither logs users in nor reads a table).
+        for who in ["pam_totp_sender", "sender_a"] {
+            XCTAssertEqual(try sql("""
+                SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                 WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
+                """), "outbox_claim,outbox_done", who)
         }
         // No function is left in the data schema; the API's schema is its own.
         XCTAssertEqual(try sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp'::regnamespace"), "0")

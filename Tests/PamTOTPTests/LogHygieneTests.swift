@@ -315,7 +315,7 @@ final class SyslogCapture: @unchecked Sendable {
         case .devLog:
             return command
         case .namespace(let path):
-            return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            return ["/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
                     "mount --bind \"$0\" /dev/log && exec \"$@\"", path] + command
         }
     }

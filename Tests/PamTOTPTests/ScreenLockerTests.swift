@@ -114,17 +114,18 @@ final class ScreenLockerFixture {
 
     /// Starts `i3lock -n` as the account and returns once it holds the keyboard: i3lock forks
     /// its window-raising child only after grab_pointer_and_keyboard succeeded (i3lock.c), so
-    /// a child process is the sign that typed keys reach it.
-    func lock() throws -> Process {
+    /// a child process is the sign that typed keys reach it. `wrap` may put the command under
+    /// another that execs it in place (`SyslogCapture.wrap`: the module's syslog lines).
+    func lock(wrap: ([String]) -> [String] = { $0 }) throws -> Process {
         lockerCount += 1
         let log = root.appendingPathComponent("i3lock-\(lockerCount).log").path
         FileManager.default.createFile(atPath: log, contents: nil)
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         defer { try? out.close() }
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        // setpriv and env exec: i3lock keeps this pid.
-        p.arguments = Array(account.setpriv.dropFirst()) + ["env", "-i", "DISPLAY=\(display)", "HOME=/", "i3lock", "-n"]
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        // env, setpriv (and what `wrap` adds) exec: i3lock keeps this pid.
+        p.arguments = wrap(account.setpriv + ["env", "-i", "DISPLAY=\(display)", "HOME=/", "i3lock", "-n"])
         p.standardInput = FileHandle.nullDevice
         p.standardOutput = out
         p.standardError = out

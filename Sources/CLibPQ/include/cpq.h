@@ -35,5 +35,6 @@ char *cpq_PQresultErrorField(const PGresult *res, int fieldcode);
 PQconninfoOption *cpq_PQconninfoParse(const char *conninfo, char **errmsg);
 void cpq_PQconninfoFree(PQconninfoOption *connOptions);
 void cpq_PQfreemem(void *ptr);
+PGnotify *cpq_PQnotifies(PGconn *conn);
 
 #endif

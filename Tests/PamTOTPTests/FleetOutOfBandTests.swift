@@ -1,0 +1,371 @@
+import CPAM
+import FleetStore
+import Foundation
+import MFAFileStore
+import MFAPolicy
+import MFASystem
+import MFAWire
+import TestSupport
+import XCTest
+
+/// Text-message and email codes in fleet mode (docs/FLEET.md, "Text-message and email codes"):
+/// two pam-totpd hosts on one throwaway PostgreSQL, and `pam-totpd deliver` logged in as a
+/// member of pam_totp_sender, running a spool sender as pam-totp-sender. The database makes
+/// every code; a host never reads one, nor a full destination, nor the outbox.
+final class FleetOutOfBandTests: XCTestCase {
+    var cluster: PostgresCluster!
+    var hosts: [DaemonFixture] = []
+    var deliverer: Process?
+    var deliverLog = ""
+    var root: URL!
+    var spool = ""
+    var createdSender = false
+    let db = "fleet"
+    let number = "+15105551234"
+    let senderRole = "pamtotp_fleet_sender"
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(isRoot, "pam-totpd runs as root and the sender as pam-totp-sender")
+        guard PostgresCluster.available else {
+            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
+            throw XCTSkip("no PostgreSQL")
+        }
+        createdSender = try makeSenderUser()
+        root = try makeTemporaryDirectory("pam_totp_fleet_oob")
+        XCTAssertEqual(chmod(root.path, 0o755), 0)
+        let senders = root.appendingPathComponent("senders").path
+        let spoolDir = root.appendingPathComponent("spool").path
+        XCTAssertEqual(mkdir(senders, 0o755), 0)
+        XCTAssertEqual(mkdir(spoolDir, 0o700), 0)
+        let pw = try XCTUnwrap(getpwnam("pam-totp-sender"))
+        XCTAssertEqual(chown(spoolDir, pw.pointee.pw_uid, pw.pointee.pw_gid), 0)
+        spool = spoolDir + "/messages"
+        try writeSender("sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$1\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        try writeSender("failing-sms", "#!/bin/sh\necho 'gateway says no' >&2\nexit 3\n")
+        try writeSender("slow-sms", "#!/bin/sh\necho started >> \(spoolDir)/started\nsleep 4\n{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+
+        cluster = try PostgresCluster()
+        try cluster.psql("CREATE DATABASE \(db)")
+        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
+        try sql("DROP ROLE IF EXISTS \(senderRole); CREATE ROLE \(senderRole) LOGIN; GRANT pam_totp_sender TO \(senderRole)")
+        for name in ["a", "b"] {
+            let role = "pamtotp_fleet_host_\(name)"
+            try sql("DROP ROLE IF EXISTS \(role); CREATE ROLE \(role) LOGIN; GRANT pam_totp_host TO \(role)")
+            let host = try DaemonFixture()
+            // The fleet's one file: sms_command says text messages are on (deliver runs it; a
+            // host never does, and does not check it).
+            try """
+                backend = postgresql
+                postgresql = \(cluster.conninfo(user: role, database: db))
+                socket = \(host.socketPath)
+                sms_command = /nonexistent/on-the-deliverer-only
+                max_failures = 100
+                lockout = 0
+
+                """.write(toFile: host.config, atomically: true, encoding: .utf8)
+            XCTAssertEqual(chmod(host.config, 0o644), 0)
+            hosts.append(host)
+            try host.start()
+        }
+    }
+
+    override func tearDown() {
+        stopDeliver()
+        for h in hosts { h.cleanup() }
+        hosts = []
+        cluster?.stop()
+        cluster = nil
+        if let root { removeTemporaryDirectory(root) }
+        if createdSender { _ = try? runCommand(["userdel", "pam-totp-sender"]) }
+    }
+
+    @discardableResult
+    func sql(_ q: String, user: String = "postgres") throws -> String { try cluster.psql(q, user: user, database: db) }
+
+    func writeSender(_ name: String, _ text: String) throws {
+        let path = root.appendingPathComponent("senders/" + name).path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(path, 0o755), 0)
+    }
+
+    /// Starts `pam-totpd deliver` with `sender` as sms_command, logged in as the sender role.
+    func startDeliver(_ sender: String = "sms") throws {
+        let config = root.appendingPathComponent("deliver.conf").path
+        try """
+            backend = postgresql
+            postgresql = \(cluster.conninfo(user: senderRole, database: db))
+            sms_command = \(root.path)/senders/\(sender)
+
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(config, 0o644), 0)
+        let p = Process()
+        p.executableURL = daemonURL
+        p.arguments = ["deliver", "--config", config]
+        deliverLog = root.appendingPathComponent("deliver.log").path
+        FileManager.default.createFile(atPath: deliverLog, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: deliverLog))
+        log.seekToEndOfFile()
+        p.standardOutput = log
+        p.standardError = log
+        try p.run()
+        deliverer = p
+    }
+
+    func stopDeliver(signal: Int32 = SIGTERM) {
+        guard let p = deliverer else { return }
+        if p.isRunning { kill(p.processIdentifier, signal) }
+        p.waitUntilExit()
+        deliverer = nil
+    }
+
+    var deliverOutput: String { (try? String(contentsOfFile: deliverLog, encoding: .utf8)) ?? "" }
+    var messages: String { (try? String(contentsOfFile: spool, encoding: .utf8)) ?? "" }
+    var messageCount: Int { messages.components(separatedBy: "\n--\n").count - 1 }
+
+    /// The code in the last message sent (the spool's last 6-digit number).
+    func lastCode() -> String? {
+        let m = messages
+        guard let r = try? NSRegularExpression(pattern: "\\b([0-9]{6})\\b") else { return nil }
+        let found = r.matches(in: m, range: NSRange(m.startIndex..., in: m))
+        guard let last = found.last, let range = Range(last.range(at: 1), in: m) else { return nil }
+        return String(m[range])
+    }
+
+    /// Enrols root's phone the way a user does: totp-enroll add-phone through host A; the code
+    /// arrives through the outbox and deliver, and is typed back.
+    func enrolPhone() throws {
+        let p = Process()
+        p.executableURL = enrollURL
+        p.arguments = ["--config", hosts[0].config, "--user", "root", "add-phone", number, "--name", "mobile"]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = output
+        let collected = OutputCollector()
+        collected.collect(output)
+        try p.run()
+        XCTAssertTrue(waitUntil(timeout: 20) { self.lastCode() != nil }, "no enrolment code arrived: \(collected.text)\n\(deliverOutput)")
+        input.fileHandleForWriting.write(Data((try XCTUnwrap(lastCode()) + "\n").utf8))
+        try input.fileHandleForWriting.close()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, collected.text + hosts[0].output)
+        XCTAssertTrue(collected.text.contains("Standard message rates may apply"), collected.text)
+        // The enrolment's send was a while ago (oob_resend_interval does not hold up the login's).
+        try sql("UPDATE pam_totp.sends SET at = at - 100")
+    }
+
+    /// One request as root to host `i`, as pam_totp.so sends it.
+    func ask(_ i: Int, _ op: DaemonOperation, answer: String) throws -> DaemonReply {
+        var o = ModuleOptions()
+        o.backend = .postgresql
+        o.maxFailures = 100
+        o.lockoutSeconds = 0
+        let frame = try XCTUnwrap(DaemonRequest(operation: op, service: Array("fleet-oob".utf8), user: Array("root".utf8),
+                                                options: o, answer: Array(answer.utf8)).encoded())
+        let fd = DaemonTests.connectTo(hosts[i].socketPath)
+        XCTAssertGreaterThanOrEqual(fd, 0, "connect to host \(i)")
+        defer { close(fd) }
+        XCTAssertTrue(DaemonTests.send(fd, frame))
+        return try DaemonReply.decode(try XCTUnwrap(DaemonTests.readAll(fd), "no reply from host \(i)"))
+    }
+
+    func isSuccess(_ r: DaemonReply) -> Bool { if case .outcome(.success) = r { return true }; return false }
+
+    // MARK: -
+
+    /// Enrol through host A (verify before commit), sign in through B with the code sent after
+    /// A's look-up offered the masked phone; the code works once, anywhere; no host log line
+    /// holds a code or the number.
+    func testEnrolOnOneHostSignInOnAnotherThroughTheOutbox() throws {
+        try startDeliver()
+        try enrolPhone()
+        XCTAssertEqual(try sql("SELECT kind || ' ' || destination FROM pam_totp.factors WHERE user_name = 'root'"), "sms \(number)")
+        let list = try runCommand([enrollURL.path, "--config", hosts[1].config, "--user", "root", "list"])
+        XCTAssertTrue(list.stdout.contains("+1******1234") && !list.stdout.contains(number), list.stdout + list.stderr)
+
+        guard case .enrolled(let hints) = try ask(1, .lookup, answer: "") else { return XCTFail("not enrolled: \(hosts[1].output)") }
+        XCTAssertEqual(hints.sent, [FactorHint(kind: .sms, label: Array("mobile".utf8), masked: Array("+1******1234".utf8))])
+        XCTAssertFalse(hints.typed)
+        XCTAssertFalse(hints.device, "no app or token factor: a one-prompt stack may send")
+        XCTAssertFalse(hints.pending)
+        let before = lastCode()
+        guard case .sent(let fresh, _, _, let masked) = try ask(0, .send, answer: "mobile") else { return XCTFail(hosts[0].output) }
+        XCTAssertTrue(fresh)
+        XCTAssertEqual(masked, Array("+1******1234".utf8))
+        XCTAssertTrue(waitUntil(timeout: 15) { self.messageCount == 2 }, deliverOutput)
+        let code = try XCTUnwrap(lastCode())
+        XCTAssertNotEqual(code, before)
+        let pw = try XCTUnwrap(getpwnam("pam-totp-sender"))
+        XCTAssertTrue(messages.contains("to \(number) uid \(pw.pointee.pw_uid)\n"), messages)
+        guard case .enrolled(let after) = try ask(0, .lookup, answer: "") else { return XCTFail(hosts[0].output) }
+        XCTAssertTrue(after.pending, "a live code is told to a one-prompt stack")
+        // Asked again on B within the resend interval: the same code, nothing new sent.
+        guard case .sent(false, _, _, _) = try ask(1, .send, answer: "mobile") else { return XCTFail(hosts[1].output) }
+        XCTAssertTrue(isSuccess(try ask(1, .authenticate, answer: code)), hosts[1].output)
+        XCTAssertFalse(isSuccess(try ask(0, .authenticate, answer: code)), "a sent code is used once, fleet-wide")
+        XCTAssertEqual(messageCount, 2)
+        for h in hosts {
+            XCTAssertFalse(h.output.contains(code), "a host logged a code: \(h.output)")
+            XCTAssertFalse(h.output.contains(number), "a host logged the number: \(h.output)")
+        }
+        XCTAssertFalse(deliverOutput.contains(code) || deliverOutput.contains(number), deliverOutput)
+        let audit = try sql("SELECT string_agg(event, ',' ORDER BY id) FROM pam_totp.audit WHERE account = 'root'")
+        XCTAssertEqual(audit, "code-sent,enroll,code-sent,success,failure")
+    }
+
+    /// The module itself (libpq-free, as root: sshd, su) on a fleet host, for a user whose only
+    /// factor is a phone: the code is sent at once through the outbox and the prompt names the
+    /// mask; the code logs in once.
+    func testTheModuleSendsThroughTheOutboxAndTheCodeLogsInOnce() throws {
+        try startDeliver()
+        try enrolPhone()
+        let pam = try PAMFixture()
+        defer { pam.cleanup() }
+        try pam.service("fleet-oob", ["auth required MODULE config=\(hosts[1].config) socket=\(hosts[1].socketPath) max_failures=100 lockout=0"])
+        let before = lastCode()
+        let conversation = Conversation(answer: nil)
+        conversation.respond = { [self] prompts in
+            guard prompts.last?.hasPrefix("Code sent to +1******1234") == true,
+                  waitUntil(timeout: 15, { self.lastCode() != before }) else { return nil }
+            return lastCode().map { Array($0.utf8) }
+        }
+        XCTAssertEqual(pam.authenticate(service: "fleet-oob", user: "root", conversation: conversation), PAM_SUCCESS,
+                       hosts[1].output + deliverOutput)
+        XCTAssertEqual(conversation.prompts, ["Code sent to +1******1234: "])
+        let code = try XCTUnwrap(lastCode())
+        XCTAssertNotEqual(code, before)
+        let again = Conversation(answer: Array(code.utf8))
+        XCTAssertNotEqual(pam.authenticate(service: "fleet-oob", user: "root", conversation: again), PAM_SUCCESS, "used once")
+    }
+
+    /// A host's role reads no code, no destination and no outbox, and cannot claim a message;
+    /// the sender role can do nothing else (catalogue and calls).
+    func testHostRoleCannotReadACodeADestinationOrTheOutbox() throws {
+        try sql("SELECT pam_totp_api.send_enrolment_code('ann', 1001, 'mobile', 'sms', '\(number)', 'setup')")
+        let host = "pamtotp_fleet_host_a"
+        for table in ["outbox", "sent_codes", "enrolment_codes", "sends", "factors"] {
+            XCTAssertThrowsError(try sql("SELECT count(*) FROM pam_totp.\(table)", user: host), "host reads \(table)")
+            XCTAssertThrowsError(try sql("SELECT count(*) FROM pam_totp.\(table)", user: senderRole), "sender reads \(table)")
+        }
+        XCTAssertThrowsError(try sql("SELECT * FROM pam_totp_api.outbox_claim()", user: host), "a host claims a message")
+        XCTAssertThrowsError(try sql("SELECT pam_totp_api.outbox_done(1, false, 'x')", user: host))
+        XCTAssertThrowsError(try sql("SELECT * FROM pam_totp_api.send_code('ann', 1001, 'mobile', 'x')", user: senderRole))
+        XCTAssertThrowsError(try sql("SELECT * FROM pam_totp_api.enrolled('ann')", user: senderRole))
+        // No function a host may run returns a column named like a code or a destination in clear.
+        let columns = try sql("""
+            SELECT string_agg(DISTINCT a.name, ',' ORDER BY a.name) FROM pg_proc p,
+                   unnest(p.proargnames, p.proargmodes) AS a(name, mode)
+             WHERE p.pronamespace = 'pam_totp_api'::regnamespace AND a.mode IN ('o', 't', 'b')
+               AND has_function_privilege('\(host)', p.oid, 'EXECUTE')
+            """)
+        for bad in ["code", "hash", "salt", "secret"] {
+            XCTAssertFalse(columns.split(separator: ",").contains(Substring(bad)), "\(bad) in \(columns)")
+        }
+        // list_factors' destination column: masked for a host, in full for an admin.
+        let sent = try sql("SELECT id FROM pam_totp.outbox")
+        let code = try sql("SELECT code FROM pam_totp.outbox WHERE id = \(sent)")
+        let at = try sql("SELECT sent_at FROM pam_totp.enrolment_codes")
+        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp_api.confirm_enrolment('ann', 1001, 'mobile', \(at), '\(code)', 5)"), "enrolled")
+        XCTAssertEqual(try sql("SELECT destination FROM pam_totp_api.list_factors('ann')", user: host), "+1******1234")
+        XCTAssertEqual(try sql("SELECT masked FROM pam_totp_api.enrolled('ann')", user: host), "+1******1234")
+        try sql("CREATE ROLE pamtotp_fleet_admin LOGIN; GRANT pam_totp_admin TO pamtotp_fleet_admin")
+        XCTAssertEqual(try sql("SELECT destination FROM pam_totp_api.list_factors('ann')", user: "pamtotp_fleet_admin"), number)
+        // The sender claims it (the code leaves the table with the claim) and only once.
+        let claimed = try sql("SELECT id || ' ' || code FROM pam_totp_api.outbox_claim()", user: senderRole)
+        XCTAssertEqual(claimed, "\(sent) \(code)")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp_api.outbox_claim()", user: senderRole), "0")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.outbox WHERE code IS NOT NULL"), "0")
+    }
+
+    /// One code sent, then 20 logins at once over both hosts: exactly one is accepted.
+    func testTwentyConcurrentLoginsOverTwoHostsWithOneSentCodeAcceptExactlyOne() throws {
+        try startDeliver()
+        try enrolPhone()
+        guard case .sent = try ask(0, .send, answer: "mobile") else { return XCTFail(hosts[0].output) }
+        XCTAssertTrue(waitUntil(timeout: 15) { self.messageCount == 2 }, deliverOutput)
+        let code = try XCTUnwrap(lastCode())
+        let results = Slots(20)
+        let group = DispatchGroup()
+        for w in 0..<20 {
+            group.enter()
+            Thread.detachNewThread {
+                let r = try? self.ask(w % 2, .authenticate, answer: code)
+                results.set(w, r.map { self.isSuccess($0) ? 1 : 0 } ?? -1)
+                group.leave()
+            }
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        XCTAssertFalse(results.all.contains(-1))
+        XCTAssertEqual(results.all.filter { $0 == 1 }.count, 1, "exactly one of 20 over two hosts: \(results.all)")
+    }
+
+    /// The limits are the fleet's: sends through A and B count toward one account's hour; a
+    /// refusal says why and queues nothing.
+    func testTheAccountsLimitsCountAcrossHosts() throws {
+        try startDeliver()
+        try enrolPhone()
+        try sql("UPDATE pam_totp.settings SET oob_resend_interval = 0, oob_max_per_hour = 3")
+        guard case .sent(true, _, _, _) = try ask(0, .send, answer: "mobile") else { return XCTFail(hosts[0].output) }
+        guard case .sent(true, _, _, _) = try ask(1, .send, answer: "mobile") else { return XCTFail(hosts[1].output) }
+        guard case .notSent(let why) = try ask(0, .send, answer: "mobile") else { return XCTFail("a fourth send in the hour") }
+        XCTAssertTrue(why.string.contains("at most 3 codes are sent an hour"), why.string)
+        XCTAssertTrue(waitUntil(timeout: 15) { self.messageCount == 3 }, deliverOutput)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.outbox"), "3")
+        // Three wrong answers void the code; a locked-out account is sent nothing.
+        let code = try XCTUnwrap(lastCode())
+        for wrong in ["000001", "000002", "000003"] where wrong != code {
+            XCTAssertFalse(isSuccess(try ask(wrong == "000002" ? 1 : 0, .authenticate, answer: wrong)))
+        }
+        XCTAssertFalse(isSuccess(try ask(0, .authenticate, answer: code)), "the code is void after three wrong answers")
+        try sql("UPDATE pam_totp.users SET locked_until = pam_totp_api.now_seconds() + 600 WHERE name = 'root'")
+        try sql("UPDATE pam_totp.settings SET oob_max_per_hour = 10")
+        guard case .notSent(let locked) = try ask(1, .send, answer: "mobile") else { return XCTFail("a locked-out account was sent a code") }
+        XCTAssertTrue(locked.string.contains("locked out"), locked.string)
+    }
+
+    /// A sender that fails: the message is recorded as failed, its code void, the audit trail
+    /// says so (without the code or number).
+    func testAFailedDeliveryVoidsTheCode() throws {
+        try startDeliver()
+        try enrolPhone()
+        stopDeliver()
+        try startDeliver("failing-sms")
+        guard case .sent = try ask(0, .send, answer: "mobile") else { return XCTFail(hosts[0].output) }
+        XCTAssertTrue(waitUntil(timeout: 15) { (try? self.sql("SELECT outcome FROM pam_totp.outbox ORDER BY id DESC LIMIT 1")) == "failed" },
+                      deliverOutput)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.sent_codes"), "0", "the code is void")
+        let detail = try sql("SELECT detail FROM pam_totp.audit WHERE event = 'code-not-sent'")
+        XCTAssertTrue(detail.contains("gateway says no") && detail.contains("+1******1234") && !detail.contains(number), detail)
+        XCTAssertTrue(deliverOutput.contains("could not send message"), deliverOutput)
+    }
+
+    /// deliver killed (SIGKILL) while its program runs, then started again: the message it had
+    /// claimed is not sent again (at most once); the next one is sent once.
+    func testDeliverKilledMidSendSendsEachMessageAtMostOnce() throws {
+        try startDeliver()
+        try enrolPhone()
+        stopDeliver()
+        try sql("UPDATE pam_totp.settings SET oob_resend_interval = 0")
+        try startDeliver("slow-sms")
+        let started = root.appendingPathComponent("spool/started").path
+        guard case .sent = try ask(0, .send, answer: "mobile") else { return XCTFail(hosts[0].output) }
+        XCTAssertTrue(waitUntil(timeout: 15) { FileManager.default.fileExists(atPath: started) }, deliverOutput)
+        stopDeliver(signal: SIGKILL)
+        try startDeliver("slow-sms")
+        // The killed deliverer's program may still finish (it has its own session): one
+        // message at most, never two.
+        Thread.sleep(forTimeInterval: 6)
+        XCTAssertLessThanOrEqual(messageCount, 2, messages)
+        XCTAssertEqual(try String(contentsOfFile: started, encoding: .utf8).components(separatedBy: "\n").filter { !$0.isEmpty }.count, 1,
+                       "the claimed message was run again after the restart")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.outbox WHERE claimed_at IS NOT NULL AND done_at IS NULL"), "1")
+        let before = messageCount
+        guard case .sent(true, _, _, _) = try ask(1, .send, answer: "mobile") else { return XCTFail(hosts[1].output) }
+        XCTAssertTrue(waitUntil(timeout: 15) { self.messageCount == before + 1 }, deliverOutput)
+        Thread.sleep(forTimeInterval: 1)
+        XCTAssertEqual(messageCount, before + 1, "the next message is sent once")
+        XCTAssertTrue(isSuccess(try ask(0, .authenticate, answer: try XCTUnwrap(lastCode()))))
+    }
+}
+extension FleetOutOfBandTests: @unchecked Sendable {}
