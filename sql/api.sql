@@ -97,7 +97,9 @@ BEGIN
   IF (SELECT count(*) FROM pam_totp.sends s WHERE s.user_name = p_user AND s.at > p_clock - 86400) >= cfg.oob_max_per_day THEN
     RETURN 'at most ' || cfg.oob_max_per_day || ' codes are sent a day: use your app or a recovery code, or try tomorrow';
   END IF;
-  PERFORM pg_advisory_xact_lock(727716181);
+  -- The settings row, locked: no login role may lock it (an advisory lock's key is anyone's to
+  -- hold), and every send takes it after its user's row, so the order is always the same.
+  PERFORM 1 FROM pam_totp.settings FOR UPDATE;
   IF (SELECT count(*) FROM pam_totp.sends s WHERE s.at > p_clock - 60) >= cfg.oob_max_per_minute THEN
     RETURN 'too many codes are being sent: try again in a minute';
   END IF;
@@ -113,8 +115,8 @@ LANGUAGE plpgsql
 AS $$
 DECLARE cfg pam_totp.settings%ROWTYPE; code text;
 BEGIN
-  IF p_host IS NULL OR p_host !~ '^[!-~]{1,64}$' THEN
-    RAISE EXCEPTION 'a host name must be 1 to 64 printable characters' USING ERRCODE = 'P0001';
+  IF p_host IS NULL OR p_host !~ '^[A-Za-z0-9][A-Za-z0-9.-]{0,63}$' THEN
+    RAISE EXCEPTION 'a host name must be 1 to 64 letters, digits, dots and hyphens' USING ERRCODE = 'P0001';
   END IF;
   SELECT * INTO cfg FROM pam_totp.settings;
   digits := cfg.oob_digits;
@@ -405,10 +407,10 @@ BEGIN
       -- A far code starts a resync once per login, unless this failure started a lockout.
       verdict_ := CASE WHEN j.factor_id IS NOT NULL THEN 'match' WHEN j.recovery_index IS NOT NULL THEN 'recovery'
                        WHEN j.far AND p_previous IS NULL AND until_ = 0 THEN 'resync' ELSE 'wrong' END;
-      -- A wrong answer uses one of an outstanding sent code's attempts (void after the last).
-      IF verdict_ IN ('wrong', 'resync') THEN
-        PERFORM pam_totp_api.use_attempt('sent', p_user);
-      END IF;
+      -- Every answer checked uses one of an outstanding sent code's attempts (void after the
+      -- last), a right one too (its success voids the code anyway): the same writes whatever
+      -- the answer, so nothing in this transaction tells a right guess from a wrong one.
+      PERFORM pam_totp_api.use_attempt('sent', p_user);
     END IF;
   END IF;
   INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
@@ -611,6 +613,9 @@ AS $$
 DECLARE had boolean;
 BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
+  IF p_kind IS NULL OR p_kind NOT IN ('totp', 'hotp') OR p_secret IS NULL THEN
+    RAISE EXCEPTION 'enroll: an app or token factor with its secret (a phone or address: send_enrolment_code)' USING ERRCODE = 'P0001';
+  END IF;
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   had := pam_totp_api.lock_for_change(p_user);
   PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
@@ -892,7 +897,9 @@ DECLARE
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
-  IF p_kind = 'sms' AND p_destination !~ '^[+][1-9][0-9]{7,14}$' THEN
+  IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR octet_length(p_label) NOT BETWEEN 1 AND 64 OR p_destination IS NULL THEN
+    RAISE EXCEPTION 'send_enrolment_code: a user, an account, a name of 1 to 64 bytes and a destination' USING ERRCODE = 'P0001';
+  ELSIF p_kind = 'sms' AND p_destination !~ '^[+][1-9][0-9]{7,14}$' THEN
     RAISE EXCEPTION 'a phone number must be + then 8 to 15 digits, the first not 0 (E.164, e.g. +15105551234)' USING ERRCODE = 'P0001';
   ELSIF p_kind = 'email' AND (octet_length(p_destination) > 254 OR p_destination !~
         '^[A-Za-z0-9!#$%&''*+=?^_`{}~][A-Za-z0-9!#$%&''*+/=?^_`{|}~.-]{0,63}@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$') THEN
@@ -904,10 +911,8 @@ BEGIN
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   PERFORM pam_totp_api.lock_for_change(p_user);
   PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
-  IF EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = p_user AND x.kind = p_kind AND x.destination = p_destination) THEN
-    RAISE EXCEPTION '%', CASE p_kind WHEN 'sms' THEN 'this phone number is already enrolled' ELSE 'this email address is already enrolled' END
-      USING ERRCODE = 'P0001';
-  END IF;
+  -- Whether this destination is already the user's is said only once its code is typed back
+  -- (confirm_enrolment_finish): said here, a host could test guesses at a masked number.
   SELECT * INTO u FROM pam_totp.users x WHERE x.name = p_user;
   IF u.failures >= cfg.hard_failure_cap OR clock < u.locked_until THEN
     RAISE EXCEPTION 'locked out: no code is sent' USING ERRCODE = 'P0001';
@@ -925,50 +930,110 @@ BEGIN
   RETURN clock;
 END $$;
 
--- The code typed back at an enrolment (send_enrolment_code sent it at p_sent_at for p_label):
--- the right one saves the factor (one transaction, under the user's row lock); a wrong one
--- uses an attempt (void after the last) and counts as a failure like a wrong code at login.
--- outcome: 'enrolled', 'wrong' (attempts_left more may be tried; 0: void) or 'expired' (no
--- such code is outstanding: expired, used up, replaced, or never sent).
-CREATE FUNCTION pam_totp_api.confirm_enrolment(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text, p_created bigint,
-                                               OUT outcome text, OUT attempts_left integer)
+-- The code typed back at an enrolment (send_enrolment_code sent it at p_sent_at for p_label),
+-- first step, as login_begin: under the user's row lock, counted whatever it is (one of the
+-- code's attempts used, void after the last, and a failure toward the lockout) and recorded with
+-- its hidden verdict; returns only the attempt's id, or NULL when no such code is outstanding
+-- (expired, used up, replaced or never sent: nothing counted). Nothing a caller can read differs
+-- between a right and a wrong code until confirm_enrolment_finish, which answers only once this
+-- has committed: no rollback turns a wrong guess into an uncounted one.
+CREATE FUNCTION pam_totp_api.confirm_enrolment_begin(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text,
+                                                     p_created bigint) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
   cfg pam_totp.settings%ROWTYPE;
   e pam_totp.enrolment_codes%ROWTYPE;
-  had boolean;
-  fails integer;
+  matched boolean;
+  left_ integer;
+  id_ bigint;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
   SELECT * INTO cfg FROM pam_totp.settings;
-  had := pam_totp_api.lock_for_change(p_user);
+  PERFORM pam_totp_api.lock_for_change(p_user);
   SELECT * INTO e FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user;
-  IF NOT FOUND OR e.uid <> p_uid OR e.label <> p_label OR e.sent_at <> p_sent_at OR e.expires_at <= clock OR e.attempts_left <= 0 THEN
-    outcome := 'expired'; attempts_left := 0; RETURN;
+  IF NOT FOUND OR e.uid IS DISTINCT FROM p_uid OR e.label IS DISTINCT FROM p_label OR e.sent_at IS DISTINCT FROM p_sent_at
+     OR e.expires_at <= clock OR e.attempts_left <= 0 OR p_created IS NULL THEN
+    RETURN NULL;
   END IF;
-  IF octet_length(p_code) = e.digits AND p_code ~ '^[0-9]+$'
-     AND pam_totp_crypto.digest(e.salt || convert_to(p_code, 'UTF8'), 'sha256') = e.hash THEN
-    DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user;
-    PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
-    INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
-    VALUES (p_user, p_label, 'sha1', 6, 30, p_created, 0, NULL, e.kind, e.destination);
-    PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
-                                      CASE e.kind WHEN 'sms' THEN 'text messages to ' ELSE 'email to ' END
-                                      || pam_totp_api.masked(e.kind, e.destination));
-    IF NOT had THEN
-      UPDATE pam_totp.users SET proof_role = session_user, proof_until = clock + cfg.proof_seconds WHERE name = p_user;
-    END IF;
-    outcome := 'enrolled'; attempts_left := 0; RETURN;
-  END IF;
-  attempts_left := pam_totp_api.use_attempt('enrolment', p_user);
+  matched := coalesce(octet_length(p_code) = e.digits AND p_code ~ '^[0-9]+$'
+                      AND pam_totp_crypto.digest(e.salt || convert_to(p_code, 'UTF8'), 'sha256') = e.hash, false);
+  left_ := coalesce(pam_totp_api.use_attempt('enrolment', p_user), 0);
   UPDATE pam_totp.users u SET failures = u.failures + 1,
          locked_until = CASE WHEN cfg.min_lockout > 0 AND (u.failures + 1) % cfg.max_failures = 0 THEN clock + cfg.min_lockout
                              ELSE u.locked_until END
-   WHERE u.name = p_user RETURNING u.failures INTO fails;
-  PERFORM pam_totp_api.audit_append('failure', p_user, p_uid, p_label, fails, 0, 'wrong enrolment code');
-  outcome := 'wrong';
+   WHERE u.name = p_user;
+  INSERT INTO pam_totp.enrolment_attempts (role, xact, begun, user_name, uid, matched, label, kind, destination, created, attempts_left)
+  VALUES (session_user, pg_current_xact_id(), clock, p_user, p_uid, matched, e.label, e.kind, e.destination, p_created, left_)
+  RETURNING id INTO id_;
+  RETURN id_;
+END $$;
+
+-- The second step: the verdict of an attempt whose begin has committed, told once, to the role
+-- that began it. The right code saves the factor (unless the user has that destination already,
+-- which is said only now) and takes back the failure its begin counted; outcome 'enrolled' or
+-- 'wrong' (attempts_left more may be tried; 0: the code is void).
+CREATE FUNCTION pam_totp_api.confirm_enrolment_finish(p_attempt bigint, OUT outcome text, OUT attempts_left integer)
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE
+  cfg pam_totp.settings%ROWTYPE;
+  a pam_totp.enrolment_attempts%ROWTYPE;
+  had boolean;
+  fails integer;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  SELECT * INTO a FROM pam_totp.enrolment_attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'confirm_enrolment_finish: no such attempt of this role (each is finished once)' USING ERRCODE = 'P0001';
+  END IF;
+  IF pg_xact_status(a.xact) IS DISTINCT FROM 'committed' THEN
+    RAISE EXCEPTION 'confirm_enrolment_finish: commit confirm_enrolment_begin first' USING ERRCODE = 'P0001';
+  END IF;
+  DELETE FROM pam_totp.enrolment_attempts x WHERE x.id = a.id OR x.begun < clock - 3600;
+  SELECT * INTO cfg FROM pam_totp.settings;
+  PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;
+  IF NOT a.matched OR NOT FOUND OR clock - a.begun > cfg.attempt_seconds THEN
+    SELECT u.failures INTO fails FROM pam_totp.users u WHERE u.name = a.user_name;
+    PERFORM pam_totp_api.audit_append('failure', a.user_name, a.uid, a.label, fails, 0, 'wrong enrolment code');
+    outcome := 'wrong'; attempts_left := a.attempts_left; RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = a.user_name AND x.kind = a.kind AND x.destination = a.destination) THEN
+    RAISE EXCEPTION '%', CASE a.kind WHEN 'sms' THEN 'this phone number is already enrolled' ELSE 'this email address is already enrolled' END
+      USING ERRCODE = 'P0001';
+  END IF;
+  had := EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = a.user_name);
+  PERFORM pam_totp_api.check_enrollable(a.user_name, a.uid, a.label, NULL);
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
+  VALUES (a.user_name, a.label, 'sha1', 6, 30, a.created, 0, NULL, a.kind, a.destination);
+  DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = a.user_name;
+  UPDATE pam_totp.users u SET failures = greatest(u.failures - 1, 0) WHERE u.name = a.user_name;
+  PERFORM pam_totp_api.audit_append('enroll', a.user_name, a.uid, a.label, NULL, 0,
+                                    CASE a.kind WHEN 'sms' THEN 'text messages to ' ELSE 'email to ' END
+                                    || pam_totp_api.masked(a.kind, a.destination));
+  IF NOT had THEN
+    UPDATE pam_totp.users SET proof_role = session_user, proof_until = clock + cfg.proof_seconds WHERE name = a.user_name;
+  END IF;
+  outcome := 'enrolled'; attempts_left := 0;
+END $$;
+
+-- Both steps in one call, for pam-totpd (as the procedure login: it commits between them, so it
+-- runs as its caller and names everything by schema). outcome 'expired': no such code.
+CREATE PROCEDURE pam_totp_api.confirm_enrolment(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text,
+                                                p_created bigint, INOUT outcome text DEFAULT NULL,
+                                                INOUT attempts_left integer DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE attempt pg_catalog.int8;
+BEGIN
+  attempt := pam_totp_api.confirm_enrolment_begin(p_user, p_uid, p_label, p_sent_at, p_code, p_created);
+  IF attempt IS NULL THEN
+    outcome := 'expired'; attempts_left := 0;
+    RETURN;
+  END IF;
+  COMMIT;
+  SELECT f.outcome, f.attempts_left INTO outcome, attempts_left FROM pam_totp_api.confirm_enrolment_finish(attempt) f;
 END $$;
 
 -- pam_totp_sender (pam-totpd deliver): the next message to send, claimed for good. The claim
@@ -983,9 +1048,10 @@ AS $$
 DECLARE clock bigint := pam_totp_api.now_seconds();
 BEGIN
   UPDATE pam_totp.outbox o SET code = NULL, done_at = clock, outcome = 'expired'
-   WHERE o.claimed_at IS NULL AND o.expires_at <= clock;
+   WHERE o.claimed_at IS NULL AND o.outcome IS NULL AND o.expires_at <= clock;
   RETURN QUERY
-    WITH c AS (SELECT o.id, o.code FROM pam_totp.outbox o WHERE o.claimed_at IS NULL ORDER BY o.id LIMIT 1 FOR UPDATE SKIP LOCKED)
+    WITH c AS (SELECT o.id, o.code FROM pam_totp.outbox o WHERE o.claimed_at IS NULL AND o.outcome IS NULL
+                ORDER BY o.id LIMIT 1 FOR UPDATE SKIP LOCKED)
     UPDATE pam_totp.outbox o SET claimed_at = clock, claimed_by = session_user, code = NULL
       FROM c WHERE o.id = c.id
     RETURNING o.id, o.kind, o.destination, c.code, o.host, o.minutes;
@@ -1043,7 +1109,11 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.enrolled(text),
   pam_totp_api.send_code(text, bigint, text, text),
   pam_totp_api.send_enrolment_code(text, bigint, text, text, text, text),
-  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint)
+  pam_totp_api.confirm_enrolment_begin(text, bigint, text, bigint, text, bigint),
+  pam_totp_api.confirm_enrolment_finish(bigint)
+TO pam_totp_host, pam_totp_admin;
+GRANT EXECUTE ON PROCEDURE
+  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.outbox_claim(),

@@ -369,7 +369,8 @@ public final class PostgresStore: TOTPStore {
         let code = answer.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } ? String(decoding: answer, as: UTF8.self) : "x"
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.write("SELECT outcome, attempts_left FROM pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6)",
+            // A procedure: the attempt is committed (counted) before its verdict is told.
+            rows = try pool.write("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6)",
                                   [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
                                    .text(code), .text(String(factor.created))])
         } catch { throw Self.mappedChange(error) }

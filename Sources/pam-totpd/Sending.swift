@@ -115,9 +115,13 @@ enum Sending {
 
     /// `output` with every occurrence of `destination` replaced by its mask and of `code` by
     /// "***" (the output is already escaped for a log line; both are plain ASCII there).
+    /// A number is also masked without its "+" (a gateway's "15105551234").
     static func scrubbed(_ output: [UInt8], destination: [UInt8], code: [UInt8]) -> [UInt8] {
-        let masked = destination.first == 0x2B ? Destination.maskPhone(destination) : Destination.maskEmail(destination)
-        return replacing(replacing(output, destination, with: masked), code, with: literal("***"))
+        let phone = destination.first == 0x2B
+        let masked = phone ? Destination.maskPhone(destination) : Destination.maskEmail(destination)
+        var out = replacing(output, destination, with: masked)
+        if phone { out = replacing(out, Array(destination.dropFirst()), with: Array(masked.dropFirst())) }
+        return replacing(out, code, with: literal("***"))
     }
 
     static func replacing(_ bytes: [UInt8], _ needle: [UInt8], with replacement: [UInt8]) -> [UInt8] {

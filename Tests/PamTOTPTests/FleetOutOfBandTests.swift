@@ -18,8 +18,7 @@ final class FleetOutOfBandTests: XCTestCase {
     var deliverer: Process?
     var deliverLog = ""
     var root: URL!
-    var spool = ""
-    var createdSender = false
+    var senders: SenderSpool!
     let db = "fleet"
     let number = "+15105551234"
     let senderRole = "pamtotp_fleet_sender"
@@ -30,19 +29,13 @@ final class FleetOutOfBandTests: XCTestCase {
             XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
             throw XCTSkip("no PostgreSQL")
         }
-        createdSender = try makeSenderUser()
         root = try makeTemporaryDirectory("pam_totp_fleet_oob")
         XCTAssertEqual(chmod(root.path, 0o755), 0)
-        let senders = root.appendingPathComponent("senders").path
-        let spoolDir = root.appendingPathComponent("spool").path
-        XCTAssertEqual(mkdir(senders, 0o755), 0)
-        XCTAssertEqual(mkdir(spoolDir, 0o700), 0)
-        let pw = try XCTUnwrap(getpwnam("pam-totp-sender"))
-        XCTAssertEqual(chown(spoolDir, pw.pointee.pw_uid, pw.pointee.pw_gid), 0)
-        spool = spoolDir + "/messages"
-        try writeSender("sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$1\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
-        try writeSender("failing-sms", "#!/bin/sh\necho 'gateway says no' >&2\nexit 3\n")
-        try writeSender("slow-sms", "#!/bin/sh\necho started >> \(spoolDir)/started\nsleep 4\n{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        senders = try SenderSpool(in: root)
+        // It repeats the number without its + (as gateways do): still masked in every log line.
+        try senders.writeSender("failing-sms", "#!/bin/sh\necho \"gateway says no to ${1#+}\" >&2\nexit 3\n")
+        try senders.writeSender("slow-sms", "#!/bin/sh\necho started >> \(root.path)/spool/started\nsleep 4\n"
+                                + "{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(senders.path)\n")
 
         cluster = try PostgresCluster()
         try cluster.psql("CREATE DATABASE \(db)")
@@ -77,17 +70,11 @@ final class FleetOutOfBandTests: XCTestCase {
         cluster?.stop()
         cluster = nil
         if let root { removeTemporaryDirectory(root) }
-        if createdSender { _ = try? runCommand(["userdel", "pam-totp-sender"]) }
+        senders?.cleanup()
     }
 
     @discardableResult
     func sql(_ q: String, user: String = "postgres") throws -> String { try cluster.psql(q, user: user, database: db) }
-
-    func writeSender(_ name: String, _ text: String) throws {
-        let path = root.appendingPathComponent("senders/" + name).path
-        try text.write(toFile: path, atomically: true, encoding: .utf8)
-        XCTAssertEqual(chmod(path, 0o755), 0)
-    }
 
     /// Starts `pam-totpd deliver` with `sender` as sms_command, logged in as the sender role.
     func startDeliver(_ sender: String = "sms") throws {
@@ -95,7 +82,7 @@ final class FleetOutOfBandTests: XCTestCase {
         try """
             backend = postgresql
             postgresql = \(cluster.conninfo(user: senderRole, database: db))
-            sms_command = \(root.path)/senders/\(sender)
+            sms_command = \(senders.senders)/\(sender)
 
             """.write(toFile: config, atomically: true, encoding: .utf8)
         XCTAssertEqual(chmod(config, 0o644), 0)
@@ -120,17 +107,9 @@ final class FleetOutOfBandTests: XCTestCase {
     }
 
     var deliverOutput: String { (try? String(contentsOfFile: deliverLog, encoding: .utf8)) ?? "" }
-    var messages: String { (try? String(contentsOfFile: spool, encoding: .utf8)) ?? "" }
-    var messageCount: Int { messages.components(separatedBy: "\n--\n").count - 1 }
-
-    /// The code in the last message sent (the spool's last 6-digit number).
-    func lastCode() -> String? {
-        let m = messages
-        guard let r = try? NSRegularExpression(pattern: "\\b([0-9]{6})\\b") else { return nil }
-        let found = r.matches(in: m, range: NSRange(m.startIndex..., in: m))
-        guard let last = found.last, let range = Range(last.range(at: 1), in: m) else { return nil }
-        return String(m[range])
-    }
+    var messages: String { senders.messages }
+    var messageCount: Int { senders.count }
+    func lastCode() -> String? { senders.lastCode }
 
     /// Enrols root's phone the way a user does: totp-enroll add-phone through host A; the code
     /// arrives through the outbox and deliver, and is typed back.
@@ -266,7 +245,12 @@ final class FleetOutOfBandTests: XCTestCase {
         let sent = try sql("SELECT id FROM pam_totp.outbox")
         let code = try sql("SELECT code FROM pam_totp.outbox WHERE id = \(sent)")
         let at = try sql("SELECT sent_at FROM pam_totp.enrolment_codes")
-        XCTAssertEqual(try sql("SELECT outcome FROM pam_totp_api.confirm_enrolment('ann', 1001, 'mobile', \(at), '\(code)', 5)"), "enrolled")
+        // Inside one transaction nothing is told: the verdict waits for the counted attempt's commit.
+        XCTAssertThrowsError(try sql("SELECT pam_totp_api.confirm_enrolment_finish(pam_totp_api.confirm_enrolment_begin('ann', 1001, "
+                                     + "'mobile', \(at), '\(code)', 5))", user: host)) { error in
+            XCTAssertTrue("\(error)".contains("commit confirm_enrolment_begin first"), "\(error)")
+        }
+        XCTAssertEqual(try sql("CALL pam_totp_api.confirm_enrolment('ann', 1001, 'mobile', \(at), '\(code)', 5)"), "enrolled|0")
         XCTAssertEqual(try sql("SELECT destination FROM pam_totp_api.list_factors('ann')", user: host), "+1******1234")
         XCTAssertEqual(try sql("SELECT masked FROM pam_totp_api.enrolled('ann')", user: host), "+1******1234")
         try sql("CREATE ROLE pamtotp_fleet_admin LOGIN; GRANT pam_totp_admin TO pamtotp_fleet_admin")
@@ -276,6 +260,49 @@ final class FleetOutOfBandTests: XCTestCase {
         XCTAssertEqual(claimed, "\(sent) \(code)")
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp_api.outbox_claim()", user: senderRole), "0")
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.outbox WHERE code IS NOT NULL"), "0")
+    }
+
+    /// Review finding: a host guessed a sent code in a transaction it then rolled back, telling a
+    /// right guess from a wrong one by what the guess changed (the code's attempts, seen through
+    /// enrolled().pending or pg_stat_xact_user_tables) — every guess uncounted. Now every answer
+    /// makes the same writes: inside the transaction, three answers with the code among them look
+    /// exactly like three wrong ones.
+    func testAHostCannotTellARightSentCodeFromAWrongOneBeforeItIsCounted() throws {
+        let host = "pamtotp_fleet_host_a"
+        let at = try sql("SELECT pam_totp_api.send_enrolment_code('cid', 1002, 'mobile', 'sms', '\(number)', 'setup')")
+        let first = try sql("SELECT code FROM pam_totp_api.outbox_claim()", user: senderRole)
+        XCTAssertEqual(try sql("CALL pam_totp_api.confirm_enrolment('cid', 1002, 'mobile', \(at), '\(first)', 5)"), "enrolled|0")
+        try sql("UPDATE pam_totp.sends SET at = at - 100")
+        XCTAssertTrue(try sql("SELECT outcome FROM pam_totp_api.send_code('cid', 1002, 'mobile', 'setup')", user: host).hasPrefix("sent"))
+        let code = try sql("SELECT code FROM pam_totp_api.outbox_claim()", user: senderRole)
+        let wrong = ["000001", "000002", "000003"].filter { $0 != code }
+        func seen(_ answers: [String]) throws -> String {
+            let guesses = answers.map { "PERFORM pam_totp_api.login_begin('cid', 1002, '\($0)', 1, 10, 300, false);" }.joined(separator: " ")
+            do {
+                try sql("""
+                    DO $$ DECLARE r text; BEGIN \(guesses)
+                      SELECT coalesce(bool_or(e.pending)::text, '-') || ' ' || coalesce((SELECT n_tup_ins || '/' || n_tup_upd || '/' || n_tup_del
+                        FROM pg_stat_xact_user_tables WHERE relname = 'sent_codes'), '-') INTO r FROM pam_totp_api.enrolled('cid') e;
+                      RAISE EXCEPTION 'seen %', r; END $$
+                    """, user: host)
+            } catch { return "\(error)".components(separatedBy: "seen ").last?.components(separatedBy: "\n").first ?? "\(error)" }
+            return "no exception"
+        }
+        let right = try seen([code, wrong[0], wrong[1]]), allWrong = try seen([wrong[0], wrong[1], wrong[2 % wrong.count]])
+        XCTAssertEqual(right, allWrong, "a right guess among wrong ones is seen before it is counted")
+        XCTAssertEqual(try sql("SELECT attempts_left FROM pam_totp.sent_codes WHERE user_name = 'cid'"), "3", "rolled back: nothing used")
+        // Counted for real: the right code still logs in once (an answer uses an attempt, right or wrong).
+        XCTAssertEqual(try cluster.login("outcome", "'cid', 1002, '\(code)', 1, 10, 300, false", user: host, database: db), "success")
+        // Review finding: send_enrolment_code said "already enrolled" for a number the user has, so
+        // a host with the user's proof (just now) tested guesses at the mask in rolled-back calls.
+        // It is said only once the code sent to it is typed back.
+        try sql("UPDATE pam_totp.sends SET at = at - 100")
+        XCTAssertNoThrow(try sql("SELECT pam_totp_api.send_enrolment_code('cid', 1002, 'probe', 'sms', '\(number)', 'setup')", user: host))
+        let again = try sql("SELECT code FROM pam_totp_api.outbox_claim()", user: senderRole)
+        let sentAt = try sql("SELECT sent_at FROM pam_totp.enrolment_codes WHERE user_name = 'cid'")
+        XCTAssertThrowsError(try sql("CALL pam_totp_api.confirm_enrolment('cid', 1002, 'probe', \(sentAt), '\(again)', 5)", user: host)) { error in
+            XCTAssertTrue("\(error)".contains("this phone number is already enrolled"), "\(error)")
+        }
     }
 
     /// One code sent, then 20 logins at once over both hosts: exactly one is accepted.
@@ -336,7 +363,8 @@ final class FleetOutOfBandTests: XCTestCase {
                       deliverOutput)
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.sent_codes"), "0", "the code is void")
         let detail = try sql("SELECT detail FROM pam_totp.audit WHERE event = 'code-not-sent'")
-        XCTAssertTrue(detail.contains("gateway says no") && detail.contains("+1******1234") && !detail.contains(number), detail)
+        XCTAssertTrue(detail.contains("gateway says no to 1******1234") && detail.contains("+1******1234"), detail)
+        XCTAssertFalse(detail.contains(String(number.dropFirst())) || deliverOutput.contains(String(number.dropFirst())), detail + deliverOutput)
         XCTAssertTrue(deliverOutput.contains("could not send message"), deliverOutput)
     }
 

@@ -315,7 +315,8 @@ final class FleetSQLTests: XCTestCase {
             """).split(separator: "\n").map(String.init)
         // A host logs in (login, or its two steps) and enrols with proof; the imports, which
         // set any state, are the admin's (a host changes a user's state only by logging in).
-        let hostFunctions = ["check_enrollable", "confirm_enrolment", "enroll", "enrolled", "enrolled_uid", "list_factors", "login",
+        let hostFunctions = ["check_enrollable", "confirm_enrolment", "confirm_enrolment_begin", "confirm_enrolment_finish", "enroll",
+                             "enrolled", "enrolled_uid", "list_factors", "login",
                              "login_begin", "login_finish", "remove_factor", "replace_recovery", "send_code", "send_enrolment_code",
                              "user_status"]
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) }, hostFunctions)
@@ -344,8 +345,8 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp'::regnamespace"), "0")
         for f in executable {
             XCTAssertFalse(f.contains("bytea"), "returns bytes: \(f)")
-            if f.hasPrefix("login:p:") {
-                XCTAssertTrue(f.hasSuffix(":false:"), "the login procedure must run as its caller, with no SET: \(f)")
+            if f.hasPrefix("login:p:") || f.hasPrefix("confirm_enrolment:p:") {
+                XCTAssertTrue(f.hasSuffix(":false:"), "a procedure that commits runs as its caller, with no SET: \(f)")
                 continue
             }
             XCTAssertTrue(f.contains(":true:"), "not SECURITY DEFINER: \(f)")

@@ -14,24 +14,16 @@ import XCTest
 final class OutOfBandLoginTests: XCTestCase {
     var daemon: DaemonFixture!
     var pam: PAMFixture!
-    var spool = ""
-    var createdSender = false
+    var senders: SenderSpool!
+    var spool: String { senders.path }
     var service = ""
     let number = "+15105551234"
 
     override func setUpWithError() throws {
         try XCTSkipUnless(isRoot, "pam-totpd runs as root and the sender as pam-totp-sender")
-        createdSender = try makeSenderUser()
         daemon = try DaemonFixture()
         pam = try PAMFixture()
-        let senders = daemon.root.appendingPathComponent("senders").path
-        let spoolDir = daemon.root.appendingPathComponent("spool").path
-        XCTAssertEqual(mkdir(senders, 0o755), 0)
-        XCTAssertEqual(mkdir(spoolDir, 0o700), 0)
-        let pw = try XCTUnwrap(getpwnam("pam-totp-sender"))
-        XCTAssertEqual(chown(spoolDir, pw.pointee.pw_uid, pw.pointee.pw_gid), 0)
-        spool = spoolDir + "/messages"
-        try writeSender("sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$1\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        senders = try SenderSpool(in: daemon.root)
         try writeSender("failing-sms", "#!/bin/sh\necho 'gateway says no' >&2\nexit 3\n")
         try writeConfig(sms: "sms")
         service = "pam_totp_oob_\(getpid())"
@@ -41,14 +33,10 @@ final class OutOfBandLoginTests: XCTestCase {
         daemon?.cleanup()
         pam?.cleanup()
         if !service.isEmpty { unlink("/etc/pam.d/" + service) }
-        if createdSender { _ = try? runCommand(["userdel", "pam-totp-sender"]) }
+        senders?.cleanup()
     }
 
-    func writeSender(_ name: String, _ text: String) throws {
-        let path = daemon.root.appendingPathComponent("senders/" + name).path
-        try text.write(toFile: path, atomically: true, encoding: .utf8)
-        XCTAssertEqual(chmod(path, 0o755), 0)
-    }
+    func writeSender(_ name: String, _ text: String) throws { try senders.writeSender(name, text) }
 
     func writeConfig(sms: String, extra: String = "") throws {
         try "store = \(daemon.store)\nsms_command = \(daemon.root.path)/senders/\(sms)\n\(extra)"
@@ -64,16 +52,8 @@ final class OutOfBandLoginTests: XCTestCase {
         try s.write(user: Array(user.utf8), record: UserRecord(uid: UInt32(uid), factors: factors))
     }
 
-    var messages: String { (try? String(contentsOfFile: spool, encoding: .utf8)) ?? "" }
-
-    /// The code in the last message sent (the spool's last 6-digit number).
-    func lastCode() -> String? {
-        let m = messages
-        guard let r = try? NSRegularExpression(pattern: "\\b([0-9]{6})\\b") else { return nil }
-        let found = r.matches(in: m, range: NSRange(m.startIndex..., in: m))
-        guard let last = found.last, let range = Range(last.range(at: 1), in: m) else { return nil }
-        return String(m[range])
-    }
+    var messages: String { senders.messages }
+    func lastCode() -> String? { senders.lastCode }
 
     func line(_ extra: String = "") -> String {
         "auth required MODULE config=\(daemon.config) store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0 \(extra)"

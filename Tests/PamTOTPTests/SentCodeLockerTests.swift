@@ -12,40 +12,21 @@ import XCTest
 /// message; the configuration names it as sms_command (the module offers a phone only then).
 final class SpoolSender {
     let daemon: DaemonFixture
-    let spool: String
+    let spool: SenderSpool
     let number = "+15105551234"
-    private let createdSender: Bool
 
     init(daemon: DaemonFixture, extraConfig: String = "") throws {
         self.daemon = daemon
-        createdSender = try makeSenderUser()
-        let senders = daemon.root.appendingPathComponent("senders").path
-        let spoolDir = daemon.root.appendingPathComponent("spool").path
-        guard mkdir(senders, 0o755) == 0, mkdir(spoolDir, 0o700) == 0, let pw = getpwnam("pam-totp-sender"),
-              chown(spoolDir, pw.pointee.pw_uid, pw.pointee.pw_gid) == 0 else { throw POSIXError(.EIO) }
-        spool = spoolDir + "/messages"
-        let sender = senders + "/sms"
-        try "#!/bin/sh\n{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(spool)\n"
-            .write(toFile: sender, atomically: true, encoding: .utf8)
-        try "store = \(daemon.store)\nsms_command = \(sender)\n\(extraConfig)".write(toFile: daemon.config, atomically: true, encoding: .utf8)
-        guard chmod(sender, 0o755) == 0, chmod(daemon.config, 0o644) == 0 else { throw POSIXError(.EIO) }
+        spool = try SenderSpool(in: daemon.root)
+        try "store = \(daemon.store)\nsms_command = \(spool.senders)/sms\n\(extraConfig)".write(toFile: daemon.config, atomically: true, encoding: .utf8)
+        guard chmod(daemon.config, 0o644) == 0 else { throw POSIXError(.EIO) }
     }
 
-    func cleanup() {
-        if createdSender { _ = try? runCommand(["userdel", "pam-totp-sender"]) }
-    }
+    func cleanup() { spool.cleanup() }
 
-    var messages: String { (try? String(contentsOfFile: spool, encoding: .utf8)) ?? "" }
-    var count: Int { messages.components(separatedBy: "\n--\n").count - 1 }
-
-    /// The code in the last message sent (its last 6-digit number).
-    var lastCode: String? {
-        let m = messages
-        guard let r = try? NSRegularExpression(pattern: "\\b([0-9]{6})\\b") else { return nil }
-        guard let last = r.matches(in: m, range: NSRange(m.startIndex..., in: m)).last,
-              let range = Range(last.range(at: 1), in: m) else { return nil }
-        return String(m[range])
-    }
+    var messages: String { spool.messages }
+    var count: Int { spool.count }
+    var lastCode: String? { spool.lastCode }
 
     /// Enrols `user` (bound to `uid`) with one phone and nothing else.
     func enrolPhone(_ user: String, uid: uid_t?) throws {
@@ -113,7 +94,7 @@ final class SentCodeScreenLockerTests: XCTestCase {
         XCTAssertFalse(fixture.unlocked(p), "the password alone unlocked a user with a phone")
         XCTAssertTrue(waitUntil(timeout: 5) { self.sender.lastCode != nil }, "no code was sent: \(daemon.output)")
         XCTAssertEqual(sender.count, 1, sender.messages)
-        XCTAssertTrue(sender.messages.hasPrefix("to \(sender.number)\n"), sender.messages)
+        XCTAssertTrue(sender.messages.hasPrefix("to \(sender.number) uid "), sender.messages)
         let code = try XCTUnwrap(sender.lastCode)
         var state = try daemon.state(user)
         XCTAssertNotNil(state.pending, "the code sent is pending")

@@ -17,13 +17,13 @@ ALTER TABLE pam_totp.factors ADD COLUMN destination text NULL;
 -- A phone: E.164 (+, 8-15 digits, the first not 0). An address: the conservative form
 -- MFAPolicy's Destination accepts (ASCII, no quotes, brackets or IP literals, not starting with
 -- - | / or a dot). Either way printable ASCII, so a mask of it is too.
-ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_destination CHECK (
+ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_destination CHECK (coalesce(
   CASE kind
     WHEN 'sms' THEN secret IS NULL AND destination ~ '^[+][1-9][0-9]{7,14}$'
     WHEN 'email' THEN secret IS NULL AND octet_length(destination) <= 254
       AND destination ~ '^[A-Za-z0-9!#$%&''*+=?^_`{}~][A-Za-z0-9!#$%&''*+/=?^_`{|}~.-]{0,63}@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$'
     ELSE secret IS NOT NULL AND destination IS NULL
-  END);
+  END, false));
 
 ALTER TABLE pam_totp.settings
   ADD COLUMN oob_digits integer NOT NULL DEFAULT 6 CHECK (oob_digits BETWEEN 6 AND 8),
@@ -73,7 +73,7 @@ CREATE TABLE pam_totp.enrolment_codes (
   user_name text PRIMARY KEY,
   uid bigint NOT NULL,
   id bigint NOT NULL,
-  label text NOT NULL,
+  label text NOT NULL CHECK (octet_length(label) BETWEEN 1 AND 64),
   kind text NOT NULL CHECK (kind IN ('sms', 'email')),
   destination text NOT NULL,
   digits integer NOT NULL CHECK (digits BETWEEN 6 AND 8),
@@ -82,6 +82,24 @@ CREATE TABLE pam_totp.enrolment_codes (
   sent_at bigint NOT NULL,
   expires_at bigint NOT NULL,
   attempts_left integer NOT NULL CHECK (attempts_left >= 0)
+);
+
+-- A code typed back at an enrolment, counted before its verdict is told (confirm_enrolment_begin
+-- and _finish, as login_begin and login_finish): matched says whether it was the code; the factor
+-- to save is copied here, since the attempt may have used up the outstanding code.
+CREATE TABLE pam_totp.enrolment_attempts (
+  id bigserial PRIMARY KEY,
+  role name NOT NULL,
+  xact xid8 NOT NULL,
+  begun bigint NOT NULL,
+  user_name text NOT NULL,
+  uid bigint NOT NULL,
+  matched boolean NOT NULL,
+  label text NOT NULL,
+  kind text NOT NULL,
+  destination text NOT NULL,
+  created bigint NOT NULL,
+  attempts_left integer NOT NULL
 );
 
 -- Every send, for the limits (per account: resend interval, hour, day; fleet-wide: minute).
@@ -98,5 +116,5 @@ ALTER TABLE pam_totp.audit ADD CONSTRAINT audit_event_check
   CHECK (event IN ('success', 'recovery', 'failure', 'locked', 'unfinished', 'enroll', 'recovery-codes', 'remove', 'unlock',
                    'purge', 'import', 'code-sent', 'code-not-sent'));
 
-REVOKE ALL ON pam_totp.outbox, pam_totp.sent_codes, pam_totp.enrolment_codes, pam_totp.sends FROM PUBLIC;
-REVOKE ALL ON SEQUENCE pam_totp.outbox_id_seq, pam_totp.sends_id_seq FROM PUBLIC;
+REVOKE ALL ON pam_totp.outbox, pam_totp.sent_codes, pam_totp.enrolment_codes, pam_totp.enrolment_attempts, pam_totp.sends FROM PUBLIC;
+REVOKE ALL ON SEQUENCE pam_totp.outbox_id_seq, pam_totp.sends_id_seq, pam_totp.enrolment_attempts_id_seq FROM PUBLIC;
