@@ -1,5 +1,6 @@
 # pam_totp — see README.md. Two builds from one Package.swift (docs/ARCHITECTURE.md, section 3):
 #   .build-embedded/  what ships: pam_totp.so, pam-totpd and totp-enroll, Embedded Swift (no Swift runtime)
+#   .build-embedded-module/  pam_totp.so's own build (its library targets optimised for size)
 #   .build/           the test suite (and a normal build of everything, for development)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -28,7 +29,7 @@ DEB         := dist/pam-totp_$(VERSION)_$(DEB_ARCH).deb
 DEB_MAINTAINER ?= $(or $(shell git log -1 --format='%an <%ae>' 2>/dev/null),pam_totp developers <pam-totp@localhost.localdomain>)
 LINTIAN     ?= yes
 
-EMBEDDED_SO := .build-embedded/release/libpam_totp.so
+EMBEDDED_SO := .build-embedded-module/release/libpam_totp.so
 STRIPPED_SO := .build-embedded/pam_totp.so
 ENROLL_BIN  := .build-embedded/release/totp-enroll
 DAEMON_BIN  := .build-embedded/release/pam-totpd
@@ -58,7 +59,7 @@ BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
 TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 python3-pskc groff-base util-linux libmagickcore-6.q16-6-extra uidmap msmtp python3-aiosmtpd curl gammu-smsd
 DEB_DEPS    := debhelper dpkg-dev fakeroot lintian
 DEB_TEST_DEPS := debootstrap
-BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime
+BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime strace
 
 # Installs the Debian packages named in $(1) that are missing (apt-get update only if needed).
 define apt_install
@@ -92,7 +93,9 @@ $(VERIFY_BENCH): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Source
 	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product verify-bench $(EMBEDDED_LINK)
 
 $(STRIPPED_SO): Package.swift $(wildcard Sources/*/*.swift Sources/*/*.h Sources/*/*.map Sources/*/module.modulemap)
-	PAM_TOTP_EMBEDDED=1 $(SWIFT) build -c release --scratch-path .build-embedded --product pam_totp --disable-local-rpath
+	@# Its own scratch path: the library targets it links are built for size there (Package.swift, PAM_TOTP_MODULE).
+	PAM_TOTP_EMBEDDED=1 PAM_TOTP_MODULE=1 $(SWIFT) build -c release --scratch-path .build-embedded-module --product pam_totp --disable-local-rpath
+	@mkdir -p $(dir $@)
 	@# As dh_strip does: no symbols, no toolchain notes (.comment, the linker's version note).
 	strip --strip-all --remove-section=.comment --remove-section=.note.gnu.gold-version -o $@ $(EMBEDDED_SO)
 
@@ -247,5 +250,5 @@ bench-fleet: deps daemon
 	PRIVACYIDEA=$(PRIVACYIDEA) scripts/bench-fleet.sh $(abspath $(DAEMON_BIN)) docs/benchmarks.md
 
 clean:
-	rm -rf .build .build-embedded .build-fuzz .build-test.log dist
+	rm -rf .build .build-embedded .build-embedded-module .build-fuzz .build-test.log dist
 	rm -rf debian/pam-totp debian/.debhelper debian/files debian/*.substvars debian/debhelper-build-stamp debian/*.debhelper.log debian/changelog
