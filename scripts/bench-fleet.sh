@@ -18,10 +18,14 @@ bin=/usr/lib/postgresql/15/bin
 dir=$(mktemp -d /tmp/pamtotp-fleet-bench.XXXXXX)
 chmod 0755 "$dir"; chown postgres "$dir"
 pid=""
+deliver_pid=""
+created_sender=0
 [ "$privacyidea" = 1 ] && . "$(dirname "$0")/bench-fleet-privacyidea.sh"
 cleanup() {
   [ "$privacyidea" != 1 ] || pi_stop || true
   [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+  [ -n "$deliver_pid" ] && kill "$deliver_pid" 2>/dev/null && wait "$deliver_pid" 2>/dev/null || true
+  [ "$created_sender" = 1 ] && userdel pam-totp-sender 2>/dev/null || true
   runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
@@ -132,6 +136,43 @@ if [ "$privacyidea" = 1 ]; then
   pi_versions="privacyIDEA $("$pi_venv/bin/python3" -c 'import importlib.metadata as m; print(m.version("privacyidea"))'),\
  gunicorn $pi_gunicorn, psycopg2-binary $pi_psycopg, $("$pi_venv/bin/python3" --version)"
 fi
+# Sends per second through `pam-totpd deliver` (text-message and email codes, docs/FLEET.md):
+# 1,000 messages queued by send_code (the owner's session; the fleet's per-minute limit raised for
+# the run), one for each user's phone; then one deliverer, logged in as a pam_totp_sender role,
+# drains the outbox, running a sender that reads its message and exits 0 (as pam-totp-sender,
+# created as make install does if missing and removed after). Timed from its start to the last
+# message recorded as sent; its own CPU (not the senders') per message.
+if ! getent passwd pam-totp-sender >/dev/null; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group pam-totp-sender
+  created_sender=1
+fi
+printf '#!/bin/sh\ncat >/dev/null\n' > "$dir/sender"
+chmod 0755 "$dir/sender"
+queued=$(psql -d fleet -c "UPDATE pam_totp.settings SET oob_max_per_minute = 10000;
+  CREATE ROLE bench_sender LOGIN; GRANT pam_totp_sender TO bench_sender;
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
+    SELECT 'benchuser' || lpad(i::text, 4, '0'), 'mobile', 'sha1', 6, 30, 0, 0, NULL, 'sms', '+1510555' || lpad(i::text, 4, '0')
+      FROM generate_series(0, 999) i;
+  SELECT count(*) FROM generate_series(0, 999) i, pam_totp_api.send_code('benchuser' || lpad(i::text, 4, '0'), 60000 + i, 'mobile', 'bench') s
+   WHERE s.outcome = 'sent'" | tail -1)
+[ "$queued" = 1000 ] || { echo "send_code queued $queued of 1000 messages" >&2; exit 1; }
+printf "backend = postgresql\npostgresql = host=%s user=bench_sender dbname=fleet\nsms_command = %s/sender\n" "$dir" "$dir" > "$dir/deliver.conf"
+t0=$(date +%s.%N)
+"$daemon" deliver --config "$dir/deliver.conf" >"$dir/deliver.log" 2>&1 &
+deliver_pid=$!
+sent=0
+for _ in $(seq 1200); do
+  sent=$(psql -d fleet -c "SELECT count(*) FROM pam_totp.outbox WHERE outcome = 'sent'")
+  [ "$sent" = 1000 ] && break
+  sleep 0.1
+done
+t1=$(date +%s.%N)
+[ "$sent" = 1000 ] || { echo "deliver sent $sent of 1000 messages in 120 s: $(tail -3 "$dir/deliver.log")" >&2; exit 1; }
+read -r -a dstat <"/proc/$deliver_pid/stat"
+kill "$deliver_pid"; wait "$deliver_pid" 2>/dev/null || true; deliver_pid=""
+deliver_rate=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", 1000 / (b - a) }')
+deliver_cpu=$(awk -v u="${dstat[13]}" -v s="${dstat[14]}" -v hz="$hz" 'BEGIN { printf "%.2f", (u + s) * 1000 / hz / 1000 }')
+deliver_wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 # Replaces the section an earlier run wrote (make bench keeps it when it rewrites the file).
 if [ -f "$out" ]; then
   sed -i '/^## Fleet mode/,$d' "$out"
@@ -160,6 +201,13 @@ fi
   echo
   echo "Module side: pam_totp.so in fleet mode takes the same path as a caller without root (one request to pam-totpd,"
   echo "no database client in the module): see \"The daemon path\" above for its instructions above the floor."
+  echo
+  echo "Text-message codes through \`pam-totpd deliver\`: 1,000 messages queued by send_code (one per user's phone), then one"
+  echo "deliverer (a pam_totp_sender role) claimed, sent and recorded them all in $deliver_wall s: **$deliver_rate sends/s**, each"
+  echo "message one claim, one fork and exec of the sender (as pam-totp-sender, reading its message and exiting 0) and one"
+  echo "outbox_done; the deliverer's own CPU $deliver_cpu ms a message (the senders' not counted). In use the fleet's"
+  echo "oob_max_per_minute (60 by default) bounds sends long before this; several deliverers may run (each message is"
+  echo "claimed by one)."
   if [ "$privacyidea" = 1 ]; then
     echo
     echo "### Beside privacyIDEA, on the same PostgreSQL"
