@@ -16,12 +16,15 @@ secret = bytes.fromhex(secret_hex)
 
 def frame(user, answer):
     # authenticate, no flags, adjacent_intervals 1, hotp_window 10, hotp_resync_window 100,
-    # max_failures 100, lockout 0; then service, user, store, answer and no previous answer.
+    # max_failures 100, lockout 0; factor_kinds all (0x0F), oob_digits 6, oob_max_attempts 3,
+    # oob_lifetime 300, oob_resend_interval 30, oob_max_per_hour 5, oob_max_per_day 20 (the
+    # defaults); then service, user, store, answer and no previous answer.
     body = bytes([2, 0, 1, 10]) + struct.pack(">H", 100) + bytes([100]) + struct.pack(">I", 0)
+    body += bytes([0x0F, 6, 3]) + struct.pack(">HH", 300, 30) + bytes([5, 20])
     for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True),
                         (b"", True)):
         body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
-    return b"PTQ2" + struct.pack(">H", len(body)) + body
+    return b"PTQ3" + struct.pack(">H", len(body)) + body
 
 def connect():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -136,6 +136,11 @@ if [ "$privacyidea" = 1 ]; then
   pi_versions="privacyIDEA $("$pi_venv/bin/python3" -c 'import importlib.metadata as m; print(m.version("privacyidea"))'),\
  gunicorn $pi_gunicorn, psycopg2-binary $pi_psycopg, $("$pi_venv/bin/python3" --version)"
 fi
+# A run whose requests got no reply or a malformed one (kind -1: e.g. a client speaking an older
+# protocol than the daemon) measured nothing: stop rather than report it.
+for r in "${rows[@]}"; do
+  case "${r#*|}" in *-1:*) echo "bench-fleet: requests failed ($r): is scripts/bench-fleet-client.py's frame pam-totpd's protocol?" >&2; exit 1;; esac
+done
 # Sends per second through `pam-totpd deliver` (text-message and email codes, docs/FLEET.md):
 # 1,000 messages queued by send_code (the owner's session; the fleet's per-minute limit raised for
 # the run), one for each user's phone; then one deliverer, logged in as a pam_totp_sender role,
