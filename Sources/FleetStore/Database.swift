@@ -479,7 +479,7 @@ public final class PostgresStore: TOTPStore {
             s = try pool.read("SELECT * FROM pam_totp_api.user_status($1)", [.text(name)])
             f = try pool.read("SELECT * FROM pam_totp_api.list_factors($1)", [.text(name)])
         } catch { throw Self.mapped(error) }
-        guard let row = s.first, row.count == 6 else { return nil }
+        guard let row = s.first, row.count >= 6 else { return nil }  // (the seventh, sends, since 008)
         var record = UserRecord()
         record.uid = row[0].flatMap { UInt32($0) }
         var lastUsed: [(Factor, UInt64)] = []
@@ -511,6 +511,10 @@ public final class PostgresStore: TOTPStore {
                                           hashes: [[UInt8]](repeating: [], count: count))
             state.recoverySet = UInt64(bitPattern: set)
             state.recoveryUsed = UInt32(truncatingIfNeeded: row[5].flatMap { Int64($0) } ?? 0)
+        }
+        // "{1764151200,1764151260}": the sends of the last day, oldest first.
+        if row.count > 6, let list = row[6] {
+            state.sends = list.split(whereSeparator: { $0 == "{" || $0 == "}" || $0 == "," }).compactMap { Int64($0) }.suffix(32).map { $0 }
         }
         state.failures = UInt32(clamping: row[1].flatMap { Int64($0) } ?? 0)
         state.lockedUntil = row[2].flatMap { Int64($0) } ?? 0

@@ -900,12 +900,16 @@ AS $$
   SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)
 $$;
 
--- A user's metadata: no secret, no hash, no salt.
+-- A user's metadata: no secret, no hash, no salt. sends: when codes were sent to the user in
+-- the last day (at most the last 32, oldest first), for totp-enroll status.
 CREATE FUNCTION pam_totp_api.user_status(p_user text)
-RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set bigint, recovery_codes integer, recovery_used bigint)
+RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set bigint, recovery_codes integer, recovery_used bigint,
+               sends bigint[])
 LANGUAGE sql STABLE SECURITY DEFINER
 AS $$
-  SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used
+  SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used,
+         ARRAY(SELECT x.at FROM (SELECT s.at FROM pam_totp.sends s WHERE s.user_name = u.name
+                                   AND s.at > pam_totp_api.now_seconds() - 86400 ORDER BY s.at DESC LIMIT 32) x ORDER BY x.at)
     FROM pam_totp.users u LEFT JOIN pam_totp.recovery r ON r.user_name = u.name WHERE u.name = p_user
 $$;
 

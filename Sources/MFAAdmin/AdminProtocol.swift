@@ -457,6 +457,10 @@ enum AdminCodec {
         let steps = st.lastSteps.prefix(255)
         b.append(UInt8(truncatingIfNeeded: steps.count))
         for e in steps { Writer.u64(e.key, &b); Writer.u64(e.step, &b); Writer.u64(UInt64(bitPattern: e.drift), &b) }
+        // The codes sent in the last day (totp-enroll status; at most 32, as a state keeps).
+        let sends = st.sends.suffix(32)
+        b.append(UInt8(truncatingIfNeeded: sends.count))
+        for t in sends { Writer.u64(UInt64(bitPattern: t), &b) }
     }
 
     static func status(_ r: inout Reader) throws(MFAError) -> UserStatus {
@@ -479,6 +483,11 @@ enum AdminCodec {
         for _ in 0..<Int(steps) {
             guard let key = r.u64(), let step = r.u64(), let drift = r.u64() else { throw .malformed("admin status") }
             st.lastSteps.append((key: key, step: step, drift: Int64(bitPattern: drift)))
+        }
+        guard let sends = r.u8(), sends <= 32 else { throw .malformed("admin status") }
+        for _ in 0..<Int(sends) {
+            guard let t = r.u64() else { throw .malformed("admin status") }
+            st.sends.append(Int64(bitPattern: t))
         }
         return UserStatus(record: record, state: st)
     }

@@ -61,6 +61,7 @@ final class AdminProtocolTests: XCTestCase {
         state.recoveryUsed = 0b101
         state.successProcess = 4321
         state.setLastStep(28_333_340, forLabel: Array("phone".utf8), drift: -2)
+        state.sends = [1_700_000_100, 1_700_000_500]  // codes sent: status shows them (fleet mode: through pam-totpd)
         let status = UserStatus(record: record, state: state)
         let frame = AdminReply.status(status.withoutSecrets()).encoded()
         let raw = AdminReply.status(status).encoded()
@@ -86,10 +87,12 @@ final class AdminProtocolTests: XCTestCase {
             big.factors.append(try Factor(label: label, parameters: .default, created: 1, secret: secret))
             bigState.setLastStep(UInt64(i), forLabel: label)
         }
+        bigState.sends = (0..<32).map { 1_700_000_000 + Int64($0) * 60 }
         guard case .status(let b?) = try AdminReply.decode(AdminReply.status(UserStatus(record: big, state: bigState)).encoded()) else {
             return XCTFail("the largest status")
         }
         XCTAssertEqual(b.record.factors.count, UserRecord.maxFactors)
+        XCTAssertEqual(b.state.sends.count, 32)
     }
 
     func testEveryReplyKindRoundTrips() throws {

@@ -183,6 +183,10 @@ final class FleetOutOfBandTests: XCTestCase {
         guard case .sent(false, _, _, _) = try ask(1, .send, answer: "mobile") else { return XCTFail(hosts[1].output) }
         XCTAssertTrue(isSuccess(try ask(1, .authenticate, answer: code)), hosts[1].output)
         XCTAssertFalse(isSuccess(try ask(0, .authenticate, answer: code)), "a sent code is used once, fleet-wide")
+        // status (on a host, through pam-totpd) counts the sends the database recorded: the
+        // enrolment's and the login's (the second login was asked for that code again).
+        let status = try runCommand([enrollURL.path, "--config", hosts[1].config, "--user", "root", "status", "--json"])
+        XCTAssertTrue(status.stdout.contains("\"codes_sent_last_hour\":2"), status.stdout + status.stderr)
         XCTAssertEqual(messageCount, 2)
         for h in hosts {
             XCTAssertFalse(h.output.contains(code), "a host logged a code: \(h.output)")
