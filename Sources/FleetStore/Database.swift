@@ -306,14 +306,8 @@ public final class PostgresStore: TOTPStore {
     public func hints(_ enrolled: FleetEnrolled, kinds: UInt8) -> FactorHints {
         var h = FactorHints(typed: enrolled.hasRecovery, device: false)
         for (i, f) in enrolled.factors.enumerated() {
-            guard kinds & f.kind.bit != 0 else { h.disallowed += 1; continue }
-            if f.kind.isOutOfBand {
-                if h.sent.count < FactorHints.maxOffered { h.sent.append(f) }
-                if enrolled.pending.contains(i) { h.pending = true }
-            } else {
-                h.typed = true
-                h.device = true
-            }
+            h.add(f.kind, allowed: kinds) { f }
+            if kinds & f.kind.bit != 0 && enrolled.pending.contains(i) { h.pending = true }
         }
         return h
     }

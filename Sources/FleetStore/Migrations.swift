@@ -482,9 +482,9 @@ BEGIN
   PERFORM pg_notify('pam_totp_outbox', '');
 END $$;
 
--- A wrong answer uses one attempt of p_user's outstanding code (p_which 'sent': a login's,
+-- An answer uses one attempt of p_user's outstanding code (p_which 'sent': a login's,
 -- 'enrolment': an enrolment's); the last one voids it. Returns the attempts left (NULL: none
--- was outstanding).
+-- was outstanding). One statement on every login (the delete only when the last is used).
 CREATE FUNCTION pam_totp_api.use_attempt(p_which text, p_user text) RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -493,13 +493,28 @@ BEGIN
   IF p_which = 'sent' THEN
     UPDATE pam_totp.sent_codes x SET attempts_left = greatest(x.attempts_left - 1, 0) WHERE x.user_name = p_user
     RETURNING x.attempts_left INTO left_;
-    DELETE FROM pam_totp.sent_codes x WHERE x.user_name = p_user AND x.attempts_left = 0;
+    IF left_ = 0 THEN DELETE FROM pam_totp.sent_codes x WHERE x.user_name = p_user; END IF;
   ELSE
     UPDATE pam_totp.enrolment_codes x SET attempts_left = greatest(x.attempts_left - 1, 0) WHERE x.user_name = p_user
     RETURNING x.attempts_left INTO left_;
-    DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user AND x.attempts_left = 0;
+    IF left_ = 0 THEN DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = p_user; END IF;
   END IF;
   RETURN left_;
+END $$;
+
+-- Raises unless an attempt was found for the finishing role (p_found) and the transaction that
+-- began it (p_xact) has committed: a verdict is told only once its counted attempt is durable
+-- (login_finish, confirm_enrolment_finish). p_finish, p_begin: the two steps' names.
+CREATE FUNCTION pam_totp_api.require_committed(p_found boolean, p_xact xid8, p_finish text, p_begin text) RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+  IF NOT p_found THEN
+    RAISE EXCEPTION '%: no such attempt of this role (each is finished once)', p_finish USING ERRCODE = 'P0001';
+  END IF;
+  IF pg_xact_status(p_xact) IS DISTINCT FROM 'committed' THEN
+    RAISE EXCEPTION '%: commit % first (a verdict is told only once its attempt is durable)', p_finish, p_begin USING ERRCODE = 'P0001';
+  END IF;
 END $$;
 
 -- Raises unless p's collation (the calling function's input collation) compares byte for byte.
@@ -831,12 +846,7 @@ DECLARE
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'login_finish: no such attempt of this role (each is finished once)' USING ERRCODE = 'P0001';
-  END IF;
-  IF pg_xact_status(a.xact) IS DISTINCT FROM 'committed' THEN
-    RAISE EXCEPTION 'login_finish: commit login_begin first (a verdict is told only once its attempt is durable)' USING ERRCODE = 'P0001';
-  END IF;
+  PERFORM pam_totp_api.require_committed(FOUND, a.xact, 'login_finish', 'login_begin');
   DELETE FROM pam_totp.attempts x WHERE x.id = a.id;
   SELECT * INTO cfg FROM pam_totp.settings;
   IF a.verdict IN ('match', 'recovery') AND clock - a.begun <= cfg.attempt_seconds THEN
@@ -1338,12 +1348,7 @@ DECLARE
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO a FROM pam_totp.enrolment_attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'confirm_enrolment_finish: no such attempt of this role (each is finished once)' USING ERRCODE = 'P0001';
-  END IF;
-  IF pg_xact_status(a.xact) IS DISTINCT FROM 'committed' THEN
-    RAISE EXCEPTION 'confirm_enrolment_finish: commit confirm_enrolment_begin first' USING ERRCODE = 'P0001';
-  END IF;
+  PERFORM pam_totp_api.require_committed(FOUND, a.xact, 'confirm_enrolment_finish', 'confirm_enrolment_begin');
   DELETE FROM pam_totp.enrolment_attempts x WHERE x.id = a.id OR x.begun < clock - 3600;
   SELECT * INTO cfg FROM pam_totp.settings;
   PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;

@@ -32,6 +32,20 @@ public struct FactorHints: Equatable, Sendable {
     /// a one-prompt stack then takes the answer's trailing digits as that code.
     public var pending: Bool
     public static let maxOffered = 9
+
+    /// Counts in one factor of `kind` where `allowed` kinds are: a typed one makes `typed` and
+    /// `device` true; a sent one is offered (`hint`, made only then) while fewer than
+    /// `maxOffered` are; a disallowed one is only counted. Every store's hints are built so.
+    @_optimize(size)  // cold: a login with a phone or address only
+    public mutating func add(_ kind: FactorKind, allowed: UInt8, hint: () -> FactorHint) {
+        guard allowed & kind.bit != 0 else { disallowed += 1; return }
+        if kind.isOutOfBand {
+            if sent.count < Self.maxOffered { sent.append(hint()) }
+        } else {
+            typed = true
+            device = true
+        }
+    }
     public init(typed: Bool = true, sent: [FactorHint] = [], disallowed: Int = 0, device: Bool = true, pending: Bool = false) {
         (self.typed, self.sent, self.disallowed, self.device, self.pending) = (typed, sent, disallowed, device, pending)
     }
@@ -43,13 +57,7 @@ extension UserRecord {
     public func hints(kinds: UInt8) -> FactorHints {
         var h = FactorHints(typed: !(recovery?.hashes.isEmpty ?? true), device: false)
         for f in factors {
-            guard kinds & f.kind.bit != 0 else { h.disallowed += 1; continue }
-            if f.kind.isOutOfBand {
-                if h.sent.count < FactorHints.maxOffered { h.sent.append(FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination)) }
-            } else {
-                h.typed = true
-                h.device = true
-            }
+            h.add(f.kind, allowed: kinds) { FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination) }
         }
         return h
     }

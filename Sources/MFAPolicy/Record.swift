@@ -57,13 +57,7 @@ public struct Factor: Equatable, Sendable {
     /// The destination as users see it: `+1******1234`, `a***@example.com` (empty for the
     /// kinds without one).
     @_optimize(size)  // cold: a login with a phone or address only
-    public var maskedDestination: [UInt8] {
-        switch kind {
-        case .sms: return Destination.maskPhone(destination)
-        case .email: return Destination.maskEmail(destination)
-        case .totp, .hotp: return []
-        }
-    }
+    public var maskedDestination: [UInt8] { Destination.mask(destination, kind: kind) }
 
     public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
                 enrolledStep: UInt64 = 0, counter: UInt64 = 0, secret: [UInt8]) throws(MFAError) {

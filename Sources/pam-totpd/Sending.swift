@@ -108,7 +108,7 @@ enum Sending {
             if case .couldNotStart = result.outcome { ran = false }
             // The program's output may repeat the destination or the message (a mailer's
             // "recipient not accepted"): both are masked out of the log line.
-            let output = scrubbed(result.output.bytes, destination: destination, code: code)
+            let output = scrubbed(result.output.bytes, kind: kind, destination: destination, code: code)
             return SendFailure(printable(program) + " " + result.summary + (output.isEmpty ? "" : ": " + Message(output)), started: ran)
         }
     }
@@ -116,11 +116,10 @@ enum Sending {
     /// `output` with every occurrence of `destination` replaced by its mask and of `code` by
     /// "***" (the output is already escaped for a log line; both are plain ASCII there).
     /// A number is also masked without its "+" (a gateway's "15105551234").
-    static func scrubbed(_ output: [UInt8], destination: [UInt8], code: [UInt8]) -> [UInt8] {
-        let phone = destination.first == 0x2B
-        let masked = phone ? Destination.maskPhone(destination) : Destination.maskEmail(destination)
+    static func scrubbed(_ output: [UInt8], kind: FactorKind, destination: [UInt8], code: [UInt8]) -> [UInt8] {
+        let masked = Destination.mask(destination, kind: kind)
         var out = replacing(output, destination, with: masked)
-        if phone { out = replacing(out, Array(destination.dropFirst()), with: Array(masked.dropFirst())) }
+        if kind == .sms { out = replacing(out, Array(destination.dropFirst()), with: Array(masked.dropFirst())) }
         return replacing(out, code, with: literal("***"))
     }
 

@@ -31,21 +31,7 @@ final class FleetDaemonTests: XCTestCase {
         // Wide limits so that every failure is counted and a round may use any step of the window.
         try sql("UPDATE pam_totp.settings SET max_window = 10, max_failures = 100, min_lockout = 0")
         for name in ["a", "b"] {
-            let role = "pamtotp_fleet_host_\(name)"
-            try sql("DROP ROLE IF EXISTS \(role); CREATE ROLE \(role) LOGIN; GRANT pam_totp_host TO \(role)")
-            let host = try DaemonFixture()
-            try """
-                backend = postgresql
-                postgresql = \(cluster.conninfo(user: role, database: db))
-                socket = \(host.socketPath)
-                adjacent_intervals = 10
-                max_failures = 100
-                lockout = 0
-
-                """.write(toFile: host.config, atomically: true, encoding: .utf8)
-            XCTAssertEqual(chmod(host.config, 0o644), 0)
-            hosts.append(host)
-            try host.start()
+            hosts.append(try startFleetHost(cluster, database: db, role: "pamtotp_fleet_host_\(name)", settings: "adjacent_intervals = 10\n"))
         }
         // root (uid 0) is the account: requests come from root, and NSS knows it on every host.
         let owner = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
@@ -338,4 +324,28 @@ final class ReplyBox: @unchecked Sendable {
     private let lock = NSLock()
     func set(_ v: DaemonReply?) { lock.lock(); value = v; lock.unlock() }
     func get() -> DaemonReply? { lock.lock(); defer { lock.unlock() }; return value }
+}
+
+/// A pam-totpd in fleet mode as a host: a login role `role` in pam_totp_host, its own
+/// configuration (backend = postgresql, its socket, max_failures 100, no lockout, then
+/// `settings`) and socket; started. The caller cleans it up.
+func startFleetHost(_ cluster: PostgresCluster, database: String, role: String, settings: String = "") throws -> DaemonFixture {
+    _ = try cluster.psql("DROP ROLE IF EXISTS \(role); CREATE ROLE \(role) LOGIN; GRANT pam_totp_host TO \(role)", database: database)
+    let host = try DaemonFixture()
+    try """
+        backend = postgresql
+        postgresql = \(cluster.conninfo(user: role, database: database))
+        socket = \(host.socketPath)
+        max_failures = 100
+        lockout = 0
+        \(settings)
+        """.write(toFile: host.config, atomically: true, encoding: .utf8)
+    do {
+        guard chmod(host.config, 0o644) == 0 else { throw POSIXError(.EIO) }
+        try host.start()
+    } catch {
+        host.cleanup()
+        throw error
+    }
+    return host
 }

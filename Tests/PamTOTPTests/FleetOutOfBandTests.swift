@@ -43,23 +43,10 @@ final class FleetOutOfBandTests: XCTestCase {
         try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
         try sql("DROP ROLE IF EXISTS \(senderRole); CREATE ROLE \(senderRole) LOGIN; GRANT pam_totp_sender TO \(senderRole)")
         for name in ["a", "b"] {
-            let role = "pamtotp_fleet_host_\(name)"
-            try sql("DROP ROLE IF EXISTS \(role); CREATE ROLE \(role) LOGIN; GRANT pam_totp_host TO \(role)")
-            let host = try DaemonFixture()
             // The fleet's one file: sms_command says text messages are on (deliver runs it; a
             // host never does, and does not check it).
-            try """
-                backend = postgresql
-                postgresql = \(cluster.conninfo(user: role, database: db))
-                socket = \(host.socketPath)
-                sms_command = /nonexistent/on-the-deliverer-only
-                max_failures = 100
-                lockout = 0
-
-                """.write(toFile: host.config, atomically: true, encoding: .utf8)
-            XCTAssertEqual(chmod(host.config, 0o644), 0)
-            hosts.append(host)
-            try host.start()
+            hosts.append(try startFleetHost(cluster, database: db, role: "pamtotp_fleet_host_\(name)",
+                                            settings: "sms_command = /nonexistent/on-the-deliverer-only\n"))
         }
     }
 
