@@ -98,6 +98,7 @@ PERMIT_SO=$SECDIR/pam_permit.so
 # ---------------------------------------------------------------- set-up and cleanup
 TMP=
 SOCKDIR=
+SELFDIR=
 DAEMON_PID=
 PHONE_PID=
 PHONE_CG_PID=
@@ -113,6 +114,7 @@ cleanup() {
     if ((CREATED_USER)); then userdel "$BENCH_USER" >/dev/null 2>&1 || warn "could not remove user $BENCH_USER"; fi
     if ((CREATED_SENDER)); then userdel "$SENDER_USER" >/dev/null 2>&1 || warn "could not remove user $SENDER_USER"; fi
     if [[ -n $TMP && -d $TMP ]]; then rm -rf -- "$TMP"; fi
+    if [[ -n $SELFDIR && -d $SELFDIR ]]; then rm -rf -- "$SELFDIR"; fi
     exit "$rc"
 }
 trap cleanup EXIT
@@ -153,6 +155,15 @@ mkdir -m 0700 "$TMP/ga" "$TMP/ga_guarded"
 printf '%s\n" TOTP_AUTH\n' "$SECRET" >"$TMP/ga/$BENCH_USER"
 printf '%s\n' "$SECRET" "${GA_PROTECTIONS[@]}" '" TOTP_AUTH' >"$TMP/ga_guarded/$BENCH_USER"
 chmod 0600 "$TMP/ga/$BENCH_USER" "$TMP/ga_guarded/$BENCH_USER"
+# - guarded, looking up the same account: the guarded file in the user's own directory, owned by
+#   the user, and no user=root, so google-authenticator looks up the bench user (as our module
+#   does) instead of root, and works as that user. Instructions only (the "same account" row).
+SELFDIR=$(mktemp -d "${TMPDIR:-/tmp}/pam_totp_bench_self.XXXXXXXX")
+cp "$TMP/ga_guarded/$BENCH_USER" "$SELFDIR/$BENCH_USER"
+chown -R "$BENCH_USER": "$SELFDIR"
+chmod 0700 "$SELFDIR"; chmod 0600 "$SELFDIR/$BENCH_USER"
+mkdir -m 0700 "$TMP/ga_self_pristine"
+cp -a "$SELFDIR/$BENCH_USER" "$TMP/ga_self_pristine/"
 
 # Our store, enrolled only through the CLI: nothing here knows its files or their format (the
 # whole directory is copied to reset it). The Base32 secret goes on stdin (`--secret -`).
@@ -211,6 +222,7 @@ cat >"$TMP/reset.sh" <<EOF
 set -eu
 rm -rf '$TMP/store' '$TMP/ga' '$TMP/ga_guarded'
 cp -a '$TMP/pristine/store' '$TMP/pristine/ga' '$TMP/pristine/ga_guarded' '$TMP/'
+cp -a '$TMP/ga_self_pristine/$BENCH_USER' '$SELFDIR/$BENCH_USER'
 now=\$(date +%s); rem=\$((30 - now % 30)); [ "\$rem" -ge 3 ] || sleep "\$rem"
 oathtool --totp -b "\$(cat '$TMP/secret')" >'$TMP/code_ok'
 EOF
@@ -232,10 +244,12 @@ write_service floor   "auth required pam_permit.so"
 write_service ours    "auth required $OUR_SO store=$TMP/store adjacent_intervals=5"
 write_service theirs  "auth required pam_google_authenticator.so secret=$TMP/ga/\${USER} user=root"
 write_service guarded "auth required pam_google_authenticator.so secret=$TMP/ga_guarded/\${USER} user=root"
-declare -A STATE_DIR=([ours]=store [theirs]=ga [guarded]=ga_guarded)
-declare -A PRISTINE_HASH=([ours]=$OURS_HASH [theirs]=$GA_HASH [guarded]=$GUARDED_HASH)
+write_service selfga  "auth required pam_google_authenticator.so secret=$SELFDIR/\${USER}"
+declare -A STATE_DIR=([ours]=$TMP/store [theirs]=$TMP/ga [guarded]=$TMP/ga_guarded [selfga]=$SELFDIR)
+declare -A PRISTINE_HASH=([ours]=$OURS_HASH [theirs]=$GA_HASH [guarded]=$GUARDED_HASH [selfga]=$(dir_hash "$SELFDIR"))
 declare -A LABEL=([floor]="pam_permit.so" [ours]=pam_totp [theirs]=google-authenticator
-                  [guarded]="google-authenticator with the same protections")
+                  [guarded]="google-authenticator with the same protections"
+                  [selfga]="google-authenticator with the same protections, looking up the same account")
 
 pt() { # pt MODULE CODEFILE [extra wrapper...]: one pamtester authenticate, answer on stdin
     local m=$1 input=$2
@@ -251,7 +265,7 @@ now_ns() { date +%s%N; }
 declare -A PROBE_WRONG_MS WRITES
 CHECK_MSG=
 check_module() { # check_module MODULE
-    local m=$1 label=${LABEL[$1]} dir=$TMP/${STATE_DIR[$1]} rc t0
+    local m=$1 label=${LABEL[$1]} dir=${STATE_DIR[$1]} rc t0
     reset_state
     [[ $(dir_hash "$dir") == "${PRISTINE_HASH[$m]}" ]] ||
         { CHECK_MSG="$label: reset.sh did not restore its state"; return 1; }
@@ -271,9 +285,11 @@ check_module() { # check_module MODULE
     return 0
 }
 log "checking that every module accepts the current code, once, and rejects a wrong one"
-for m in theirs guarded; do
+for m in theirs guarded selfga; do
     check_module "$m" || die "$CHECK_MSG: fix the set-up before benchmarking"
 done
+[[ ${WRITES[selfga]} == yes ]] ||
+    die "google-authenticator (guarded, same account) did not record the login in its secret file"
 [[ ${WRITES[theirs]} == no ]] ||
     die "google-authenticator (plain) rewrote its secret file on a login (options not as intended)"
 [[ ${WRITES[guarded]} == yes ]] ||
@@ -305,7 +321,7 @@ callgrind_run() { # callgrind_run MODULE PATH(ok|wrong)
     INSTR[$m,$p]=$n
 }
 for p in ok wrong; do
-    for m in "${MODULES[@]}"; do
+    for m in "${MODULES[@]}" selfga; do
         log "callgrind: $m, ${p/ok/success} path"
         callgrind_run "$m" "$p"
     done
@@ -404,6 +420,38 @@ log "callgrind: in-process verification (verify-bench)"
 at=$(date +%s)
 verify_cost match "$at"
 verify_cost hmacs "$at"
+
+# ---------------------------------------------------------------- 5b. what the rules fix in process
+# The parts of a success login that the project's rules fix (docs/ARCHITECTURE.md): the account
+# look-up that binds the record to the uid (getpwnam_r, counted inside our module's run with
+# --toggle-collect), the 11 HMACs of the constant-time window (verify-bench, above), the success
+# line in the log (pam_syslog, the same way), and loading and unloading a module at all (an
+# empty C module, run like ours, above the floor). Their sum is a floor under the success path
+# whatever the store does; the report compares it with the 0.6x target.
+declare -A PART
+part_cost() { # part_cost NAME FUNCTION: instructions inside FUNCTION in one success login of ours
+    local rc=0 n
+    reset_state
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$TMP/vg.part.log" --toggle-collect="$2" \
+        pamtester "$(svc ours)" "$BENCH_USER" authenticate <"$TMP/code_ok" >/dev/null 2>&1 || rc=$?
+    ((rc == 0)) || die "pam_totp rejected the right code under valgrind (part $1, exit $rc)"
+    n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.part.log")
+    [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "callgrind counted nothing inside $2 (part $1): $(tail -3 "$TMP/vg.part.log")"
+    PART[$1]=$n
+}
+log "callgrind: the parts the rules fix (account look-up, log line, an empty module)"
+part_cost lookup 'getpwnam_r*'
+part_cost log pam_syslog
+printf '%s\n' '#include <security/pam_modules.h>' \
+    'int pam_sm_authenticate(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' \
+    'int pam_sm_setcred(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' >"$TMP/empty.c"
+gcc -shared -fPIC -O2 -o "$TMP/pam_empty_root.so" "$TMP/empty.c" -lpam || die "cannot build the empty module (gcc, libpam0g-dev)"
+write_service emptyroot "auth required $TMP/pam_empty_root.so"
+valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$TMP/vg.part.log" \
+    pamtester "$(svc emptyroot)" "$BENCH_USER" authenticate </dev/null >/dev/null 2>&1 || die "the empty module failed under valgrind"
+n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.part.log")
+[[ $n =~ ^[0-9]+$ ]] || die "no callgrind count for the empty module"
+PART[load]=$((n - INSTR[floor,ok]))
 
 # ---------------------------------------------------------------- 6. the daemon path
 # A caller without root (a screen locker): pamtester runs as $BENCH_USER, the module asks
@@ -672,13 +720,17 @@ row() { printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$@"; }
 
 declare -A ABOVE
 for p in ok wrong; do
-    for m in ours theirs guarded; do
+    for m in ours theirs guarded selfga; do
         ABOVE[$m,$p]=$(sub_ "${INSTR[$m,$p]}" "${INSTR[floor,$p]}")
     done
 done
 # The targets: against google-authenticator with the same protections.
 r_ok=$(ratio "${ABOVE[ours,ok]}" "${ABOVE[guarded,ok]}")
 r_wrong=$(ratio "${ABOVE[ours,wrong]}" "${ABOVE[guarded,wrong]}")
+PASSWD_LINE=$(grep -n "^$BENCH_USER:" /etc/passwd | cut -d: -f1 || echo "?"); PASSWD_LINES=$(wc -l </etc/passwd)
+PART_SUM=$((PART[lookup] + VERIFY[hmacs] + PART[log] + PART[load]))
+r_self_ok=$(ratio "${ABOVE[ours,ok]}" "${ABOVE[selfga,ok]}")
+r_self_wrong=$(ratio "${ABOVE[ours,wrong]}" "${ABOVE[selfga,wrong]}")
 r_verify=$(ratio "${VERIFY[match]}" "${VERIFY[hmacs]}")
 met() { # met VALUE LIMIT
     awk -v v="$1" -v l="$2" 'BEGIN { if (v == "n/a") print "n/a"; else if (v + 0 <= l + 0) print "**met**"; else print "**NOT met**" }'
@@ -772,6 +824,18 @@ protections=$(printf '`%s`, ' "${GA_PROTECTIONS[@]}"); protections=${protections
     vals_row ".so size (bytes)" "${SIZE[floor]}" "${SIZE[ours]}" "${SIZE[theirs]}" "${SIZE[guarded]}"
     echo
     echo "In-process verification at window 5 (instructions): \`TOTPVerifier.match\` ${VERIFY[match]}, its 11 HMACs alone ${VERIFY[hmacs]}."
+    echo
+    echo "Looking up the same account: google-authenticator with the same protections and its file in a directory of the bench"
+    echo "user's own (\`secret=DIR/\${USER}\`, no \`user=root\`, file and directory owned by the user), so that it looks up"
+    echo "\`$BENCH_USER\` (line $PASSWD_LINE of $PASSWD_LINES in /etc/passwd) as pam_totp does, not root (line 1). Instructions above the floor:"
+    echo "success ${ABOVE[selfga,ok]} (ours/it $r_self_ok×), wrong code ${ABOVE[selfga,wrong]} (ours/it $r_self_wrong×)."
+    echo
+    echo "What the rules fix on the success path (instructions, in process): the account look-up that binds the record to the"
+    echo "uid (\`getpwnam_r\` in our run) ${PART[lookup]}; the 11 HMACs of the constant-time window ${VERIFY[hmacs]}; the success line"
+    echo "in the log (\`pam_syslog\` in our run) ${PART[log]}; loading and unloading any module (an empty C module, run like ours,"
+    echo "above the floor) ${PART[load]}. Sum: $PART_SUM, which is $(ratio "$PART_SUM" "${ABOVE[guarded,ok]}")× google-authenticator with the"
+    echo "same protections (the target is 0.6×: $(awk -v g="${ABOVE[guarded,ok]}" 'BEGIN { printf "%d", g * 0.6 }') instructions), before the module reads a record,"
+    echo "takes a lock or writes a state. google-authenticator's own look-up (of root, line 1) and log line are in its figure."
     if [[ -n $PAM_TOTPD ]]; then
         d_ok=$(sub_ "${DPATH[instr,daemon,ok]}" "${DPATH[instr,userfloor,ok]}")
         p_mod=$(sub_ "${DPATH[instr,phone,ok]}" "${DPATH[instr,userfloor,ok]}")

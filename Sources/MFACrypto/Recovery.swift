@@ -83,6 +83,8 @@ public struct RecoverySet: Equatable, Sendable {
     /// google-authenticator; ours have 12). Nil for anything else. An 8-digit answer is tried
     /// as a TOTP code first and as a recovery code only if no factor matched.
     public static func normalize(_ answer: [UInt8]) -> [UInt8]? {
+        // Fewer than 8 bytes can never hold 8 digits (an app's code): no allocation for it.
+        guard answer.count >= 8 else { return nil }
         var digits: [UInt8] = []
         digits.reserveCapacity(answer.count)
         for c in answer {

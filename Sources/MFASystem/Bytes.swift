@@ -185,6 +185,7 @@ package enum Percent {
     /// Strict decoding: '%' must be followed by two hex digits.
     @inlinable package static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
         var out: [UInt8] = []
+        out.reserveCapacity(text.count)  // never longer than the text: one allocation
         var it = text.makeIterator()
         while let c = it.next() {
             if c != ASCII.percent { out.append(c); continue }
