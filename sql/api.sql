@@ -17,13 +17,18 @@ GRANT USAGE ON SCHEMA pam_totp_api TO pam_totp_host, pam_totp_admin, pam_totp_se
 
 -- HOTP (RFC 4226) value of `counter`: HMAC, dynamic truncation, modulo 10^digits.
 CREATE FUNCTION pam_totp_api.hotp(secret bytea, counter bigint, algorithm text, digits integer) RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-  SELECT ((((get_byte(mac, o) & 127)::bigint << 24) | (get_byte(mac, o + 1) << 16)
-          | (get_byte(mac, o + 2) << 8) | get_byte(mac, o + 3)) % (CASE digits WHEN 8 THEN 100000000 ELSE 1000000 END))::integer
-  FROM (SELECT pam_totp_crypto.hmac(int8send(counter), secret, algorithm) AS mac) h,
-       LATERAL (SELECT get_byte(h.mac, octet_length(h.mac) - 1) & 15 AS o) t
-$$;
+-- PL/pgSQL, not SQL: its expressions are planned once a session, where an SQL function that
+-- cannot be inlined (this one reads the MAC five times) is planned again at every call, which
+-- cost most of a login's HOTP time (a loop calls it for every step of the window).
+DECLARE
+  mac bytea := pam_totp_crypto.hmac(int8send(counter), secret, algorithm);
+  o integer := get_byte(mac, octet_length(mac) - 1) & 15;
+BEGIN
+  RETURN ((((get_byte(mac, o) & 127)::bigint << 24) | (get_byte(mac, o + 1) << 16)
+           | (get_byte(mac, o + 2) << 8) | get_byte(mac, o + 3)) % (CASE digits WHEN 8 THEN 100000000 ELSE 1000000 END))::integer;
+END $$;
 
 -- PBKDF2-HMAC-SHA-256 (RFC 8018), one 32-byte block: how recovery codes are stored.
 CREATE FUNCTION pam_totp_api.pbkdf2_sha256(password bytea, salt bytea, iterations integer) RETURNS bytea
@@ -45,8 +50,8 @@ END $$;
 
 -- The database's clock, in whole seconds.
 CREATE FUNCTION pam_totp_api.now_seconds() RETURNS bigint
-LANGUAGE sql VOLATILE
-AS $$ SELECT floor(extract(epoch FROM clock_timestamp()))::bigint $$;
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN floor(extract(epoch FROM clock_timestamp()))::bigint; END $$;  -- PL/pgSQL: see hotp
 
 -- The hint a host may see of a destination, as MFAPolicy's Destination masks it: a phone's +,
 -- first digit, a * for every digit but the last four (+15105551234: +1******1234); an
@@ -440,11 +445,12 @@ END $$;
 CREATE FUNCTION pam_totp_api.login_begin(p_user text, p_uid bigint, p_answer text, p_window integer,
                                          p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
                                          p_previous text DEFAULT NULL) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 AS $$
-  SELECT pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout,
-                                     p_forward_pass, p_previous)
-$$;
+BEGIN  -- PL/pgSQL: see hotp (the procedure login calls it once a login)
+  RETURN pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout,
+                                     p_forward_pass, p_previous);
+END $$;
 
 -- login_finish's accepting step, under the user's row lock: a match marks its step used
 -- (compare-and-set: of two attempts with one code, one succeeds), a recovery code its bit;
