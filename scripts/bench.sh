@@ -304,21 +304,22 @@ PROBE_WRONG_MS[floor]=0
 
 # ---------------------------------------------------------------- 1. instructions (callgrind)
 declare -A INSTR
-callgrind_run() { # callgrind_run MODULE PATH(ok|wrong)
-    local m=$1 p=$2 rc n
+callgrind_run() { # callgrind_run MODULE PATH(ok|wrong) [FUNCTION]: with FUNCTION, only the instructions inside it
+    local m=$1 p=$2 fn=${3:-} rc n
     reset_state
     rc=0
-    local profile=/dev/null
-    if [[ -n ${BENCH_PROFILES:-} ]]; then profile=$BENCH_PROFILES/$m.$p; fi
-    valgrind --tool=callgrind --callgrind-out-file="$profile" \
+    local profile=/dev/null toggle=()
+    if [[ -n ${BENCH_PROFILES:-} && -z $fn ]]; then profile=$BENCH_PROFILES/$m.$p; fi
+    [[ -z $fn ]] || toggle=(--toggle-collect="$fn")
+    valgrind --tool=callgrind --callgrind-out-file="$profile" "${toggle[@]}" \
         --log-file="$TMP/vg.log" pamtester "$(svc "$m")" "$BENCH_USER" authenticate <"$TMP/code_$p" >/dev/null 2>&1 || rc=$?
     n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.log")
-    [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "no 'Collected' count from callgrind for $m/$p: $(tail -3 "$TMP/vg.log")"
+    [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "no instructions counted by callgrind for $m/$p${fn:+ inside $fn}: $(tail -3 "$TMP/vg.log")"
     if [[ $m != floor && ! ($m == ours && $STANDIN == 1) ]]; then
         if [[ $p == ok ]] && ((rc != 0)); then die "$m rejected the right code under valgrind (exit $rc)"; fi
         if [[ $p == wrong ]] && ((rc == 0)); then die "$m accepted the wrong code under valgrind"; fi
     fi
-    INSTR[$m,$p]=$n
+    INSTR[$m,$p${fn:+,$fn}]=$n
 }
 for p in ok wrong; do
     for m in "${MODULES[@]}" selfga; do
@@ -428,30 +429,18 @@ verify_cost hmacs "$at"
 # line in the log (pam_syslog, the same way), and loading and unloading a module at all (an
 # empty C module, run like ours, above the floor). Their sum is a floor under the success path
 # whatever the store does; the report compares it with the 0.6x target.
-declare -A PART
-part_cost() { # part_cost NAME FUNCTION: instructions inside FUNCTION in one success login of ours
-    local rc=0 n
-    reset_state
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$TMP/vg.part.log" --toggle-collect="$2" \
-        pamtester "$(svc ours)" "$BENCH_USER" authenticate <"$TMP/code_ok" >/dev/null 2>&1 || rc=$?
-    ((rc == 0)) || die "pam_totp rejected the right code under valgrind (part $1, exit $rc)"
-    n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.part.log")
-    [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || die "callgrind counted nothing inside $2 (part $1): $(tail -3 "$TMP/vg.part.log")"
-    PART[$1]=$n
-}
-log "callgrind: the parts the rules fix (account look-up, log line, an empty module)"
-part_cost lookup 'getpwnam_r*'
-part_cost log pam_syslog
+# The empty module, built once: here as root, and in section 6 as the user (a copy the user can read).
 printf '%s\n' '#include <security/pam_modules.h>' \
     'int pam_sm_authenticate(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' \
     'int pam_sm_setcred(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' >"$TMP/empty.c"
-gcc -shared -fPIC -O2 -o "$TMP/pam_empty_root.so" "$TMP/empty.c" -lpam || die "cannot build the empty module (gcc, libpam0g-dev)"
-write_service emptyroot "auth required $TMP/pam_empty_root.so"
-valgrind --tool=callgrind --callgrind-out-file=/dev/null --log-file="$TMP/vg.part.log" \
-    pamtester "$(svc emptyroot)" "$BENCH_USER" authenticate </dev/null >/dev/null 2>&1 || die "the empty module failed under valgrind"
-n=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$TMP/vg.part.log")
-[[ $n =~ ^[0-9]+$ ]] || die "no callgrind count for the empty module"
-PART[load]=$((n - INSTR[floor,ok]))
+gcc -shared -fPIC -O2 -o "$TMP/pam_empty.so" "$TMP/empty.c" -lpam || die "cannot build the empty module (gcc, libpam0g-dev)"
+write_service emptyroot "auth required $TMP/pam_empty.so"
+log "callgrind: the parts the rules fix (account look-up, log line, an empty module)"
+callgrind_run ours ok 'getpwnam_r*'
+callgrind_run ours ok pam_syslog
+callgrind_run emptyroot ok
+declare -A PART=([lookup]=${INSTR[ours,ok,getpwnam_r*]} [log]=${INSTR[ours,ok,pam_syslog]}
+                 [load]=$((INSTR[emptyroot,ok] - INSTR[floor,ok])))
 
 # ---------------------------------------------------------------- 6. the daemon path
 # A caller without root (a screen locker): pamtester runs as $BENCH_USER, the module asks
@@ -475,11 +464,7 @@ if [[ -n $PAM_TOTPD ]]; then
     write_service userfloor "auth required pam_permit.so"
     # What loading any second module costs above pam_permit.so (it is not pam_totp's work): an
     # empty C module, built here, that only returns PAM_SUCCESS.
-    printf '%s\n' '#include <security/pam_modules.h>' \
-        'int pam_sm_authenticate(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' \
-        'int pam_sm_setcred(pam_handle_t *h, int f, int c, const char **v) { return PAM_SUCCESS; }' >"$TMP/empty.c"
-    gcc -shared -fPIC -O2 -o "$SOCKDIR/pam_empty.so" "$TMP/empty.c" -lpam || die "cannot build the empty module (gcc, libpam0g-dev)"
-    chmod 0755 "$SOCKDIR/pam_empty.so"
+    install -m 0755 "$TMP/pam_empty.so" "$SOCKDIR/pam_empty.so"  # built in section 5b
     write_service emptymod "auth required $SOCKDIR/pam_empty.so"
     write_service daemon "auth required $OUR_SO socket=$SOCKDIR/socket adjacent_intervals=5"
     BENCH_GID=$(id -g "$BENCH_USER")
