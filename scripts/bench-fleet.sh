@@ -136,6 +136,29 @@ if [ "$privacyidea" = 1 ]; then
   pi_versions="privacyIDEA $("$pi_venv/bin/python3" -c 'import importlib.metadata as m; print(m.version("privacyidea"))'),\
  gunicorn $pi_gunicorn, psycopg2-binary $pi_psycopg, $("$pi_venv/bin/python3" --version)"
 fi
+# The floor under a fleet login (scripts/bench-fleet-floor.sql): two commits alone, then the
+# writes an accepted code makes, with none of the checks; psql straight into PostgreSQL (no
+# pam-totpd, no Python client), 1,000 calls per run over the same users, from 1 and 4 clients.
+psql -d fleet -f "$(dirname "$0")/bench-fleet-floor.sql" >/dev/null
+# floor_run PROCEDURE CLIENTS: "calls/s|PostgreSQL CPU per call (ms)"
+floor_run() {
+  local proc=$1 c=$2 k i p0 p1 t0 t1 pids=()
+  for k in $(seq 0 $((c - 1))); do
+    for i in $(seq "$k" "$c" 999); do printf "CALL bench_floor.%s('benchuser%04d');\n" "$proc" "$i"; done > "$dir/floor.$k.sql"
+  done
+  p0=$(ticks $(pg_pids)); t0=$(date +%s%N)
+  for k in $(seq 0 $((c - 1))); do psql -d fleet -f "$dir/floor.$k.sql" >/dev/null & pids+=($!); done
+  for k in "${pids[@]}"; do wait "$k"; done
+  t1=$(date +%s%N)
+  sleep 0.3   # the backends' exit, reaped by the postmaster: their CPU is then its children's
+  p1=$(ticks $(pg_pids))
+  echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", 1000 * 1e9 / (b - a) }')|$(per_login $((p1 - p0)) 1000)"
+}
+floors=()
+for proc in two_commits required_writes; do
+  for c in 1 4; do floors+=("$proc|$c|$(floor_run "$proc" "$c")"); done
+done
+psql -d fleet -c "UPDATE pam_totp.users SET failures = 0" >/dev/null
 # A run whose requests got no reply or a malformed one (kind -1: e.g. a client speaking an older
 # protocol than the daemon) measured nothing: stop rather than report it.
 for r in "${rows[@]}"; do
@@ -178,6 +201,14 @@ kill "$deliver_pid"; wait "$deliver_pid" 2>/dev/null || true; deliver_pid=""
 deliver_rate=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", 1000 / (b - a) }')
 deliver_cpu=$(awk -v u="${dstat[13]}" -v s="${dstat[14]}" -v hz="$hz" 'BEGIN { printf "%.2f", (u + s) * 1000 / hz / 1000 }')
 deliver_wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+# Last: the same pam-totpd and client with the login's SQL work gone (scripts/bench-fleet-floor-login.sql
+# replaces pam_totp_api.login with the required writes alone, answering success to any code).
+psql -d fleet -f "$(dirname "$0")/bench-fleet-floor-login.sql" >/dev/null
+for c in 1 4; do
+  r=$(timed pam "$c" 1000 wrong)
+  case "$r" in *" 0:1000|"*) ;; *) echo "bench-fleet: the floor login did not answer success to every request ($r)" >&2; exit 1;; esac
+  floors+=("pam-totpd with only the required writes|$c|$(awk '{print $3}' <<<"${r%%|*}")|$(cut -d'|' -f3 <<<"$r")")
+done
 # Replaces the section an earlier run wrote (make bench keeps it when it rewrites the file).
 if [ -f "$out" ]; then
   sed -i '/^## Fleet mode/,$d' "$out"
@@ -213,6 +244,25 @@ fi
   echo "outbox_done; the deliverer's own CPU $deliver_cpu ms a message (the senders' not counted). In use the fleet's"
   echo "oob_max_per_minute (60 by default) bounds sends long before this; several deliverers may run (each message is"
   echo "claimed by one)."
+  echo
+  echo "### The floor under a fleet login"
+  echo
+  echo "A fleet login makes its attempt durable before it tells the verdict (docs/ARCHITECTURE.md, section 8, rule (b)):"
+  echo "two commits, each a flush of PostgreSQL's write-ahead log. scripts/bench-fleet-floor.sql makes only the writes, with"
+  echo "none of the checks (no HMAC, lock-out logic, helper functions or daemon), called by psql (a C client) straight into"
+  echo "the same PostgreSQL, the same 1,000 users, 1,000 calls per run: what no implementation of the rules goes below here."
+  echo "two_commits: one row updated, a commit, the row updated again. required_writes: an accepted code's writes (the"
+  echo "failure counted and the attempt stored; a commit; the attempt removed, the used step, the failures cleared and the"
+  echo "proof, one audit row). The last rows: the same pam-totpd, Python client and users as the first table, at the end of"
+  echo "the run, with pam_totp_api.login replaced by required_writes answering success (scripts/bench-fleet-floor-login.sql):"
+  echo "a login through the daemon with only its SQL checks gone."
+  echo
+  echo "| floor | concurrent clients | calls/s | PostgreSQL CPU per call (ms) |"
+  echo "| --- | ---: | ---: | ---: |"
+  for r in "${floors[@]}"; do
+    IFS='|' read -r proc c rate cpu <<<"$r"
+    echo "| $proc | $c | $rate | $cpu |"
+  done
   if [ "$privacyidea" = 1 ]; then
     echo
     echo "### Beside privacyIDEA, on the same PostgreSQL"
