@@ -148,7 +148,7 @@ floor_run() {
   done
   p0=$(ticks $(pg_pids)); t0=$(date +%s%N)
   for k in $(seq 0 $((c - 1))); do psql -d fleet -f "$dir/floor.$k.sql" >/dev/null & pids+=($!); done
-  for k in "${pids[@]}"; do wait "$k"; done
+  for k in "${pids[@]}"; do wait "$k" || { echo "bench-fleet: a floor run of $proc failed" >&2; return 1; }; done
   t1=$(date +%s%N)
   sleep 0.3   # the backends' exit, reaped by the postmaster: their CPU is then its children's
   p1=$(ticks $(pg_pids))
@@ -156,7 +156,7 @@ floor_run() {
 }
 floors=()
 for proc in two_commits required_writes; do
-  for c in 1 4; do floors+=("$proc|$c|$(floor_run "$proc" "$c")"); done
+  for c in 1 4; do r=$(floor_run "$proc" "$c") || exit 1; floors+=("$proc|$c|$r"); done
 done
 psql -d fleet -c "UPDATE pam_totp.users SET failures = 0" >/dev/null
 # A run whose requests got no reply or a malformed one (kind -1: e.g. a client speaking an older
