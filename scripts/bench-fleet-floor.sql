@@ -10,7 +10,8 @@
 --   required_writes: an accepted code's writes, as pam_totp_api.login makes them: the failure
 --     counted and the attempt row inserted; COMMIT; the attempt row deleted, the factor's used
 --     step written, the failures cleared and the proof recorded, one audit row. The step is
---     written with its own value, so the runs after it see the users as they were.
+--     written with its own value, so the runs after it find every used step as it was; both
+--     procedures leave every user they touch with no failure counted.
 CREATE SCHEMA bench_floor;
 
 CREATE PROCEDURE bench_floor.two_commits(p_user text)
