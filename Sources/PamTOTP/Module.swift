@@ -16,9 +16,8 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
                                 _ argv: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     guard let pamh else { return PAM_SERVICE_ERR }
     _ = pam_fail_delay(pamh, failDelayMicroseconds)
-    // This line's argv identifies it for as long as the handle lives (OneVerdict.swift).
-    let line = UnsafeRawPointer(argv)
-    noteLine(pamh, line)
+    // Marks this pam_authenticate, or finds it marked by an earlier line (OneVerdict.swift).
+    beginPass(pamh)
     let options: ModuleOptions
     // The user's groups are looked up only if the configuration has [group NAME] sections,
     // once per login (Groups.swift).
@@ -46,24 +45,24 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     // A one-prompt stack's line after the password module: it asks nothing, it completes what
     // the forward_pass line before it left (OutOfBand.swift).
     if options.afterPassword { return afterPassword(pamh, user: user, options: options, key: key) }
+    // A line before this one in the same pam_authenticate decided for this user: its code,
+    // unasked (OneVerdict.swift).
+    if let code = verdictLeft(pamh, key: key) { return earlierVerdict(pamh, code, user: user, options: options) }
     // Exempt by a section of the configuration file: PAM_IGNORE, never PAM_SUCCESS (the line
     // does not count; the rest of the stack decides). Logged every time.
-    // A line before this one in the same transaction accepted a code (OneVerdict.swift).
-    if !options.exempt && verifiedEarlier(pamh, key: key, user: user, options: options) { return PAM_SUCCESS }
-    let result = options.exempt ? exempted(pamh, user: user, options: options) : verify(pamh, user: user, options: options)
-    if result == PAM_SUCCESS {
-        rememberVerified(pamh, line, key: key)
-    } else if options.forwardPass && (result == PAM_IGNORE || result == PAM_CRED_INSUFFICIENT) {
-        // For an after_password line after the password module: let through, or send a code.
-        rememberVerified(pamh, line, key: key, kind: result == PAM_IGNORE ? CPAM_VERDICT_IGNORED : CPAM_VERDICT_SEND)
+    switch options.exempt ? exempted(pamh, user: user, options: options) : verify(pamh, user: user, options: options) {
+    case .notAsked:
+        return PAM_IGNORE
+    case .decided(let code):
+        rememberVerdict(pamh, key: key, code: code)
+        return code
     }
-    return result
 }
 
 /// Asks for and checks a code of `user`: one sequence — look-up, enrolment at first login,
 /// nullok, prompt, verdict, forward_pass, log — over the store chosen at the start
 /// (LoginStore: the file store in process as root, else pam-totpd).
-func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
+func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> LineDecision {
     let store = LoginStore.open(pamh, user: user, options: options)
     // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
     // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no
@@ -75,21 +74,21 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
     case .enrolled(let offered): hints = offered
     case .unknown: break
     case .unenrolled: unenrolled = true
-    case .decided(let outcome): return finish(pamh, outcome, user: user, debug: options.debug)
-    case .refused(let why): return refused(pamh, user: user, why)
+    case .decided(let outcome): return .decided(finish(pamh, outcome, user: user, debug: options.debug))
+    case .refused(let why): return .decided(refused(pamh, user: user, why))
     }
     // Enrolment at first login, where policy offers it (the deadline; sections bound it to groups).
     if unenrolled, store.mayEnrolAtLogin, let until = options.enrollAtLoginUntil, !options.forwardPass,
        let code = enrolAtLogin(pamh, user: user, options: options, until: until) {
-        return code
+        return .decided(code)
     }
-    if unenrolled && skippable { return ignored(pamh, user: user, options: options) }
+    if unenrolled && skippable { _ = ignored(pamh, user: user, options: options); return .notAsked }
     // Every factor of a kind the policy does not allow here (factor_kinds): nothing to ask.
     if !hints.typed && hints.sent.isEmpty && hints.disallowed > 0 {
         log(pamh, LOG_WARNING, "denied user " + printable(user) + ": none of their factors is of a kind offered here ("
             + Message(ModuleOptions.kindNames(options.offeredKinds)) + "; factor_kinds, and a sent kind only with its sms_command or email_command)")
         _ = showInfo(pamh, [literal("None of your factors may be used here.")])
-        return PAM_AUTH_ERR
+        return .decided(PAM_AUTH_ERR)
     }
     // Factors a code can be sent to: the first question offers them (OutOfBand.swift).
     var notSent = false
@@ -97,19 +96,19 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
         ? prompt(pamh, Message(options.prompt)) : firstAnswer(pamh, store, user: user, options: options, hints: hints, notSent: &notSent)
     guard var answer = first else {
         log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
-        return PAM_CONV_ERR
+        return .decided(PAM_CONV_ERR)
     }
     defer { wipe(&answer) }
-    if notSent { return PAM_AUTH_ERR }  // told and logged; nothing counted against the user
+    if notSent { return .decided(PAM_AUTH_ERR) }  // told and logged; nothing counted against the user
     // forward_pass under nullok for a user without a factor: the whole answer is the password.
     if unenrolled && options.nullok {
         forwardPassword(pamh, answer, codeLength: 0)
-        return ignored(pamh, user: user, options: options)
+        return .decided(ignored(pamh, user: user, options: options))
     }
     // forward_pass for a user with only sent codes and none live: the whole answer is the
     // password, and the code is sent after the password module (`after_password`).
     if options.forwardPass && !hints.device && !hints.pending && !hints.sent.isEmpty {
-        return passwordFirst(pamh, answer, user: user)
+        return .decided(passwordFirst(pamh, answer, user: user))
     }
     var verdict = store.authenticate(user: user, answer: answer, previous: nil, options: options)
     // A token's code past its window: the next press's code, in this login, resyncs it.
@@ -117,7 +116,7 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
         log(pamh, LOG_NOTICE, "code of user " + printable(user) + " is past its token's window (a failure): asking for the next one to resync")
         guard var next = prompt(pamh, "Token out of sync: press its button again and enter the new code: ") else {
             log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
-            return PAM_CONV_ERR
+            return .decided(PAM_CONV_ERR)
         }
         defer { wipe(&next) }
         // The same answer again (a conversation that answers every hidden prompt with one
@@ -129,13 +128,13 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int
     }
     switch verdict {
     case .refused(let why):
-        return refused(pamh, user: user, why)
+        return .decided(refused(pamh, user: user, why))
     case .outcome(.unenrolled) where options.nullok:
         if options.forwardPass { forwardPassword(pamh, answer, codeLength: 0) }
-        return ignored(pamh, user: user, options: options)
+        return .decided(ignored(pamh, user: user, options: options))
     case .outcome(let outcome):
         if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
-        return finish(pamh, outcome, user: user, debug: options.debug)
+        return .decided(finish(pamh, outcome, user: user, debug: options.debug))
     }
 }
 
@@ -162,19 +161,19 @@ func ignored(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> In
     return PAM_IGNORE
 }
 
-/// A user exempt by policy: not asked for a code. With forward_pass the one question is still
-/// asked and the whole answer is the password for the next module.
-func exempted(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
+/// A user exempt by policy: not asked for a code (the next line decides). With forward_pass the
+/// one question is still asked and the whole answer is the password for the next module: that
+/// PAM_IGNORE binds the later lines (OneVerdict.swift).
+func exempted(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> LineDecision {
     log(pamh, LOG_NOTICE, "user " + printable(user) + " is exempt (" + printable(options.exemptBy) + "): not asked for a code")
-    if options.forwardPass {
-        guard var answer = prompt(pamh, Message(options.prompt)) else {
-            log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
-            return PAM_CONV_ERR
-        }
-        defer { wipe(&answer) }
-        forwardPassword(pamh, answer, codeLength: 0)
+    guard options.forwardPass else { return .notAsked }
+    guard var answer = prompt(pamh, Message(options.prompt)) else {
+        log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
+        return .decided(PAM_CONV_ERR)
     }
-    return PAM_IGNORE
+    defer { wipe(&answer) }
+    forwardPassword(pamh, answer, codeLength: 0)
+    return .decided(PAM_IGNORE)
 }
 
 func refused(_ pamh: OpaquePointer, user: [UInt8], _ why: Message) -> Int32 {
@@ -185,7 +184,7 @@ func refused(_ pamh: OpaquePointer, user: [UInt8], _ why: Message) -> Int32 {
 @_cdecl("pam_sm_setcred")
 public func pam_sm_setcred(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: Int32,
                            _ argv: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    if let pamh { forgetVerified(pamh) }
+    if let pamh { forgetVerdict(pamh) }
     return PAM_SUCCESS
 }
 

@@ -5,38 +5,47 @@ import MFAFileStore
 import MFAPolicy
 import MFASystem
 
-// One code per PAM transaction. With the pam-auth-update profile enabled (pam_totp in
-// common-auth), a service stack that also names pam_totp.so asked for a code twice, and the
-// same code typed twice failed as a replay. A line that accepted a code leaves its verdict in the
-// PAM handle (pam_set_data; the block and its cleanup are cpam_verdict_* in CPAM/shim.h); a later
-// line of the same pam_authenticate, for the same backend, store, socket, service and user,
-// returns PAM_SUCCESS without asking. What is left holds no code and no secret.
+// One login, one verdict (docs/ARCHITECTURE.md, section 4.18). An admin's stack often names the
+// module twice: the pam-auth-update profile's `pam_totp.so nullok` in common-auth and a service's
+// own `auth required pam_totp.so` line, identical or not. Within one pam_authenticate, the first
+// line that asks the user (or denies them) decides for that user, store and service: it leaves
+// its PAM code in the handle (pam_set_data; the block is cpam_verdict_* in CPAM/shim.h), and
+// every later line with the same key prompts for nothing, counts nothing, logs no acceptance,
+// spends no code, and returns that code — a success, a failure or PAM_IGNORE alike.
 //
-// Only an accepted code is reused: a failure, PAM_IGNORE (nullok, exempt) or an error leaves
-// nothing, so the next line asks and decides on its own. (A forward_pass line's word to the
-// `after_password` line of a one-prompt stack, OutOfBand.swift, is left the same way, as
-// another kind, which no line takes for an accepted code.) Never reused: with forward_pass (that
-// line must hand the password on); in a later pam_authenticate on the same handle (every line
-// notes itself first thing, and a line that finds itself already noted drops what was left: a
-// screen locker that keeps its handle is asked each time, pam_setcred or not); after pam_setcred;
-// after `verdictReuseMilliseconds`.
+// A line that did not ask decides nothing: an un-enrolled user under nullok, or an exempt
+// user without forward_pass, gets PAM_IGNORE and the next line decides by its own settings (a
+// strict line after the profile's nullok line still denies an un-enrolled user; `totp-enroll
+// check` reports such a stack). Which pam_authenticate a verdict belongs to is marked in
+// PAM_OLDAUTHTOK, which libpam clears before and after every pam_authenticate (shim.h): a
+// screen locker that keeps its handle is asked again at its next pam_authenticate.
+//
+// A one-prompt stack's forward_pass line leaves its code the same way for the `after_password`
+// line after the password module (OutOfBand.swift): PAM_CRED_INSUFFICIENT there means "send a
+// code after the password".
 
-let verdictReuseMilliseconds: Int64 = 30_000
-
-// @inline(never): the cpam_verdict_* C functions then stay in this file's object. An object
-// holding C functions gets unwind tables (.eh_frame) for all its functions, and inlined into
-// Module.swift they cost the module 1.5 KB.
-
-/// First thing in every pam_sm_authenticate: notes this line (its argv, which libpam keeps for
-/// the life of the handle); a line that ran already means that a new pam_authenticate began.
-@inline(never)
-func noteLine(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?) {
-    cpam_verdict_line(pamh, line)
+/// What a line's own run came to: nothing asked (PAM_IGNORE, the next line decides), or a
+/// decision that binds the later lines of this pam_authenticate.
+enum LineDecision {
+    case notAsked
+    case decided(Int32)
 }
 
-/// What a verdict is for: the backend, then the store, the daemon's socket, the PAM service and
-/// the user, separated by NULs (none of them can hold one), so equal keys mean equal fields.
-/// Made once per pam_sm_authenticate, in one allocation.
+// @inline(never): the cpam_* C functions then stay in this file's object. An object holding C
+// functions gets unwind tables (.eh_frame) for all its functions, and inlined into Module.swift
+// they cost the module 1.5 KB.
+
+/// First thing in every pam_sm_authenticate: marks this pam_authenticate, or finds it marked by
+/// an earlier line (then its verdict, if any, stands).
+@inline(never)
+func beginPass(_ pamh: OpaquePointer) {
+    _ = cpam_pass_begin(pamh)
+}
+
+/// What a line before this one in the same pam_authenticate decided for the same key, made
+/// once per pam_sm_authenticate in one allocation: the backend, then the store, the daemon's
+/// socket, the PAM service and the user, separated by NULs (none of them can hold one), so equal
+/// keys mean equal fields.
 func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> [UInt8] {
     let service = serviceName(pamh)
     var key: [UInt8] = []
@@ -52,35 +61,32 @@ func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) ->
     return key
 }
 
-/// Whether a line before this one in the same pam_authenticate accepted a code for the same
-/// key, within `verdictReuseMilliseconds`: then this line returns PAM_SUCCESS unasked.
+/// The PAM code an earlier line of this pam_authenticate returned for this key; nil for none.
 @inline(never)
-func verifiedEarlier(_ pamh: OpaquePointer, key: [UInt8], user: [UInt8], options: ModuleOptions) -> Bool {
-    guard !options.forwardPass else { return false }
-    guard verdictLeft(pamh, key: key) == CPAM_VERDICT_CODE else { return false }
-    log(pamh, LOG_INFO, "user " + printable(user) + ": a code was accepted earlier in this PAM transaction; not asked again")
-    return true
+func verdictLeft(_ pamh: OpaquePointer, key: [UInt8]) -> Int32? {
+    let code = key.withUnsafeBufferPointer { cpam_verdict_code(pamh, $0.baseAddress, $0.count) }
+    return code < 0 ? nil : code
 }
 
-/// What a line before this one in the same pam_authenticate left for the same key, within
-/// `verdictReuseMilliseconds`: CPAM_VERDICT_CODE (a code was accepted), CPAM_VERDICT_SEND,
-/// CPAM_VERDICT_IGNORED (a forward_pass line's word to its after_password line), 0 for nothing.
+/// The deciding line's code, for the later lines of this pam_authenticate.
 @inline(never)
-func verdictLeft(_ pamh: OpaquePointer, key: [UInt8]) -> Int32 {
-    key.withUnsafeBufferPointer { cpam_verdict_kind(pamh, $0.baseAddress, $0.count, verdictReuseMilliseconds) }
+func rememberVerdict(_ pamh: OpaquePointer, key: [UInt8], code: Int32) {
+    _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, $0.baseAddress, $0.count, code) }
 }
 
-/// After an accepted code (`kind` CPAM_VERDICT_CODE): the verdict for later lines of this
-/// pam_authenticate. A forward_pass line leaves its after_password line CPAM_VERDICT_SEND or
-/// CPAM_VERDICT_IGNORED the same way (never taken for an accepted code).
+/// A later line: the earlier line's code, unasked. Only with `debug` is it logged: the
+/// deciding line logged the outcome once.
 @inline(never)
-func rememberVerified(_ pamh: OpaquePointer, _ line: UnsafeRawPointer?, key: [UInt8], kind: Int32 = CPAM_VERDICT_CODE) {
-    _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, line, $0.baseAddress, $0.count, kind) }
+func earlierVerdict(_ pamh: OpaquePointer, _ code: Int32, user: [UInt8], options: ModuleOptions) -> Int32 {
+    if options.debug {
+        log(pamh, LOG_DEBUG, "user " + printable(user) + ": an earlier pam_totp line of this authentication decided (PAM code "
+            + decimal(UInt64(UInt32(bitPattern: code))) + "); not asked again")
+    }
+    return code
 }
 
-/// pam_setcred: the application is done with this authentication; a later one on the same
-/// handle asks again.
+/// pam_setcred: the application is done with this authentication.
 @inline(never)
-func forgetVerified(_ pamh: OpaquePointer) {
+func forgetVerdict(_ pamh: OpaquePointer) {
     cpam_verdict_forget(pamh)
 }

@@ -90,7 +90,7 @@ func sendCode(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], hint: F
 //
 // Without a live code, the forward_pass line hands the whole answer on as the password and
 // returns PAM_CRED_INSUFFICIENT (`bad`: the stack goes on but cannot succeed), leaving
-// CPAM_VERDICT_SEND in the handle (OneVerdict.swift: for this key, this pam_authenticate only).
+// that code in the handle (OneVerdict.swift: for this key, this pam_authenticate only).
 // The after_password line runs only if the password was right (requisite): it sends the code
 // and fails; at the next attempt the forward_pass line checks the code like any other and the
 // after_password line lets an accepted code through. A wrong password sends nothing.
@@ -104,10 +104,10 @@ func passwordFirst(_ pamh: OpaquePointer, _ answer: [UInt8], user: [UInt8]) -> I
     return PAM_CRED_INSUFFICIENT
 }
 
-/// The after_password line: asks nothing. PAM_SUCCESS when the forward_pass line before the
-/// password module accepted a code for this user in this pam_authenticate; PAM_IGNORE when it
-/// was ignored (nullok, exempt); after its PAM_CRED_INSUFFICIENT, sends the code (as the
-/// two-prompt path does), says where, and returns PAM_AUTH_ERR; anything else (no forward_pass
+/// The after_password line: asks nothing. After the forward_pass line's PAM_CRED_INSUFFICIENT
+/// it sends the code (as the two-prompt path does), says where, and returns PAM_AUTH_ERR; any
+/// other code that line left for this user in this pam_authenticate (accepted, ignored under
+/// nullok or exempt, denied) is returned as it is (OneVerdict.swift); none (no forward_pass
 /// line, another user, another store or socket) is a misconfigured stack: PAM_AUTH_ERR.
 @_optimize(size)  // cold: a one-prompt login with a phone or address only
 func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: [UInt8]) -> Int32 {
@@ -116,13 +116,11 @@ func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions,
         return PAM_SERVICE_ERR
     }
     switch verdictLeft(pamh, key: key) {
-    case CPAM_VERDICT_CODE:
-        return PAM_SUCCESS
-    case CPAM_VERDICT_IGNORED:
-        return PAM_IGNORE
-    case CPAM_VERDICT_SEND:
-        break
-    default:
+    case PAM_CRED_INSUFFICIENT?:
+        break  // send the code, below
+    case let code?:
+        return code  // accepted, ignored (nullok, exempt) or denied before the password module
+    case nil:
         log(pamh, LOG_ERR, "denied user " + printable(user) + ": after_password, but no forward_pass line before it decided for this user "
             + "(misconfigured stack: pam_totp(8))")
         return PAM_AUTH_ERR
