@@ -85,6 +85,9 @@ public struct ModuleOptions: Equatable, Sendable {
     /// Where each policy setting came from, in the order applied (the last one of a setting is
     /// in force): for `totp-enroll policy`.
     public var sources: [PolicySource] = []
+    /// Whether a `[service NAME]` section for this login's service set nullok (it then wins
+    /// over the enrolment service's built-in rule, `applyEnrolmentService`).
+    var nullokFromServiceSection = false
     /// The longest section name (`[group NAME]`, `[service NAME]`) the file may hold.
     public static let maxSectionNameLength = 256
 
@@ -155,7 +158,26 @@ public struct ModuleOptions: Equatable, Sendable {
                 o.sources.append(PolicySource(setting: setting, from: literal("the pam.d line")))
             }
         }
+        o.applyEnrolmentService(service)
         return o
+    }
+
+    /// The PAM service of `totp-enroll` itself: a user with no factor is not asked for a code
+    /// there, whatever nullok says — it is how they add a first factor (after the password,
+    /// the same proof any first factor needs), and the tool asks a user who has a factor for a
+    /// current code itself (docs/ARCHITECTURE.md, section 4.3). Without it, a `[group NAME]
+    /// nullok = no` section locks its un-enrolled members out of enrolment, while sshd, su and
+    /// login still refuse them. Only the site file's own `[service totp-enroll]` section setting
+    /// nullok overrides it.
+    public static var enrolmentService: [UInt8] { literal("totp-enroll") }
+
+    mutating func applyEnrolmentService(_ service: [UInt8]) {
+        guard service == Self.enrolmentService else { return }
+        enrollAtLoginUntil = nil  // the tool enrols; its re-authentication offers no enrolment of its own
+        guard !nullok, !nullokFromServiceSection else { return }
+        nullok = true
+        sources.append(PolicySource(setting: .nullok, from: literal(
+            "built in for the totp-enroll service: a user without a factor adds a first one there ([service totp-enroll] nullok = no overrides it)")))
     }
 
     /// Where `setting`'s value in force came from; nil: the built-in default.
@@ -266,6 +288,7 @@ public struct ModuleOptions: Equatable, Sendable {
                 if current.matches {
                     try apply(line, origin: at + ": ", fromFile: true)
                     if equals(name, "exempt") { exemptBy = exempt ? current.header : [] }
+                    if equals(name, "nullok") && current.kind == .service { nullokFromServiceSection = true }
                     if let setting = PolicySetting(name: name) { sources.append(PolicySource(setting: setting, from: current.header)) }
                 } else {
                     try scratch.apply(line, origin: at + ": ", fromFile: true)

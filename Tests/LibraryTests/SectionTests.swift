@@ -55,6 +55,23 @@ final class SectionTests: XCTestCase {
         exempt
         """
 
+    /// The enrolment tool's own service: a mandatory group's un-enrolled members add a first
+    /// factor there (issue 35); the source says so; the site's own [service totp-enroll]
+    /// section wins; enrolment at login is never offered inside the tool's re-authentication.
+    func testTheEnrolmentServiceLetsAMandatoryGroupEnrol() throws {
+        let admin = try options(rollout + "\nenroll_at_login = 2099-12-31\n", service: "totp-enroll", groups: ["admins"])
+        XCTAssertTrue(admin.nullok)
+        XCTAssertTrue(String(decoding: admin.source(of: .nullok) ?? [], as: UTF8.self).hasPrefix("built in for the totp-enroll service"),
+                      String(decoding: admin.source(of: .nullok) ?? [], as: UTF8.self))
+        XCTAssertNil(admin.enrollAtLoginUntil)
+        XCTAssertFalse(try options(rollout, service: "sshd", groups: ["admins"]).nullok, "only the enrolment service")
+        XCTAssertTrue(try options(rollout, service: "sshd").nullok, "unchanged elsewhere")
+        let strict = try options(rollout + "\n[service totp-enroll]\nnullok = no\n", service: "totp-enroll", groups: ["admins"])
+        XCTAssertFalse(strict.nullok, "the site's own section for the service wins")
+        // A strict pam.d line on the service cannot take it away either: the site file decides.
+        XCTAssertTrue(try options("", service: "totp-enroll").nullok)
+    }
+
     func testGroupSectionAppliesToMembersOnly() throws {
         XCTAssertTrue(try options(rollout).nullok)
         XCTAssertFalse(try options(rollout, groups: ["admins"]).nullok)

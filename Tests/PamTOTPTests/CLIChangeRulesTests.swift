@@ -341,6 +341,62 @@ final class CLIChangeRulesTests: XCTestCase {
                        PAM_SUCCESS, "an old recovery code no longer logs in")
     }
 
+    // MARK: - Issue 35: a mandatory group could not enrol
+
+    /// With the profile enabled (pam_totp with nullok after the password, what common-auth
+    /// holds) and `[group G] nullok = no`, an un-enrolled member of G ran totp-enroll and got
+    /// "authentication failed: nothing was changed": the totp-enroll service asked them for a
+    /// code they could not have. Now they add a first factor after the password, while a login
+    /// service with the same lines still refuses them until they have one.
+    func testAnUnenrolledMemberOfAMandatoryGroupCanEnrol() throws {
+        try makeUser()
+        let group = "totpmg" + tag
+        XCTAssertEqual(try runCommand(["groupadd", group]).status, 0)
+        defer { _ = try? runCommand(["groupdel", group]) }
+        XCTAssertEqual(try runCommand(["usermod", "-aG", group, user]).status, 0)
+        try setSystemFile("/etc/security/pam_totp.conf", "# CLIChangeRulesTests: mandatory for one group\n[group \(group)]\nnullok = no\n")
+        try setSystemFile("/etc/pam.d/totp-enroll", passwordAndCodeStack)
+        // A login service with the same lines: the member, un-enrolled, is asked and denied.
+        let fixture = try PAMFixture()
+        defer { fixture.cleanup() }
+        try fixture.service("login", ["auth required MODULE store=\(defaultStore) nullok"])
+        let denied = Conversation(answer: Array("123456".utf8))
+        XCTAssertEqual(fixture.authenticate(service: "login", user: user, conversation: denied), PAM_AUTH_ERR)
+        XCTAssertEqual(denied.prompts.filter { $0.contains("Verification code") }.count, 1)
+        // totp-enroll: the password, then a first factor proved by its code.
+        awayFromStepBoundary(margin: 8)
+        let t0 = Int64(time(nil))
+        let r = try asUser([binary, "--name", "phone", "--secret", secretA, "--code", totp(secretA, at: t0), "--qr", "none"],
+                           input: password + "\n")
+        XCTAssertEqual(r.status, 0, "the member could not enrol:\n" + r.stdout + r.stderr)
+        XCTAssertEqual(labels(try record(user, in: defaultStore)), ["phone"])
+        // Now enrolled: the login service asks and accepts the next code.
+        let ok = Conversation(answer: Array(totp(secretA, at: t0 + 30).utf8))
+        XCTAssertEqual(fixture.authenticate(service: "login", user: user, conversation: ok), PAM_SUCCESS)
+        // The site may still forbid it for the enrolment service explicitly.
+        try setSystemFile("/etc/security/pam_totp.conf",
+                          "[group \(group)]\nnullok = no\n[service totp-enroll]\nnullok = no\n")
+        let other = try makeOtherMember(group: group)
+        defer { _ = try? runCommand(["userdel", other.name]) }
+        let refused = try runCommand(["setsid", "-w", "setpriv", "--reuid=\(other.uid)", "--regid=\(other.gid)", "--clear-groups",
+                                      binary, "--name", "phone", "--secret", secretB, "--code", totp(secretB, at: t0), "--qr", "none"],
+                                     input: other.password + "\n123456\n")
+        XCTAssertNotEqual(refused.status, 0, refused.stdout + refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("authentication failed"), refused.stderr)
+        XCTAssertNil(try record(other.name, in: defaultStore))
+    }
+
+    /// A second throwaway member of `group` (removed by the caller).
+    func makeOtherMember(group: String) throws -> (name: String, uid: uid_t, gid: gid_t, password: String) {
+        let name = "crw" + tag
+        _ = try? runCommand(["userdel", name])
+        XCTAssertEqual(try runCommand(["useradd", "-M", "-s", "/bin/sh", "-G", group, name]).status, 0)
+        let pass = "0ther-h0rse-\(UInt32.random(in: 0...UInt32.max))"
+        XCTAssertEqual(try runCommand(["chpasswd"], input: "\(name):\(pass)\n").status, 0)
+        let pw = try XCTUnwrap(getpwnam(name))
+        return (name, pw.pointee.pw_uid, pw.pointee.pw_gid, pass)
+    }
+
     // MARK: - Finding 9: a user removed their own last factor
 
     /// With nullok in /etc/security/pam_totp.conf, a user could remove their last factor (and
