@@ -1,4 +1,5 @@
 import Foundation
+import MFAFileStore
 import TestSupport
 import XCTest
 
@@ -141,6 +142,38 @@ final class SSHDTests: XCTestCase {
         let s = try server("sshd-publickey-nullok")
         let ok = try s.login(.unenrolled, code: "")
         ok.expect(prompts: "", success: true, "unenrolled under nullok, key only")
+    }
+
+    // MARK: the profile and the sshd line together (issue 35: one login, one verdict)
+
+    /// The trial's composition: the pam-auth-update profile's line (`pam_totp.so nullok` after
+    /// pam_unix in common-auth) and the README's `auth required pam_totp.so` in /etc/pam.d/sshd.
+    /// Three wrong codes in one ssh connection (the client's three keyboard-interactive tries)
+    /// were 9 prompts and 6 failures; now each try asks the password and one code, and counts
+    /// one failure. Then the right code logs in with one code prompt.
+    func testTheProfileAndTheSSHDLineAskAndCountOncePerTry() throws {
+        let s = try profiledServer()
+        let bad = try s.login(.enrolled, code: try s.wrongCode(), tries: 3)
+        bad.expect(prompts: "PVPVPV", success: false, "profile + sshd line, three wrong codes in one connection")
+        XCTAssertEqual(try s.failures(.enrolled), 3, "one failure per try")
+        let ok = try s.login(.enrolled, code: try s.nextCode())
+        ok.expect(prompts: "PV", success: true, "profile + sshd line, the right code")
+        XCTAssertEqual(try s.failures(.enrolled), 0)
+    }
+
+    /// The same stack for a user without a factor: the profile's nullok line lets them pass
+    /// unasked, and the sshd line (no nullok) asks and denies (what `totp-enroll policy`
+    /// reports as the outcome `deny`).
+    func testTheProfileAndTheSSHDLineDenyAnUnenrolledUser() throws {
+        let s = try profiledServer()
+        let r = try s.login(.unenrolled, code: try s.oathtool(step: s.currentStep()))
+        r.expect(prompts: "PV", success: false, "profile + sshd line, unenrolled")
+    }
+
+    private func profiledServer() throws -> SSHDServer {
+        try XCTSkipUnless(isRoot, "a real sshd needs root (users, /etc/pam.d, /run/sshd); make check runs as root")
+        if Self.shared == nil { Self.shared = try SSHDWorld() }
+        return try Self.shared!.server("sshd", moduleArguments: "", tag: "profile", profile: true)
     }
 
     // MARK: the list above is every shipped sshd stack
@@ -326,10 +359,12 @@ final class SSHDWorld {
 
     /// A shipped stack whose module line gets `moduleArguments` too (another sshd, store and
     /// PAM service; `tag` names them).
-    func server(_ stack: String, moduleArguments: String, tag: String) throws -> SSHDServer {
+    /// `profile`: common-auth as the pam-auth-update profile leaves it (pam_totp with nullok
+    /// after the password module) before the stack's own pam_totp line.
+    func server(_ stack: String, moduleArguments: String, tag: String, profile: Bool = false) throws -> SSHDServer {
         let key = stack + "+" + tag
         if let s = servers[key] { return s }
-        let s = try SSHDServer(stack: stack, world: self, moduleArguments: moduleArguments, tag: tag)
+        let s = try SSHDServer(stack: stack, world: self, moduleArguments: moduleArguments, tag: tag, profile: profile)
         servers[key] = s
         return s
     }
@@ -364,7 +399,8 @@ final class SSHDWorld {
         log_user 1
         lassign $argv port user command identity
         set options [list -F /dev/null -p $port -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-            -o LogLevel=ERROR -o NumberOfPasswordPrompts=1 -o ConnectTimeout=5]
+            -o LogLevel=ERROR -o NumberOfPasswordPrompts=[expr {[info exists env(PAMTOTP_TRIES)] ? $env(PAMTOTP_TRIES) : 1}] \
+            -o ConnectTimeout=5]
         if {$identity eq "-"} {
             lappend options -o PubkeyAuthentication=no -o PreferredAuthentications=keyboard-interactive
         } else {
@@ -373,7 +409,7 @@ final class SSHDWorld {
         spawn ssh {*}$options $user@127.0.0.1 $command
         set seen ""
         set open 1
-        for {set round 0} {$round < 8 && $open} {incr round} {
+        for {set round 0} {$round < 12 && $open} {incr round} {
             expect {
 
         """# + answers + #"""
@@ -413,7 +449,10 @@ final class SSHDServer {
     static let remoteCommand = "echo pam-totp-ok-$((6*7))"
     static let remoteOutput = "pam-totp-ok-42"
 
-    init(stack: String, world: SSHDWorld, moduleArguments: String = "", tag: String = "") throws {
+    let profile: Bool
+
+    init(stack: String, world: SSHDWorld, moduleArguments: String = "", tag: String = "", profile: Bool = false) throws {
+        self.profile = profile
         self.stack = stack
         self.world = world
         let name = tag.isEmpty ? stack : stack + "-" + tag
@@ -432,7 +471,12 @@ final class SSHDServer {
         try enroll()
 
         // The PAM service, named after the symlink sshd runs through.
-        let pam = shipped.pamLines + ["account required pam_unix.so", "session required pam_permit.so"]
+        // With the profile: its Auth line (pam.d/pam-configs-pam_totp) right after common-auth.
+        var lines = shipped.pamLines
+        if profile, let i = lines.firstIndex(of: "@include common-auth") {
+            lines.insert("auth required \(moduleURL.path) store=\(store.path) nullok", at: i + 1)
+        }
+        let pam = lines + ["account required pam_unix.so", "session required pam_permit.so"]
         try (pam.joined(separator: "\n") + "\n").write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
         serviceWritten = true
         let link = dir.appendingPathComponent(service)
@@ -611,12 +655,21 @@ final class SSHDServer {
 
     /// One ssh login as `kind`, answering its password and `code` if asked (and offering the
     /// client key when the stack's AuthenticationMethods start with publickey).
-    func login(_ kind: SSHDUser, code: String) throws -> Login {
+    /// The failures counted for `kind` in this stack's store.
+    func failures(_ kind: SSHDUser) throws -> UInt32 {
+        guard let user = world.users[kind] else { throw SSHDFailure("no \(kind) user") }
+        return try Store(path: Array(store.path.utf8)).readState(user: Array(user.name.utf8)).failures
+    }
+
+    /// `tries`: the client's keyboard-interactive tries in the one connection (ssh's
+    /// NumberOfPasswordPrompts), each answered with the same password and code.
+    func login(_ kind: SSHDUser, code: String, tries: Int = 1) throws -> Login {
         guard let user = world.users[kind] else { throw SSHDFailure("no \(kind) user") }
         var environment = ProcessInfo.processInfo.environment
         environment["PAMTOTP_PASSWORD"] = user.password
         environment["PAMTOTP_CODE"] = code
         let before = log().utf8.count
+        environment["PAMTOTP_TRIES"] = String(tries)
         let r = try runCommand(["expect", "-f", world.script.path, String(port), user.name, Self.remoteCommand,
                                 usesKey ? world.clientKey.path : "-"], environment: environment)
         let output = r.stdout + r.stderr
