@@ -1,5 +1,6 @@
 import Foundation
 import MFAFileStore
+import MFAPolicy
 import TestSupport
 import XCTest
 
@@ -168,6 +169,68 @@ final class SSHDTests: XCTestCase {
         let s = try profiledServer()
         let r = try s.login(.unenrolled, code: try s.oathtool(step: s.currentStep()))
         r.expect(prompts: "PV", success: false, "profile + sshd line, unenrolled")
+    }
+
+    // MARK: what the module tells the user reaches an ssh client (issue 35)
+
+    /// OpenSSH (9.2) collects a PAM message and sends it with the next prompt; when no prompt
+    /// follows (the module failed), sshd sends the collected text as the instruction of a
+    /// keyboard-interactive request without prompts, which the client prints at its default
+    /// LogLevel (INFO; `ssh -q` hides it). Shown here with the real client, for each message the
+    /// module has: no code could be sent (a phone-only user, no pam-totpd: nothing counted), none
+    /// of the user's factors allowed here, and a token out of sync (a prompt of its own).
+    func testTheModulesMessagesReachTheSSHClient() throws {
+        try XCTSkipUnless(isRoot, "a real sshd needs root (users, /etc/pam.d, /run/sshd); make check runs as root")
+        if Self.shared == nil { Self.shared = try SSHDWorld() }
+        let w = try XCTUnwrap(Self.shared)
+        let user = try XCTUnwrap(w.users[.enrolled]).name
+        let uid = try XCTUnwrap(getpwnam(user)).pointee.pw_uid
+        let dir = w.root.appendingPathComponent("messages")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: false)
+        /// A store of its own holding `factor` for the enrolled user.
+        func store(_ name: String, _ factor: Factor) throws -> String {
+            let path = dir.appendingPathComponent(name).path
+            XCTAssertEqual(mkdir(path, 0o700), 0)
+            try Store(path: Array(path.utf8)).write(user: Array(user.utf8), record: UserRecord(uid: UInt32(uid), factors: [factor]))
+            return path
+        }
+
+        // A phone-only user, a sender configured, pam-totpd not running: told at each try, and
+        // nothing counted against them.
+        let phone = try store("phone", Factor(outOfBand: .sms, label: Array("mobile".utf8), destination: Array("+15105551234".utf8),
+                                              created: 1_700_000_000))
+        let conf = dir.appendingPathComponent("pam_totp.conf")
+        try "sms_command = /bin/false\nsocket = \(dir.path)/no-socket\n".write(to: conf, atomically: true, encoding: .utf8)
+        let s = try w.server("sshd", moduleArguments: "store=\(phone) config=\(conf.path)", tag: "phone")
+        let r = try s.login(.enrolled, code: "123456", tries: 3, logLevel: "INFO")
+        r.expect(prompts: "PPP", success: false, "phone only, no pam-totpd")
+        XCTAssertEqual(r.output.components(separatedBy: "could not send a code: use your app or a recovery code").count - 1, 3, r.output)
+        XCTAssertEqual(r.output.components(separatedBy: "Try again later, or ask your administrator.").count - 1, 3, r.output)
+        XCTAssertEqual(try Store(path: Array(phone.utf8)).readState(user: Array(user.utf8)).failures, 0)
+        // The same with the profile's line before the sshd line: told once per try, not twice.
+        let both = try w.server("sshd", moduleArguments: "store=\(phone) config=\(conf.path)", tag: "phone-profile", profile: true)
+        let b = try both.login(.enrolled, code: "123456", tries: 2, logLevel: "INFO")
+        b.expect(prompts: "PP", success: false, "phone only, no pam-totpd, profile + sshd line")
+        XCTAssertEqual(b.output.components(separatedBy: "could not send a code").count - 1, 2, b.output)
+
+        // Only kinds the user has not are allowed here.
+        let kinds = try w.server("sshd", moduleArguments: "factor_kinds=hotp", tag: "kinds")
+        let k = try kinds.login(.enrolled, code: try kinds.nextCode(), logLevel: "INFO")
+        k.expect(prompts: "P", success: false, "factor_kinds=hotp, a TOTP user")
+        XCTAssertTrue(k.output.contains("None of your factors may be used here."), k.output)
+
+        // A token pressed past its window: asked for the next press, which resyncs it.
+        let secret = Array("12345678901234567890".utf8)
+        let token = try store("token", Factor(kind: .hotp, label: Array("fob".utf8), parameters: .default, created: 1_700_000_000,
+                                              counter: 0, secret: secret))
+        let hotp = try w.server("sshd", moduleArguments: "store=\(token) hotp_window=3", tag: "hotp")
+        func press(_ counter: Int) throws -> String {  // oathtool: the token's code at `counter`
+            let r = try runCommand(["oathtool", "--hotp", "-c", String(counter), "3132333435363738393031323334353637383930"])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let t = try hotp.login(.enrolled, code: try press(10), logLevel: "INFO", resync: try press(11))
+        t.expect(prompts: "PVT", success: true, "a token 10 presses ahead, then its next press")
     }
 
     private func profiledServer() throws -> SSHDServer {
@@ -388,6 +451,7 @@ final class SSHDWorld {
     static let clientScript = clientScript(answering: #"""
                 -ex "Password:" { send -- "$env(PAMTOTP_PASSWORD)\r"; append seen P }
                 -ex "Verification code:" { send -- "$env(PAMTOTP_CODE)\r"; append seen V }
+                -ex "Token out of sync" { send -- "$env(PAMTOTP_RESYNC)\r"; append seen T }
 
         """#)
 
@@ -399,7 +463,7 @@ final class SSHDWorld {
         log_user 1
         lassign $argv port user command identity
         set options [list -F /dev/null -p $port -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-            -o LogLevel=ERROR -o NumberOfPasswordPrompts=[expr {[info exists env(PAMTOTP_TRIES)] ? $env(PAMTOTP_TRIES) : 1}] \
+            -o LogLevel=[expr {[info exists env(PAMTOTP_LOGLEVEL)] ? $env(PAMTOTP_LOGLEVEL) : "ERROR"}] -o NumberOfPasswordPrompts=[expr {[info exists env(PAMTOTP_TRIES)] ? $env(PAMTOTP_TRIES) : 1}] \
             -o ConnectTimeout=5]
         if {$identity eq "-"} {
             lappend options -o PubkeyAuthentication=no -o PreferredAuthentications=keyboard-interactive
@@ -450,9 +514,11 @@ final class SSHDServer {
     static let remoteOutput = "pam-totp-ok-42"
 
     let profile: Bool
+    let moduleArguments: String
 
     init(stack: String, world: SSHDWorld, moduleArguments: String = "", tag: String = "", profile: Bool = false) throws {
         self.profile = profile
+        self.moduleArguments = moduleArguments
         self.stack = stack
         self.world = world
         let name = tag.isEmpty ? stack : stack + "-" + tag
@@ -474,7 +540,8 @@ final class SSHDServer {
         // With the profile: its Auth line (pam.d/pam-configs-pam_totp) right after common-auth.
         var lines = shipped.pamLines
         if profile, let i = lines.firstIndex(of: "@include common-auth") {
-            lines.insert("auth required \(moduleURL.path) store=\(store.path) nullok", at: i + 1)
+            lines.insert("auth required \(moduleURL.path) store=\(store.path)\(moduleArguments.isEmpty ? "" : " " + moduleArguments) nullok",
+                         at: i + 1)
         }
         let pam = lines + ["account required pam_unix.so", "session required pam_permit.so"]
         try (pam.joined(separator: "\n") + "\n").write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
@@ -633,7 +700,7 @@ final class SSHDServer {
         func expect(prompts expected: String, success: Bool, _ message: String,
                     file: StaticString = #filePath, line: UInt = #line) {
             let context = "\(what): \(message)\n--- client ---\n\(output)\n--- sshd log ---\n\(log)"
-            XCTAssertEqual(prompts, expected, "prompts answered (P = Password, V = Verification code); " + context,
+            XCTAssertEqual(prompts, expected, "prompts answered (P = Password, V = Verification code, T = Token out of sync); " + context,
                            file: file, line: line)
             if success {
                 XCTAssertTrue(ranCommand, "did not log in; " + context, file: file, line: line)
@@ -663,13 +730,18 @@ final class SSHDServer {
 
     /// `tries`: the client's keyboard-interactive tries in the one connection (ssh's
     /// NumberOfPasswordPrompts), each answered with the same password and code.
-    func login(_ kind: SSHDUser, code: String, tries: Int = 1) throws -> Login {
+    /// `logLevel`: the client's LogLevel (ERROR by default, which hides what the server sends
+    /// as a keyboard-interactive instruction; a user's ssh has INFO).
+    /// `resync`: the answer to "Token out of sync: ..." (a counter-based token's next press).
+    func login(_ kind: SSHDUser, code: String, tries: Int = 1, logLevel: String = "ERROR", resync: String = "") throws -> Login {
         guard let user = world.users[kind] else { throw SSHDFailure("no \(kind) user") }
         var environment = ProcessInfo.processInfo.environment
         environment["PAMTOTP_PASSWORD"] = user.password
         environment["PAMTOTP_CODE"] = code
         let before = log().utf8.count
         environment["PAMTOTP_TRIES"] = String(tries)
+        environment["PAMTOTP_LOGLEVEL"] = logLevel
+        environment["PAMTOTP_RESYNC"] = resync
         let r = try runCommand(["expect", "-f", world.script.path, String(port), user.name, Self.remoteCommand,
                                 usesKey ? world.clientKey.path : "-"], environment: environment)
         let output = r.stdout + r.stderr
