@@ -33,7 +33,7 @@ static inline const char *cpam_get_string_item(pam_handle_t *pamh, int item) {
     return (const char *)value;
 }
 
-// One login, one verdict (PamTOTP/OneVerdict.swift; docs/ARCHITECTURE.md, section 4.18): what the
+// One login, one verdict (PamTOTP/OneVerdict.swift; docs/ARCHITECTURE.md, section 4, rule 20): what the
 // first pam_totp line that decides leaves in the handle with pam_set_data, one malloc'd block
 // freed (zeroed first) by the cleanup below, which libpam calls on replacement or at pam_end. It
 // holds no code and no secret: the PAM code that line returned and what it was for (the key:

@@ -5,7 +5,7 @@ import MFAFileStore
 import MFAPolicy
 import MFASystem
 
-// One login, one verdict (docs/ARCHITECTURE.md, section 4.18). An admin's stack often names the
+// One login, one verdict (docs/ARCHITECTURE.md, section 4, rule 20). An admin's stack often names the
 // module twice: the pam-auth-update profile's `pam_totp.so nullok` in common-auth and a service's
 // own `auth required pam_totp.so` line, identical or not. Within one pam_authenticate, the first
 // line that asks the user (or denies them) decides for that user, store and service: it leaves
