@@ -343,6 +343,53 @@ ALTER TABLE pam_totp.audit ADD CONSTRAINT audit_event_check
 REVOKE ALL ON pam_totp.outbox, pam_totp.sent_codes, pam_totp.enrolment_codes, pam_totp.enrolment_attempts, pam_totp.sends FROM PUBLIC;
 REVOKE ALL ON SEQUENCE pam_totp.outbox_id_seq, pam_totp.sends_id_seq, pam_totp.enrolment_attempts_id_seq FROM PUBLIC;
 """####),
+        (11, "011_send_limits.sql", ####"""
+-- Sends bounded whoever asks (docs/ARCHITECTURE.md, section 4, rule 19; docs/FLEET.md, "Limits
+-- on sent codes"): a host role could have the deliverer text any number for any made-up user
+-- name, each new name bringing its own hourly and daily allowance. Every send now also counts
+-- against its destination (whatever the account) and against the host role that asked (so one
+-- host cannot spend the fleet's per-minute budget), and text messages may be kept to a list of
+-- country prefixes.
+
+-- What a send is counted against: its destination (a SHA-256 of the kind and the destination,
+-- the address in lower case) and the host role that asked. Rows from before have neither.
+ALTER TABLE pam_totp.sends ADD COLUMN destination_key bytea, ADD COLUMN host name;
+CREATE INDEX sends_destination ON pam_totp.sends (destination_key, at);
+CREATE INDEX sends_host ON pam_totp.sends (host, at);
+
+ALTER TABLE pam_totp.settings
+  ADD COLUMN oob_destination_max_per_hour integer NOT NULL DEFAULT 5 CHECK (oob_destination_max_per_hour BETWEEN 1 AND 1000),
+  ADD COLUMN oob_destination_max_per_day integer NOT NULL DEFAULT 20 CHECK (oob_destination_max_per_day BETWEEN 1 AND 10000),
+  ADD COLUMN oob_host_max_per_minute integer NOT NULL DEFAULT 20 CHECK (oob_host_max_per_minute BETWEEN 1 AND 10000),
+  ADD COLUMN oob_host_max_per_hour integer NOT NULL DEFAULT 300 CHECK (oob_host_max_per_hour BETWEEN 1 AND 100000),
+  -- E.164 country prefixes ('+1', '+44', ...) text messages may go to; empty: any.
+  ADD COLUMN oob_allowed_prefixes text[] NOT NULL DEFAULT '{}'
+    CHECK (array_to_string(oob_allowed_prefixes, ',') ~ '^([+][1-9][0-9]{0,5}(,|$))*$' AND array_position(oob_allowed_prefixes, NULL) IS NULL);
+
+-- A destination, written once: the same rules as MFAPolicy's Destination (validatePhone,
+-- validateEmail), checked against each other by FleetSQLTests. A phone: E.164, + then 8 to 15
+-- digits, the first not 0. An address: ASCII only, a dot-atom name of 1 to 64 bytes not starting
+-- with - | or /, one @, a host name of two or more labels (letters, digits, inner hyphens, 1 to 63
+-- each), the last not all digits (no IP addresses, no localhost), at most 254 bytes in all.
+CREATE DOMAIN pam_totp.phone_number AS text
+  CHECK (VALUE ~ '^[+][1-9][0-9]{7,14}$');
+CREATE DOMAIN pam_totp.email_address AS text
+  CHECK (octet_length(VALUE) <= 254
+    AND VALUE ~ '^[A-Za-z0-9!#$%&''*+=?^_`{}~][A-Za-z0-9!#$%&''*+/=?^_`{|}~-]*([.][A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@'
+    AND VALUE ~ '^[^@]{1,64}@'
+    AND VALUE ~ '^[^@]+@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?[.])+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$'
+    AND VALUE !~ '[.][0-9]+$');
+
+-- Existing rows must pass the stricter rule: one that does not (an address a host could queue
+-- before) stops the migration with its row named, for an admin to remove (totp-enroll remove).
+ALTER TABLE pam_totp.factors DROP CONSTRAINT factors_destination;
+ALTER TABLE pam_totp.factors ADD CONSTRAINT factors_destination CHECK (coalesce(
+  CASE kind
+    WHEN 'sms' THEN secret IS NULL AND destination::pam_totp.phone_number IS NOT NULL
+    WHEN 'email' THEN secret IS NULL AND destination::pam_totp.email_address IS NOT NULL
+    ELSE secret IS NOT NULL AND destination IS NULL
+  END, false));
+"""####),
     ]
 
     /// sql/api.sql: every function's current body, in the schema pam_totp_api.
@@ -431,13 +478,25 @@ BEGIN
   RETURN lpad((v % m)::text, p_digits, '0');
 END $$;
 
--- Why p_user may not be sent another code now (NULL: it may), the same texts as MFAPolicy's
--- OutOfBand.overLimit: the account's resend interval, hour and day, then the fleet's minute
--- (under a lock every send takes, so two hosts cannot both take the last slot).
-CREATE FUNCTION pam_totp_api.send_refusal(p_user text, p_clock bigint) RETURNS text
+-- What a send to a destination is counted under: a SHA-256 of the kind and the destination
+-- (an address in lower case: the same mailbox however it is written).
+CREATE FUNCTION pam_totp_api.destination_key(p_kind text, p_destination text) RETURNS bytea
+LANGUAGE sql IMMUTABLE
+AS $$
+  SELECT pam_totp_crypto.digest(convert_to(p_kind || ':' || CASE p_kind WHEN 'email' THEN lower(p_destination) ELSE p_destination END,
+                                           'UTF8'), 'sha256')
+$$;
+
+-- Why p_user may not be sent another code to p_kind p_destination now (NULL: it may), with the
+-- same texts as MFAPolicy's OutOfBand.overLimit where they match: the account's resend interval,
+-- hour and day; the country prefixes text messages may go to; the destination's hour and day,
+-- whatever the account (made-up user names bring no new allowance); then, under a lock every
+-- send takes (so two hosts cannot both take the last slot), the asking host role's minute and
+-- hour (one host cannot spend the fleet's budget) and the fleet's minute.
+CREATE FUNCTION pam_totp_api.send_refusal(p_user text, p_clock bigint, p_kind text, p_destination text) RETURNS text
 LANGUAGE plpgsql
 AS $$
-DECLARE cfg pam_totp.settings%ROWTYPE; last_ bigint;
+DECLARE cfg pam_totp.settings%ROWTYPE; last_ bigint; dkey bytea := pam_totp_api.destination_key(p_kind, p_destination);
 BEGIN
   SELECT * INTO cfg FROM pam_totp.settings;
   SELECT max(s.at) INTO last_ FROM pam_totp.sends s WHERE s.user_name = p_user;
@@ -451,18 +510,35 @@ BEGIN
   IF (SELECT count(*) FROM pam_totp.sends s WHERE s.user_name = p_user AND s.at > p_clock - 86400) >= cfg.oob_max_per_day THEN
     RETURN 'at most ' || cfg.oob_max_per_day || ' codes are sent a day: use your app or a recovery code, or try tomorrow';
   END IF;
+  IF p_kind = 'sms' AND cardinality(cfg.oob_allowed_prefixes) > 0
+     AND NOT EXISTS (SELECT 1 FROM unnest(cfg.oob_allowed_prefixes) x WHERE starts_with(p_destination, x)) THEN
+    RETURN 'text messages are not sent to that country from here (oob_allowed_prefixes): use your app or a recovery code';
+  END IF;
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.destination_key = dkey AND s.at > p_clock - 3600) >= cfg.oob_destination_max_per_hour THEN
+    RETURN 'at most ' || cfg.oob_destination_max_per_hour || ' codes are sent to one ' || CASE p_kind WHEN 'sms' THEN 'number' ELSE 'address' END
+           || ' an hour: use your app or a recovery code, or try later';
+  END IF;
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.destination_key = dkey AND s.at > p_clock - 86400) >= cfg.oob_destination_max_per_day THEN
+    RETURN 'at most ' || cfg.oob_destination_max_per_day || ' codes are sent to one ' || CASE p_kind WHEN 'sms' THEN 'number' ELSE 'address' END
+           || ' a day: use your app or a recovery code, or try tomorrow';
+  END IF;
   -- The settings row, locked: no login role may lock it (an advisory lock's key is anyone's to
   -- hold), and every send takes it after its user's row, so the order is always the same.
   PERFORM 1 FROM pam_totp.settings FOR UPDATE;
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.host = session_user AND s.at > p_clock - 60) >= cfg.oob_host_max_per_minute
+     OR (SELECT count(*) FROM pam_totp.sends s WHERE s.host = session_user AND s.at > p_clock - 3600) >= cfg.oob_host_max_per_hour THEN
+    RETURN 'too many codes are being sent from this host: try again later';
+  END IF;
   IF (SELECT count(*) FROM pam_totp.sends s WHERE s.at > p_clock - 60) >= cfg.oob_max_per_minute THEN
     RETURN 'too many codes are being sent: try again in a minute';
   END IF;
   RETURN NULL;
 END $$;
 
--- Queues a message with a new code (the outbox, for pam_totp_sender), counts the send and
--- wakes the deliverers (NOTIFY pam_totp_outbox, no payload). Returns the outbox id, the code's
--- salt and its hash; the code itself goes only into the outbox.
+-- Queues a message with a new code (the outbox, for pam_totp_sender), counts the send (against
+-- the account, the destination and the asking host role) and wakes the deliverers (NOTIFY
+-- pam_totp_outbox, no payload). Returns the outbox id, the code's salt and its hash; the code
+-- itself goes only into the outbox.
 CREATE FUNCTION pam_totp_api.queue_code(p_user text, p_kind text, p_destination text, p_host text, p_clock bigint,
                                         OUT id bigint, OUT salt bytea, OUT hash bytea, OUT digits integer, OUT expires_at bigint)
 LANGUAGE plpgsql
@@ -481,7 +557,8 @@ BEGIN
   INSERT INTO pam_totp.outbox (user_name, kind, destination, code, host, minutes, queued, expires_at)
   VALUES (p_user, p_kind, p_destination, code, p_host, (cfg.oob_lifetime + 59) / 60, p_clock, expires_at)
   RETURNING outbox.id INTO id;
-  INSERT INTO pam_totp.sends (user_name, at) VALUES (p_user, p_clock);
+  INSERT INTO pam_totp.sends (user_name, at, destination_key, host)
+  VALUES (p_user, p_clock, pam_totp_api.destination_key(p_kind, p_destination), session_user);
   DELETE FROM pam_totp.sends s WHERE s.at < p_clock - 86400;
   DELETE FROM pam_totp.outbox o WHERE o.queued < p_clock - 7 * 86400;
   PERFORM pg_notify('pam_totp_outbox', '');
@@ -1237,7 +1314,7 @@ BEGIN
   IF FOUND AND p.factor_id = f.id AND p.expires_at > clock AND p.attempts_left > 0 AND clock - p.sent_at < cfg.oob_resend_interval THEN
     outcome := 'pending'; sent_at := p.sent_at; expires_at := p.expires_at; RETURN;
   END IF;
-  detail := pam_totp_api.send_refusal(p_user, clock);
+  detail := pam_totp_api.send_refusal(p_user, clock, f.kind, f.destination);
   IF detail IS NOT NULL THEN outcome := 'refused'; RETURN; END IF;
   q := pam_totp_api.queue_code(p_user, f.kind, f.destination, p_host, clock);
   INSERT INTO pam_totp.sent_codes (user_name, id, factor_id, digits, salt, hash, sent_at, expires_at, attempts_left)
@@ -1268,14 +1345,17 @@ BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR octet_length(p_label) NOT BETWEEN 1 AND 64 OR p_destination IS NULL THEN
     RAISE EXCEPTION 'send_enrolment_code: a user, an account, a name of 1 to 64 bytes and a destination' USING ERRCODE = 'P0001';
-  ELSIF p_kind = 'sms' AND p_destination !~ '^[+][1-9][0-9]{7,14}$' THEN
-    RAISE EXCEPTION 'a phone number must be + then 8 to 15 digits, the first not 0 (E.164, e.g. +15105551234)' USING ERRCODE = 'P0001';
-  ELSIF p_kind = 'email' AND (octet_length(p_destination) > 254 OR p_destination !~
-        '^[A-Za-z0-9!#$%&''*+=?^_`{}~][A-Za-z0-9!#$%&''*+/=?^_`{|}~.-]{0,63}@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$') THEN
-    RAISE EXCEPTION 'an email address must look like name@example.com' USING ERRCODE = 'P0001';
   ELSIF p_kind IS NULL OR p_kind NOT IN ('sms', 'email') THEN
     RAISE EXCEPTION 'send_enrolment_code: a phone or an email address only' USING ERRCODE = 'P0001';
   END IF;
+  -- The destination's rules are the domains' (migration 011), the same as the client's.
+  BEGIN
+    IF p_kind = 'sms' THEN PERFORM p_destination::pam_totp.phone_number; ELSE PERFORM p_destination::pam_totp.email_address; END IF;
+  EXCEPTION WHEN check_violation THEN
+    RAISE EXCEPTION '%', CASE p_kind
+      WHEN 'sms' THEN 'a phone number must be + then 8 to 15 digits, the first not 0 (E.164, e.g. +15105551234)'
+      ELSE 'an email address must look like name@example.com (a host name with a dot, no IP address)' END USING ERRCODE = 'P0001';
+  END;
   SELECT * INTO cfg FROM pam_totp.settings;
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   PERFORM pam_totp_api.lock_for_change(p_user);
@@ -1286,7 +1366,7 @@ BEGIN
   IF u.failures >= cfg.hard_failure_cap OR clock < u.locked_until THEN
     RAISE EXCEPTION 'locked out: no code is sent' USING ERRCODE = 'P0001';
   END IF;
-  why := pam_totp_api.send_refusal(p_user, clock);
+  why := pam_totp_api.send_refusal(p_user, clock, p_kind, p_destination);
   IF why IS NOT NULL THEN RAISE EXCEPTION '%', why USING ERRCODE = 'P0001'; END IF;
   q := pam_totp_api.queue_code(p_user, p_kind, p_destination, p_host, clock);
   INSERT INTO pam_totp.enrolment_codes (user_name, uid, id, label, kind, destination, digits, salt, hash, sent_at, expires_at, attempts_left)

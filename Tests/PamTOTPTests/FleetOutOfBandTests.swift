@@ -342,6 +342,105 @@ final class FleetOutOfBandTests: XCTestCase {
         XCTAssertTrue(locked.string.contains("locked out"), locked.string)
     }
 
+    // MARK: sends bounded whoever asks (issue 36, the fourth review)
+
+    /// Review finding (medium, toll fraud): a host role had the deliverer text one number 40
+    /// times within seconds through 40 made-up user names (send_enrolment_code makes a user row
+    /// for any name, and each name brought its own hourly and daily allowance). Now every send
+    /// counts against its destination whatever the account: 5 an hour by default.
+    func testMadeUpNamesBuyNoNewAllowanceForADestination() throws {
+        let host = "pamtotp_fleet_host_a"
+        var queued = 0, refused: [String] = []
+        for n in 0..<40 {
+            do {
+                try sql("SELECT pam_totp_api.send_enrolment_code('madeup\(n)', \(20_000 + n), 'mobile', 'sms', '\(number)', 'web1')", user: host)
+                queued += 1
+            } catch { refused.append("\(error)") }
+        }
+        XCTAssertEqual(queued, 5, "messages queued to one number for 40 made-up names")
+        XCTAssertTrue(refused.allSatisfy { $0.contains("at most 5 codes are sent to one number an hour") }, refused.first ?? "")
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.outbox WHERE destination = '\(number)'"), "5")
+        // The same number written for email is another destination; an address in other case is the same one.
+        XCTAssertNoThrow(try sql("SELECT pam_totp_api.send_enrolment_code('madeupx', 21000, 'mail', 'email', 'Ann@Example.com', 'web1')", user: host))
+        try sql("UPDATE pam_totp.settings SET oob_destination_max_per_hour = 1")
+        XCTAssertThrowsError(try sql("SELECT pam_totp_api.send_enrolment_code('madeupy', 21001, 'mail', 'email', 'ann@example.COM', 'web1')", user: host))
+    }
+
+    /// The same flood to many numbers spent the fleet's per-minute budget (60), so real users'
+    /// sign-in codes were refused fleet-wide from every other host. Now one host role has its own
+    /// cap (20 a minute by default) and real users' codes keep flowing from the other hosts.
+    func testOneHostsFloodLeavesTheFleetsBudgetToTheOthers() throws {
+        try startDeliver()
+        try enrolPhone()
+        let flooder = "pamtotp_fleet_host_a"
+        var queued = 0, last = ""
+        for n in 0..<60 {
+            let to = "+1510555" + String(format: "%04d", n)
+            do {
+                try sql("SELECT pam_totp_api.send_enrolment_code('flood\(n)', \(30_000 + n), 'mobile', 'sms', '\(to)', 'web1')", user: flooder)
+                queued += 1
+            } catch { last = "\(error)" }
+        }
+        XCTAssertEqual(queued, 20, "one host's sends in a minute")
+        XCTAssertTrue(last.contains("too many codes are being sent from this host"), last)
+        // A real user signs in on the other host: the code is sent.
+        guard case .sent(true, _, _, _) = try ask(1, .send, answer: "mobile") else { return XCTFail(hosts[1].output) }
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.sends WHERE host = 'pamtotp_fleet_host_b'"), "1")
+        XCTAssertEqual(try sql("SELECT count(DISTINCT host) FROM pam_totp.sends"), "2", "each send names the host role that asked")
+    }
+
+    /// oob_allowed_prefixes: text messages only to the listed country prefixes (SMS pumping goes
+    /// to premium numbers abroad); email is not affected; the settings row refuses a malformed list.
+    func testTextMessagesGoOnlyToTheAllowedPrefixes() throws {
+        let host = "pamtotp_fleet_host_a"
+        try sql("UPDATE pam_totp.settings SET oob_allowed_prefixes = '{+1,+353}'")
+        XCTAssertThrowsError(try sql("SELECT pam_totp_api.send_enrolment_code('pre1', 40001, 'mobile', 'sms', '+442071234567', 'web1')", user: host)) {
+            XCTAssertTrue("\($0)".contains("text messages are not sent to that country from here"), "\($0)")
+        }
+        XCTAssertNoThrow(try sql("SELECT pam_totp_api.send_enrolment_code('pre2', 40002, 'mobile', 'sms', '+15105550000', 'web1')", user: host))
+        XCTAssertNoThrow(try sql("SELECT pam_totp_api.send_enrolment_code('pre3', 40003, 'mobile', 'sms', '+353871234567', 'web1')", user: host))
+        XCTAssertNoThrow(try sql("SELECT pam_totp_api.send_enrolment_code('pre4', 40004, 'mail', 'email', 'a@example.ie', 'web1')", user: host))
+        for bad in ["'{1}'", "'{+0}'", "'{\"+1 +44\"}'", "ARRAY[NULL]::text[]", "'{+1234567}'"] {
+            XCTAssertThrowsError(try sql("UPDATE pam_totp.settings SET oob_allowed_prefixes = \(bad)"), bad)
+        }
+    }
+
+    /// Review suspicion: the database's email rule was looser than the client's (a@localhost,
+    /// a@10.0.0.1, a@b..c passed), so a host could queue such addresses. Now the rule is written
+    /// once in the database (the domains of migration 011, which the factors' CHECK and
+    /// send_enrolment_code use) and gives the client's verdict (MFAPolicy's Destination) on
+    /// every vector here.
+    func testTheDatabaseAndTheClientAgreeOnEveryDestination() throws {
+        let emails = ["a@example.com", "a@localhost", "a@10.0.0.1", "a@b..c", "a@b.c", "a.b@c.de", ".a@b.cd", "a.@b.cd", "a..b@c.de",
+                      "-a@b.cd", "|a@b.cd", "/a@b.cd", "a-@b.cd", "a/b|c@d.ef", "a@-b.cd", "a@b-.cd", "a@b.c-d", "a@b.123", "a@123.b4",
+                      "a@b@c.de", "@b.cd", "a@", "a b@c.de", "\"a\"@b.cd", "a@[1.2.3.4]", "a@b.cd.", "a@.b.cd", "ä@b.cd", "a@bü.de",
+                      "a+tag@sub.example.org", "x!#$%&'*+=?^_`{}~@y.zz", String(repeating: "a", count: 64) + "@b.cd",
+                      String(repeating: "a", count: 65) + "@b.cd", "a@" + String(repeating: "b", count: 63) + ".cd",
+                      "a@" + String(repeating: "b", count: 64) + ".cd",
+                      "a@" + Array(repeating: String(repeating: "b", count: 60), count: 4).joined(separator: ".") + ".cd",
+                      "a@" + Array(repeating: String(repeating: "b", count: 61), count: 4).joined(separator: ".") + ".cd"]
+        let phones = ["+15105551234", "+1510555123", "+151055512", "+1234567", "+123456789012345", "+1234567890123456", "+0123456789",
+                      "15105551234", "+1 5105551234", "+1-510-555-1234", "+١٥١٠٥٥٥١٢٣٤", "++15105551234", "+"]
+        var differ: [String] = []
+        for (kind, values) in [("email", emails), ("phone", phones)] {
+            for v in values {
+                let swift: Bool
+                do throws(MFAError) {
+                    if kind == "email" { try Destination.validateEmail(Array(v.utf8)) } else { try Destination.validatePhone(Array(v.utf8)) }
+                    swift = true
+                } catch { swift = false }
+                let literal = v.replacingOccurrences(of: "'", with: "''")
+                let db = (try? sql("SELECT '\(literal)'::pam_totp.\(kind == "email" ? "email_address" : "phone_number")")) != nil
+                if swift != db { differ.append("\(kind) \(v.debugDescription): client \(swift), database \(db)") }
+            }
+        }
+        XCTAssertEqual(differ, [], "the rules differ")
+        for loose in ["a@localhost", "a@10.0.0.1", "a@b..c"] {
+            XCTAssertThrowsError(try sql("SELECT pam_totp_api.send_enrolment_code('loose', 40100, 'mail', 'email', '\(loose)', 'web1')",
+                                         user: "pamtotp_fleet_host_a"), loose)
+        }
+    }
+
     /// A sender that fails: the message is recorded as failed, its code void, the audit trail
     /// says so (without the code or number).
     func testAFailedDeliveryVoidsTheCode() throws {
