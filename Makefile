@@ -251,4 +251,4 @@ bench-fleet: deps daemon
 
 clean:
 	rm -rf .build .build-embedded .build-embedded-module .build-fuzz .build-test.log dist
-	rm -rf debian/pam-totp debian/.debhelper debian/files debian/*.substvars debian/debhelper-build-stamp debian/*.debhelper.log debian/changelog
+	rm -rf debian/pam-totp debian/pam-totp-fleet debian/.debhelper debian/files debian/*.substvars debian/debhelper-build-stamp debian/*.debhelper.log debian/changelog
