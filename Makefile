@@ -131,7 +131,7 @@ install: deps all
 	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
 	# pam-auth-update --enable pam_totp.
 	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp
-	install -m 0644 README.md docs/ADMIN.md docs/FLEET.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md docs/ADMIN.md docs/FLEET.md docs/HARDWARE-TOKENS.md $(DESTDIR)$(DOCDIR)/
 	install -d -m 0755 $(DESTDIR)$(DOCDIR)/examples
 	install -m 0644 docs/examples/* $(DESTDIR)$(DOCDIR)/examples/
 	install -D -m 0644 man/totp-enroll.1 $(DESTDIR)$(MANDIR)/man1/totp-enroll.1
