@@ -198,12 +198,29 @@ deb: deb-deps all
 	@if [ "$(LINTIAN)" = yes ]; then lintian --fail-on error --info $(DEB); fi
 	@echo "built $(DEB) ($$(stat -c %s $(DEB)) bytes)"
 
-# Installs the package with apt in a fresh debootstrap'ed Debian 12 root (no Swift there) and
-# checks files, modes, a pamtester login, remove, purge, prerm's refusal and an upgrade from
-# the same tree built as a lower version.
-deb-test: deb
+# Builds the package and the same tree as a lower version, checks that the builds changed no
+# file git tracks and left none it does not ignore (debian/pam-totp*/ are dh's staging trees:
+# build output, in .gitignore), then, for each suite of DEB_TEST_SUITES (Debian 12 bookworm and
+# Debian 13 trixie), installs the package with apt in a fresh debootstrap'ed root (no Swift
+# there) and checks files, modes, pamtester logins, remove, purge, prerm's refusal and the
+# upgrade from the lower version (scripts/deb-test.sh). Fails if any suite failed.
+DEB_TEST_SUITES ?= bookworm trixie
+deb-test: deb-deps
+	@mkdir -p dist && { git status --porcelain --untracked-files=all 2>/dev/null || :; } > dist/git-status.before
+	$(MAKE) deb
 	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
-	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb
+	@failed=0; \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  if git status --porcelain --untracked-files=all | diff dist/git-status.before - > dist/git-status.diff; then \
+	    echo "PASS: make deb changed no file git tracks and left none that git does not ignore"; \
+	  else \
+	    echo "FAIL: make deb changed what git status shows (< before, > after):"; cat dist/git-status.diff; failed=1; \
+	  fi; \
+	else echo "deb-test: not a git work tree: the tracked-files check is skipped"; fi; \
+	for suite in $(DEB_TEST_SUITES); do \
+	  DEB_TEST_SUITE=$$suite scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb || failed=1; \
+	done; \
+	[ $$failed -eq 0 ] && echo "deb-test: passed on $(DEB_TEST_SUITES)" || { echo "deb-test: FAILED (see FAIL lines above)" >&2; exit 1; }
 
 define fuzz_copy
 $$(FUZZ_DIR)/src/%.swift: Sources/$(1)/%.swift
