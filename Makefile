@@ -167,7 +167,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(MANDIR)/man1/totp-enroll.1 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	rm -rf $(DESTDIR)$(LIBEXECDIR)/pam-totp
-	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
+	@echo "kept $(STOREDIR) (enrolments), $(PAMCONFDIR)/totp-enroll, /etc/security/pam_totp.conf if you wrote it, and the system user pam-totp-sender (docs/ADMIN.md, \"Uninstalling\")"
 
 # Every test: the library's unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
