@@ -131,7 +131,7 @@ install: deps all
 	# A pam-auth-update profile with "Default: no": it changes nothing until an admin runs
 	# pam-auth-update --enable pam_totp.
 	install -D -m 0644 pam.d/pam-configs-pam_totp $(DESTDIR)/usr/share/pam-configs/pam_totp
-	install -m 0644 README.md docs/ADMIN.md docs/FLEET.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md docs/ADMIN.md docs/FLEET.md docs/HARDWARE-TOKENS.md $(DESTDIR)$(DOCDIR)/
 	install -d -m 0755 $(DESTDIR)$(DOCDIR)/examples
 	install -m 0644 docs/examples/* $(DESTDIR)$(DOCDIR)/examples/
 	install -D -m 0644 man/totp-enroll.1 $(DESTDIR)$(MANDIR)/man1/totp-enroll.1
@@ -167,7 +167,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(MANDIR)/man1/totp-enroll.1 $(DESTDIR)$(MANDIR)/man8/pam_totp.8
 	rm -rf $(DESTDIR)$(LIBEXECDIR)/pam-totp
-	@echo "kept $(STOREDIR) (enrolments) and $(PAMCONFDIR)/totp-enroll"
+	@echo "kept $(STOREDIR) (enrolments), $(PAMCONFDIR)/totp-enroll, /etc/security/pam_totp.conf if you wrote it, and the system user pam-totp-sender (docs/ADMIN.md, \"Uninstalling\")"
 
 # Every test: the library's unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
@@ -198,12 +198,29 @@ deb: deb-deps all
 	@if [ "$(LINTIAN)" = yes ]; then lintian --fail-on error --info $(DEB); fi
 	@echo "built $(DEB) ($$(stat -c %s $(DEB)) bytes)"
 
-# Installs the package with apt in a fresh debootstrap'ed Debian 12 root (no Swift there) and
-# checks files, modes, a pamtester login, remove, purge, prerm's refusal and an upgrade from
-# the same tree built as a lower version.
-deb-test: deb
+# Builds the package and the same tree as a lower version, checks that the builds changed no
+# file git tracks and left none it does not ignore (debian/pam-totp*/ are dh's staging trees:
+# build output, in .gitignore), then, for each suite of DEB_TEST_SUITES (Debian 12 bookworm and
+# Debian 13 trixie), installs the package with apt in a fresh debootstrap'ed root (no Swift
+# there) and checks files, modes, pamtester logins, remove, purge, prerm's refusal and the
+# upgrade from the lower version (scripts/deb-test.sh). Fails if any suite failed.
+DEB_TEST_SUITES ?= bookworm trixie
+deb-test: deb-deps
+	@mkdir -p dist && { git status --porcelain --untracked-files=all 2>/dev/null || :; } > dist/git-status.before
+	$(MAKE) deb
 	$(MAKE) deb VERSION='$(VERSION)~prev' LINTIAN=no
-	scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb
+	@failed=0; \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  if git status --porcelain --untracked-files=all | diff dist/git-status.before - > dist/git-status.diff; then \
+	    echo "PASS: make deb changed no file git tracks and left none that git does not ignore"; \
+	  else \
+	    echo "FAIL: make deb changed what git status shows (< before, > after):"; cat dist/git-status.diff; failed=1; \
+	  fi; \
+	else echo "deb-test: not a git work tree: the tracked-files check is skipped"; fi; \
+	for suite in $(DEB_TEST_SUITES); do \
+	  DEB_TEST_SUITE=$$suite scripts/deb-test.sh dist/pam-totp_$(VERSION)~prev_$(DEB_ARCH).deb $(DEB) dist/pam-totp-fleet_$(VERSION)_$(DEB_ARCH).deb || failed=1; \
+	done; \
+	[ $$failed -eq 0 ] && echo "deb-test: passed on $(DEB_TEST_SUITES)" || { echo "deb-test: FAILED (see FAIL lines above)" >&2; exit 1; }
 
 define fuzz_copy
 $$(FUZZ_DIR)/src/%.swift: Sources/$(1)/%.swift
@@ -251,4 +268,4 @@ bench-fleet: deps daemon
 
 clean:
 	rm -rf .build .build-embedded .build-embedded-module .build-fuzz .build-test.log dist
-	rm -rf debian/pam-totp debian/.debhelper debian/files debian/*.substvars debian/debhelper-build-stamp debian/*.debhelper.log debian/changelog
+	rm -rf debian/pam-totp debian/pam-totp-fleet debian/.debhelper debian/files debian/*.substvars debian/debhelper-build-stamp debian/*.debhelper.log debian/changelog

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# make deb-test: the Debian package on a host without Swift. Usage: deb-test.sh PREVIOUS.deb NEW.deb
+# make deb-test: the Debian package on a host without Swift.
+# Usage: [DEB_TEST_SUITE=bookworm|trixie] deb-test.sh PREVIOUS.deb NEW.deb NEW-FLEET.deb
 #
-# debootstrap --variant=minbase bookworm gives a fresh Debian 12 root (about 25 s); apt installs
-# the package there (resolving its dependencies from the same Debian mirror the host uses), and
-# every check below prints PASS or FAIL. PREVIOUS.deb is the same tree built as a lower version:
+# debootstrap --variant=minbase SUITE gives a fresh root of that release: bookworm (Debian 12,
+# the default) or trixie (Debian 13); make deb-test runs both with the same bookworm-built
+# package, each in 25-90 s. apt installs the package there (resolving its dependencies from
+# the same Debian mirror the host uses), and every check below prints PASS or FAIL. PREVIOUS.deb is the same tree built as a lower version:
 # it is installed first, a user enrols and logs in, then NEW.deb upgrades it and the same
 # enrolment must still log in. Then: files and modes, ldd, RFC 6238's first vector, pamtester
-# logins, prerm's refusals, remove (store kept, profile unregistered), purge (store deleted).
-# No service starts in the root (policy-rc.d), and everything is unmounted and deleted on exit.
-# Ends with "deb-test: N passed, M failed"; exits non-zero when a check failed.
+# logins, prerm's refusals, remove (store kept, profile unregistered), purge (store deleted,
+# what it leaves named). No service starts in the root (policy-rc.d), and everything is
+# unmounted and deleted on exit. Ends with "deb-test (SUITE): N passed, M failed"; exits
+# non-zero when a check failed.
 set -uo pipefail
 
 [ $# -eq 3 ] || { echo "usage: $0 PREVIOUS.deb NEW.deb NEW-FLEET.deb" >&2; exit 2; }
@@ -43,7 +46,7 @@ fail() { echo "FAIL: $1${2:+ — $2}"; failed=$((failed + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 in_root() { chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 "$@"; }
 finish() {
-    echo "deb-test: $passed passed, $failed failed"
+    echo "deb-test ($SUITE): $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
 }
@@ -125,6 +128,7 @@ check "the upgrade keeps the store and the enrolment" test -s "$R/var/lib/pam-to
 # No systemd in this root: the install says that nothing will start pam-totpd (a new admin's
 # trial: lockers failed later with no hint).
 check "without systemd the install says pam-totpd must be started" grep -q "nothing will start pam-totpd" "$WORK/install-new.log"
+check "... and that sent codes need it too" grep -q "nothing will start pam-totpd: .*text-message and email codes" "$WORK/install-new.log"
 denied() { ! "$@"; }
 check "the code used before the upgrade is still refused after it (the state is kept)" denied login "$last_code"
 check "the enrolment still logs in after the upgrade" login_ahead
@@ -143,6 +147,11 @@ check "the postinst made the delivery user pam-totp-sender (a system uid, no log
 check "the example senders are in /usr/share/doc/pam-totp/examples" \
     test -s "$R/usr/share/doc/pam-totp/examples/sms-gammu" -a -s "$R/usr/share/doc/pam-totp/examples/email-sendmail" -a -s "$R/usr/share/doc/pam-totp/examples/sms-http-curl"
 check "the sshd drop-in example in the doc directory" test -f "$R/usr/share/doc/pam-totp/sshd_config.d/pam_totp.conf"
+# Every document the README points to (dh_compress gzips the larger ones).
+doc_installed() { [ -s "$R/usr/share/doc/pam-totp/$1" ] || [ -s "$R/usr/share/doc/pam-totp/$1.gz" ]; }
+for doc in README.md ADMIN.md FLEET.md HARDWARE-TOKENS.md; do
+    check "$doc in /usr/share/doc/pam-totp" doc_installed "$doc"
+done
 check "systemd units in /lib/systemd/system" test -f "$R/lib/systemd/system/pam-totpd.socket" -a -f "$R/lib/systemd/system/pam-totpd.service"
 check "pam-totpd.socket is enabled (the service is socket-activated only)" \
     bash -c '[ -L "$0/etc/systemd/system/sockets.target.wants/pam-totpd.socket" ] && ! ls "$0"/etc/systemd/system/*.wants/pam-totpd.service >/dev/null 2>&1' "$R"
@@ -157,7 +166,7 @@ for bin in "$SO" /usr/bin/totp-enroll /usr/sbin/pam-totpd; do
 done
 check "totp-enroll code gives RFC 6238's first vector (94287082)" \
     bash -c '[ "$(chroot "$0" totp-enroll code --secret - --time 59 --digits 8 <<<"$1")" = 94287082 ]' "$R" "$SECRET"
-check "pam-totpd --help runs" in_root pam-totpd --help
+check "pam-totpd --help runs" bash -c 'chroot "$0" pam-totpd --help >/dev/null' "$R"
 
 # --- no database client without fleet mode (a new admin's trial: libpq pulled libssl, Kerberos,
 # LDAP and SASL onto every host); the metapackage pam-totp-fleet brings it
@@ -222,11 +231,27 @@ in_root pam-auth-update --disable pam_totp
 if in_root apt-get remove -y -qq pam-totp >"$WORK/remove2.log" 2>&1; then pass "apt removes it again (profile disabled first)"
 else tail -5 "$WORK/remove2.log"; fail "apt removes it again (profile disabled first)"; fi
 check "a profile disabled before the remove leaves no note to enable it" test ! -e "$R/var/lib/pam-totp/.profile-enabled-before-removal"
+# The admin's own configuration (no package ships it): purge leaves it, and the system user,
+# and says so in one line.
+printf 'adjacent_intervals = 3\n' > "$R/etc/security/pam_totp.conf"
 if in_root apt-get purge -y -qq pam-totp >"$WORK/purge.log" 2>&1; then pass "apt purges the package"
 else tail -5 "$WORK/purge.log"; fail "apt purges the package"; fi
 check "purge deletes the store /var/lib/pam-totp" test ! -e "$R/var/lib/pam-totp"
 check "purge deletes /etc/pam.d/totp-enroll" test ! -e "$R/etc/pam.d/totp-enroll"
+check "purge leaves the admin's /etc/security/pam_totp.conf and the user pam-totp-sender" \
+    bash -c '[ -s "$0/etc/security/pam_totp.conf" ] && chroot "$0" getent passwd pam-totp-sender >/dev/null' "$R"
+# (/etc/pam_totp/ is there too: the fleet check above wrote its file in it.)
+purge_said() {
+    local line
+    [ "$(grep -c "^pam_totp: purge deleted /var/lib/pam-totp" "$WORK/purge.log")" = 1 ] || return 1
+    line=$(grep "^pam_totp: purge deleted /var/lib/pam-totp" "$WORK/purge.log")
+    for what in "left /etc/security/pam_totp.conf (yours" "/etc/pam_totp (yours" "the system user pam-totp-sender" \
+                "rm -r /etc/security/pam_totp.conf" "rm -r /etc/pam_totp" "userdel pam-totp-sender"; do
+        grep -qF "$what" <<<"$line" || { echo "not in the purge's line: $what"; cat "$WORK/purge.log"; return 1; }
+    done
+}
+check "purge says in one line what it left and how to delete it" purge_said
 check "nothing is left in dpkg's database" bash -c '[ -z "$(chroot "$0" dpkg-query -W -f="\${Status}" pam-totp 2>/dev/null | grep -v "not-installed")" ]' "$R"
 
-echo "deb-test: took $(( $(date +%s) - t0 )) s"
+echo "deb-test ($SUITE): took $(( $(date +%s) - t0 )) s"
 finish
