@@ -22,6 +22,7 @@ final class CLIContractTests: XCTestCase {
         ("import-pskc", ["<FILE>", "--assign", "--assign-file", "--key-file", "--passphrase-file", "--name", "--store", "--config"]),
         ("unlock", ["--user"]),
         ("policy", ["--user", "--service", "--arguments", "--config", "--pamdir", "--json"]),
+        ("check", ["--json", "--pamdir", "--config", "--sshd-config", "--sshd"]),
     ]
 
     func testHelpIsCompleteForEverySubcommand() throws {
