@@ -37,7 +37,9 @@ struct Policy: Command {
     struct Explained {
         var file: String?
         var line: Int?
+        var type: String
         var control: String
+        var module: String
         var arguments: [String]
         var options: ModuleOptions?
         var invalid: String?
@@ -59,14 +61,15 @@ struct Policy: Command {
 
         // The lines: --arguments (one assumed line), else every pam_totp line of the stack.
         var stack: PamStack? = nil
-        var lines: [(file: String?, line: Int?, control: String, arguments: [String])] = []
+        var lines: [(file: String?, line: Int?, type: String, control: String, module: String, arguments: [String])] = []
         if let arguments = login.arguments {
-            lines = [(nil, nil, "required", arguments.split(separator: " ").map(String.init))]
+            lines = [(nil, nil, "auth", "required", "pam_totp.so", arguments.split(separator: " ").map(String.init))]
         } else {
             let read = PamStack.read(service: Array(service.utf8), directory: Array(pamdir.directory.utf8)) { readStackFile($0) }
             stack = read
             for e in read.modules(named: literal("pam_totp.so")) {
-                lines.append((utf8Text(e.file), e.line, utf8Text(e.control), e.arguments.map(utf8Text)))
+                lines.append((utf8Text(e.file), e.line, e.quiet ? "-auth" : "auth", utf8Text(e.control), utf8Text(e.module),
+                              e.arguments.map(utf8Text)))
             }
         }
 
@@ -86,7 +89,8 @@ struct Policy: Command {
             let enrolment = options.map { stores.enrolment(of: user, uid: uid, options: $0) } ?? .unenrolled
             let role = LineRole.of(options: options, invalid: invalid.map { Array($0.utf8) }, enrolment: enrolment,
                                    user: Array(user.utf8), now: now)
-            explained.append(Explained(file: l.file, line: l.line, control: l.control, arguments: l.arguments, options: options,
+            explained.append(Explained(file: l.file, line: l.line, type: l.type, control: l.control, module: l.module,
+                                       arguments: l.arguments, options: options,
                                        invalid: invalid, enrolment: enrolment, role: role))
         }
         let places = explained.map { e in Array((e.file.map { "\($0):\(e.line ?? 0)" } ?? "--arguments").utf8) }
@@ -132,7 +136,7 @@ struct Policy: Command {
         if lines.isEmpty { out += "  no pam_totp line in the auth stack (includes followed): pam_totp does not run there\n" }
         for (i, l) in lines.enumerated() {
             let at = l.file.map { "\(shown($0)):\(l.line ?? 0)" } ?? "--arguments"
-            let words = ["auth", l.control, "pam_totp.so"] + l.arguments
+            let words = [l.type, l.control, l.module] + l.arguments
             out += "pam_totp line \(i + 1) of \(lines.count): \(at): \(words.map(shown).joined(separator: " "))\n"
             if let options = l.options {
                 for setting in PolicySetting.all {
@@ -160,6 +164,7 @@ struct Policy: Command {
                 ("file", l.file.map { JSON.string(Array($0.utf8)) } ?? "null"),
                 ("line", l.line.map { "\($0)" } ?? "null"),
                 ("control", JSON.string(Array(l.control.utf8))),
+                ("module", JSON.string(Array(l.module.utf8))),
                 ("arguments", "[" + l.arguments.map { JSON.string(Array($0.utf8)) }.joined(separator: ",") + "]"),
             ]
             if let options = l.options {

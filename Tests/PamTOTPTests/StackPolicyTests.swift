@@ -76,6 +76,16 @@ final class StackPolicyTests: XCTestCase {
         // Both lines under nullok: an un-enrolled user passes.
         try write("svc", "@include common-auth\nauth required pam_totp.so nullok\n")
         XCTAssertTrue(collapsed(try policy("bin").stdout).contains { $0.hasPrefix("outcome: pass: no pam_totp line asks bin") })
+        // A substack, a -auth line, a bracketed control with blanks, a module by its path.
+        try write("svc", "auth substack sub\n-auth [success=ok   default=die] /lib/security/pam_totp.so nullok\n")
+        try write("sub", "auth required pam_totp.so nullok\n")
+        let sub = collapsed(try policy("bin").stdout)
+        XCTAssertTrue(sub.contains("pam_totp line 1 of 2: \(pamdir)/sub:1: auth required pam_totp.so nullok"), sub.joined(separator: "\n"))
+        XCTAssertTrue(sub.contains("pam_totp line 2 of 2: \(pamdir)/svc:2: -auth [success=ok default=die] /lib/security/pam_totp.so nullok"),
+                      sub.joined(separator: "\n"))
+        // An include that cannot be read is a warning naming its line.
+        try write("svc", "auth include gone\nauth required pam_totp.so\n")
+        XCTAssertTrue(collapsed(try policy("bin").stdout).contains("warning: \(pamdir)/svc:1: \(pamdir)/gone cannot be read"))
         // No pam_totp line at all.
         try write("svc", "auth required pam_unix.so\n")
         let none = try policy("bin")
