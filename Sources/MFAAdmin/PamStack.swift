@@ -162,8 +162,9 @@ public struct PamStack: Equatable, Sendable {
         return out
     }
 
-    /// One logical line per element: a line ending in a backslash is joined to the next (the
-    /// element keeps the first line's number); `#` to the end of the line is a comment.
+    /// One logical line per element: a line ending in a backslash (blanks after it allowed) is
+    /// joined to the next (the element keeps the first line's number); `#` to the end of the
+    /// line is a comment, as libpam reads it.
     static func logicalLines(_ text: [UInt8]) -> [(number: Int, text: [UInt8])] {
         var out: [(number: Int, text: [UInt8])] = []
         var current: [UInt8] = []
@@ -174,6 +175,8 @@ public struct PamStack: Equatable, Sendable {
             number += 1
             var line = Array(raw)
             if let hash = line.firstIndex(of: 0x23) { line.removeSubrange(hash...) }
+            // As libpam: blanks after the backslash do not stop it continuing the line.
+            while let last = line.last, PamStack.isBlank(last) { line.removeLast() }
             if !continuing { start = number; current = [] }
             if line.last == 0x5C {  // a trailing backslash: continued
                 line.removeLast()

@@ -85,12 +85,19 @@ struct Check: Command {
             Self.afterPassword(s.lines, service: s.name).forEach(add)
             Self.shadowedNullok(s.lines, service: s.name).forEach(add)
             Self.sentKinds(s.lines).forEach(add)
-            if Self.lockers.contains(s.name), let first = s.lines.first, let options = first.options {
+            // pam_totp asks pam-totpd whenever it runs without root (a screen locker runs as the
+            // user) and always in fleet mode.
+            let locker = Self.lockers.contains(s.name)
+            if let first = s.lines.first, let options = first.options, locker || options.backend == .postgresql {
                 let socket = utf8Text(options.socket)
                 if !Self.accepts(socket) {
-                    add(Finding(place: first.place, trap: "locker-without-daemon",
-                                problem: "the screen locker \(s.name) runs pam_totp, which asks pam-totpd (it runs as the user), and nothing accepts on \(socket): every unlock is denied",
-                                fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd), or take pam_totp out of \(s.name)'s stack"))
+                    add(locker
+                        ? Finding(place: first.place, trap: "locker-without-daemon",
+                                  problem: "the screen locker \(s.name) runs pam_totp, and nothing accepts on \(socket): pam_totp asks pam-totpd there whenever it runs as the user, so those unlocks are denied",
+                                  fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd), or take pam_totp out of \(s.name)'s stack")
+                        : Finding(place: first.place, trap: "fleet-without-daemon",
+                                  problem: "backend = postgresql and nothing accepts on \(socket): pam_totp asks pam-totpd for every login of \(s.name), which is denied",
+                                  fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd)"))
                 }
             }
         }

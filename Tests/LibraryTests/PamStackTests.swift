@@ -68,7 +68,7 @@ final class PamStackTests: XCTestCase {
                 + "auth   [success=ok\tnew_authtok_reqd=ok   default=die]   pam_totp.so   after_password\n"
                 + "# auth required pam_totp.so commented out\n"
                 + "auth required pam_exec.so [a b \\] c] quiet\n"
-                + "auth required \\\n  pam_totp.so forward_pass\n"
+                + "auth required \\  \r\n  pam_totp.so forward_pass\n"
                 + "auth [default=bad pam_totp.so\n"
                 + "auth required\n",
         ])
