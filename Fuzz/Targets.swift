@@ -513,3 +513,43 @@ func fuzzDestination(_ data: [UInt8]) {
         }
     }
 }
+
+// MARK: - PAM stacks
+
+/// The files of one stack for `pamstack`: the input split at NUL bytes, the pieces in turn the
+/// service file and the files `a`, `b`, `c` and `other` of the pam.d directory `/p` and the
+/// absolute `/abs` (so @include, include and substack lines in the seeds find each other).
+let pamStackNames: [[UInt8]] = ["/p/svc", "/p/a", "/p/b", "/p/c", "/p/other", "/abs"].map { Array($0.utf8) }
+
+/// PamStack.read over files made of the input: never traps, reads at most maxFiles files, keeps
+/// at most maxEntries lines, follows at most maxDepth includes, and every entry points at a
+/// line of a file that exists; the word splitter and line joiner on the raw input too.
+func fuzzPamStack(_ data: [UInt8]) {
+    let pieces = data.split(separator: 0, maxSplits: pamStackNames.count - 1, omittingEmptySubsequences: false).map { Array($0) }
+    var files: [(name: [UInt8], text: [UInt8])] = []
+    for (i, piece) in pieces.enumerated() where i < pamStackNames.count { files.append((pamStackNames[i], piece)) }
+    final class Counter: @unchecked Sendable { var reads = 0 }
+    let counter = Counter()
+    let snapshot = files
+    let stack = PamStack.read(service: Array("svc".utf8), directory: Array("/p".utf8)) { path in
+        counter.reads += 1
+        return snapshot.first(where: { $0.name == path })?.text
+    }
+    guard counter.reads <= PamStack.maxFiles else { violated("pamstack", "more files read than maxFiles") }
+    guard stack.entries.count <= PamStack.maxEntries else { violated("pamstack", "more entries than maxEntries") }
+    for e in stack.entries {
+        guard e.depth >= 0, e.depth <= PamStack.maxDepth, e.line >= 1 else { violated("pamstack", "an entry out of bounds") }
+        guard let file = files.first(where: { $0.name == e.file }) else { violated("pamstack", "an entry from a file that does not exist") }
+        let lines = file.text.split(separator: 0x0A, omittingEmptySubsequences: false).count
+        guard e.line <= lines else { violated("pamstack", "an entry past its file's last line") }
+        if e.kind == .module {
+            guard !e.module.isEmpty, !e.control.isEmpty else { violated("pamstack", "a module line without module or control") }
+            guard e.moduleName.count <= e.module.count else { violated("pamstack", "a module name longer than its path") }
+        }
+    }
+    for p in stack.problems where p.text.isEmpty { violated("pamstack", "an empty problem") }
+    _ = stack.modules(named: Array("pam_totp.so".utf8))
+    let logical = PamStack.logicalLines(data)
+    guard logical.count <= data.count + 1 else { violated("pamstack", "more logical lines than the input holds") }
+    for l in logical.prefix(64) { _ = PamStack.words(l.text) }
+}

@@ -20,7 +20,7 @@ enum TOTPEnroll {
         subcommands: [Subcommand(Enroll.self), Subcommand(AddHOTP.self), Subcommand(AddPhone.self), Subcommand(AddEmail.self), Subcommand(Code.self), Subcommand(List.self),
                       Subcommand(Status.self), Subcommand(Remove.self), Subcommand(RecoveryCodes.self),
                       Subcommand(ImportGoogleAuthenticator.self), Subcommand(ImportPSKC.self), Subcommand(Unlock.self),
-                      Subcommand(Purge.self), Subcommand(AuditTrail.self), Subcommand(Policy.self)],
+                      Subcommand(Purge.self), Subcommand(AuditTrail.self), Subcommand(Policy.self), Subcommand(Check.self)],
         optionsBeforeSubcommand: ["--config", "--store", "--user"])
 
     static func main() {

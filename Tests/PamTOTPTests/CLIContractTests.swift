@@ -21,7 +21,8 @@ final class CLIContractTests: XCTestCase {
         ("import-google-authenticator", ["<FILE>", "--user"]),
         ("import-pskc", ["<FILE>", "--assign", "--assign-file", "--key-file", "--passphrase-file", "--name", "--store", "--config"]),
         ("unlock", ["--user"]),
-        ("policy", ["--user", "--service", "--arguments", "--config"]),
+        ("policy", ["--user", "--service", "--arguments", "--config", "--pamdir", "--json"]),
+        ("check", ["--json", "--pamdir", "--config", "--sshd-config", "--sshd"]),
     ]
 
     func testHelpIsCompleteForEverySubcommand() throws {
@@ -62,22 +63,22 @@ final class CLIContractTests: XCTestCase {
     }
 
     /// `totp-enroll policy`: the effective policy of a user on a service and where each
-    /// setting came from, with the stack read from /etc/pam.d (includes followed).
+    /// setting came from, with the stack read from a pam.d directory (includes followed).
     func testPolicyShowsEachSettingAndWhereItCameFrom() throws {
-        try XCTSkipUnless(isRoot, "policy is root's; the test writes /etc/pam.d files")
+        try XCTSkipUnless(isRoot, "policy is root's")
         let dir = try makeTemporaryDirectory("pam_totp_cli_policy")
         defer { removeTemporaryDirectory(dir) }
         let config = dir.appendingPathComponent("pam_totp.conf").path
         try "nullok\nlockout = 600\n[group nogroup]\nnullok = no\nadjacent_intervals = 2\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let service = "pamtotp_policy_\(getpid())"
-        defer { unlink("/etc/pam.d/" + service); unlink("/etc/pam.d/" + service + "-common") }
+        let pamdir = dir.path
+        let service = "pamtotp_policy"
         try "auth [success=1 default=ignore] pam_unix.so\nauth required pam_totp.so nullok adjacent_intervals=3 max_failures=5\n"
-            .write(toFile: "/etc/pam.d/\(service)-common", atomically: true, encoding: .utf8)
-        try "# a stack\n@include \(service)-common\naccount required pam_unix.so\n".write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
-        let r = try runCommand([enrollURL.path, "policy", "--user", "nobody", "--service", service, "--config", config])
+            .write(toFile: "\(pamdir)/\(service)-common", atomically: true, encoding: .utf8)
+        try "# a stack\n@include \(service)-common\naccount required pam_unix.so\n".write(toFile: "\(pamdir)/" + service, atomically: true, encoding: .utf8)
+        let r = try runCommand([enrollURL.path, "policy", "--user", "nobody", "--service", service, "--config", config, "--pamdir", pamdir])
         XCTAssertEqual(r.status, 0, r.stderr)
         let lines = r.stdout.split(separator: "\n").map { $0.split(separator: " ").joined(separator: " ") }
-        XCTAssertTrue(lines.contains("pam_totp line: /etc/pam.d/\(service)-common:2: nullok adjacent_intervals=3 max_failures=5"), r.stdout)
+        XCTAssertTrue(lines.contains("pam_totp line 1 of 1: \(pamdir)/\(service)-common:2: auth required pam_totp.so nullok adjacent_intervals=3 max_failures=5"), r.stdout)
         XCTAssertTrue(lines.contains("nullok no [group nogroup] at \(config):3 (the pam.d line's is not stricter)"), r.stdout)
         XCTAssertTrue(lines.contains("adjacent_intervals 2 [group nogroup] at \(config):3 (the pam.d line's is not stricter)"), r.stdout)
         XCTAssertTrue(lines.contains("max_failures 5 the pam.d line"), r.stdout)

@@ -14,13 +14,14 @@ final class ManPageTests: XCTestCase {
     /// docs/ARCHITECTURE.md, section 5: the subcommands of totp-enroll. Fixed by design.
     static let subcommands = [
         "enroll", "add-phone", "add-email", "code", "list", "status", "remove", "recovery-codes", "import-google-authenticator", "import-pskc", "unlock", "audit",
-        "policy",
+        "policy", "check",
     ]
     /// docs/ARCHITECTURE.md, section 5: the options of totp-enroll's subcommands (and --store, root only).
     static let enrollOptions = [
         "--user", "--name", "--issuer", "--algorithm", "--digits", "--period", "--secret", "--code",
         "--qr", "--qr-svg", "--qr-png", "--time", "--store", "--all", "--json", "--quiet",
         "--assign", "--assign-file", "--key-file", "--passphrase-file", "--show-destinations",
+        "--pamdir", "--sshd-config", "--sshd",
     ]
 
     let modulePage = packageRoot.appendingPathComponent("man/pam_totp.8")
