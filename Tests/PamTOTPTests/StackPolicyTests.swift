@@ -93,6 +93,22 @@ final class StackPolicyTests: XCTestCase {
         XCTAssertTrue(none.stdout.contains("outcome: pass: no pam_totp line in the stack"), none.stdout)
     }
 
+    /// The enrolment service's built-in rule, as policy shows it: a `nullok = no` group's
+    /// member without a factor passes the totp-enroll stack (the profile's line), with the rule
+    /// named as the source; the site's own [service totp-enroll] section wins.
+    func testTheEnrolmentServiceLetsAMandatoryGroupEnrol() throws {
+        try "store = \(store)\n[group bin]\nnullok = no\n".write(toFile: config, atomically: true, encoding: .utf8)
+        try write("totp-enroll", "@include common-auth\n")
+        let r = try policy("bin", service: "totp-enroll")
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let lines = collapsed(r.stdout)
+        XCTAssertTrue(lines.contains { $0.hasPrefix("nullok yes built in for the totp-enroll service") }, r.stdout)
+        XCTAssertTrue(lines.contains { $0.hasPrefix("outcome: pass: no pam_totp line asks bin") }, r.stdout)
+        XCTAssertTrue(collapsed(try policy("bin").stdout).contains { $0.hasPrefix("outcome: deny:") }, "sshd-like services still deny")
+        try "store = \(store)\n[group bin]\nnullok = no\n[service totp-enroll]\nnullok = no\n".write(toFile: config, atomically: true, encoding: .utf8)
+        XCTAssertTrue(collapsed(try policy("bin", service: "totp-enroll").stdout).contains { $0.hasPrefix("outcome: deny:") })
+    }
+
     func testJSONHasTheDesignsKeys() throws {
         for (user, outcome, deciding) in [("bin", "deny", 4), ("nobody", "ask", 4), ("daemon", "pass", 0)] {
             let r = try policy(user, ["--json"])
