@@ -132,6 +132,8 @@ public struct PSKCKeyValues: Sendable {
 /// value): RFC 6030 section 6.1.1 makes it mandatory with CBC, and without it a changed
 /// ciphertext would be imported as a wrong secret (a padding oracle aside). Every MAC in the
 /// file is checked before any value is decrypted; one mismatch and nothing is decrypted.
+/// A MAC covers its own encrypted value only: a `.plain` value (a vendor's plain `<Counter>`)
+/// and the key's attributes are covered by none, and import-pskc says so per key.
 ///
 /// Errors are `invalidParameters` with a message that names the key (serial or Key Id) and
 /// never contains a secret.

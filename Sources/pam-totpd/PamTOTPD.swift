@@ -55,6 +55,12 @@ struct PamTOTPD: Command {
             var limits = Self.limits()
             let activated = Self.activatedSocket()
             if activated != nil { limits.idleExitSeconds = 60 }
+            if activated == nil {
+                // One daemon per socket, claimed before the backend starts (a second daemon
+                // opens no database connection); the lock is held until exit, never closed.
+                try Self.prepareDirectory(socketPath)
+                _ = try SocketClaim.claim(socketPath)
+            }
             let backend = try Self.backend(site: site, configPath: config, workers: limits.workers)
             try Self.serve(backend, limits: limits, socketPath: socketPath, activated: activated, logger: logger)
         } catch {
@@ -115,9 +121,9 @@ struct PamTOTPD: Command {
     static func serve(_ backend: Backend, limits: Limits, socketPath: String, activated: CInt?, logger: Logger) throws(DaemonError) {
         let listener: CInt
         if let fd = activated {
+            // systemd owns the socket (and starts one daemon per socket unit): no lock is taken.
             listener = fd
         } else {
-            try Self.prepare(socketPath)
             listener = try Self.listen(socketPath)
             // Every local user may connect; each request is authorised by SO_PEERCRED.
             guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(Errno.current.text.string)") }
@@ -256,19 +262,14 @@ struct PamTOTPD: Command {
         return 3
     }
 
-    /// The socket's directory (created 0755 if missing) and no stale socket in the way: an
-    /// existing socket file is removed, anything else at the path is an error.
-    static func prepare(_ path: String) throws(DaemonError) {
+    /// The socket's directory, created 0755 if missing (what may be at the socket path itself
+    /// is `SocketClaim`'s to decide).
+    static func prepareDirectory(_ path: String) throws(DaemonError) {
         if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
             let dir = String(path[..<slash])
             if mkdir(dir, 0o755) == 0 { _ = chmod(dir, 0o755) } else if clibc_errno() != EEXIST {
                 throw DaemonError("cannot create \(dir): \(Errno.current.text.string)")
             }
-        }
-        var st = stat()
-        if lstat(path, &st) == 0 {
-            guard st.st_mode & UInt32(S_IFMT) == UInt32(S_IFSOCK) else { throw DaemonError("\(path) exists and is not a socket") }
-            guard unlink(path) == 0 else { throw DaemonError("cannot remove the old socket \(path): \(Errno.current.text.string)") }
         }
     }
 }

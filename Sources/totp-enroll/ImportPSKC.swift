@@ -180,6 +180,9 @@ struct ImportPSKC: Command {
         }
         defer { for i in factors.indices { wipe(&factors[i].secret) } }
 
+        // What no MAC covers, said before anything is saved (docs/HARDWARE-TOKENS.md).
+        for line in Self.uncovered(container, indices: indices, tokens: tokens, assignments: assignments, file: shownFile) { warn(line) }
+
         // One commit per user and key, each whole or not at all; if one fails, the ones before
         // it are removed again, so that an import that reports failure has imported nothing.
         var done: [Int] = []
@@ -245,6 +248,36 @@ struct ImportPSKC: Command {
                                + ": remove it there first; nothing was imported")
             }
         }
+    }
+
+    /// The warnings for what the import takes on trust. RFC 6030's MACs cover encrypted
+    /// values only (each `<ValueMAC>` is over its own IV and ciphertext): a value written in
+    /// plain text, such as the `<Counter>` most vendors leave plain next to an encrypted
+    /// secret, is imported as the file says even when someone changed it. One line per key
+    /// with such a value (its value named, to check against the vendor's records), or one
+    /// line for a file without encryption, whose values no MAC covers at all.
+    static func uncovered(_ container: PSKCContainer, indices: [Int], tokens: [PSKCToken], assignments: [Assignment], file: String) -> [String] {
+        guard container.isEncrypted else {
+            return ["warning: \(file) is not encrypted and carries no MAC: no value in it is authenticated, and a changed one is imported as it is"]
+        }
+        var lines: [String] = []
+        for (n, i) in indices.enumerated() where n < tokens.count && n < assignments.count && i < container.keys.count {
+            let entry = container.keys[i]
+            var values: [String] = []
+            var counter = false
+            if case .plain? = entry.counter {
+                values.append("Counter (\(tokens[n].counter.map { "\($0)" } ?? "none"))")
+                counter = true
+            }
+            if case .plain? = entry.timeInterval { values.append("TimeInterval (\(tokens[n].parameters.period))") }
+            if case .plain? = entry.time { values.append("Time") }
+            guard !values.isEmpty else { continue }
+            lines.append("warning: serial \(shown(assignments[n].serial)): its \(values.joined(separator: " and ")) "
+                         + (values.count == 1 ? "is" : "are") + " plain text, which no MAC in the file covers "
+                         + "(RFC 6030 authenticates encrypted values only); check it against the vendor's records"
+                         + (counter ? " (a counter set back lets the token's earlier codes log in again)" : ""))
+        }
+        return lines
     }
 
     func describe(_ t: PSKCToken) -> String {

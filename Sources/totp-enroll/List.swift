@@ -12,7 +12,7 @@ import MFAWire
 /// `--show-destinations`.
 struct List: Command {
     static let name = "list"
-    static let abstract = "List your factors: label, algorithm/digits/period, created, last used (never the secret)."
+    static let abstract = "List your factors: label, algorithm/digits/period (a token's counter, to root), created, last used (never the secret)."
     static let specs = TargetOptions.specs + [.flag("--show-destinations", "Phone numbers and email addresses in full (root only).")]
 
     let target: TargetOptions
@@ -36,29 +36,23 @@ struct List: Command {
         if !record.belongs(toAccount: context.uid) {
             print("The stored record of \(context.userName) was enrolled for another account (uid \(record.uid ?? 0)); it is not used. Root: totp-enroll purge --user \(context.userName)")
         }
-        // A SERIAL column (hardware tokens' serial numbers) only where a factor has one.
+        // A SERIAL column (hardware tokens' serial numbers) only where a factor has one; a
+        // COUNTER column only where a token's counter is shown (to root).
+        let views = record.factors.map { FactorView($0, state: state, fleet: store.isFleet, root: getuid() == 0) }
         let serials = record.factors.contains { !$0.serial.isEmpty }
         let destinations = record.factors.contains { $0.kind.isOutOfBand }
+        let counters = views.contains { $0.counter != nil }
         var rows = [["LABEL"] + (serials ? ["SERIAL"] : []) + (destinations ? ["DESTINATION"] : [])
-                    + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED"]]
-        for f in record.factors {
-            let last: String
-            switch f.kind {
-            case .sms, .email:
-                last = state.lastStep(of: f).map { formatTime(Int64(clamping: $0)) } ?? "never"
-            case .totp:
-                last = state.lastUsedStep(of: f).map { step -> String in
-                    let (t, overflow) = Int64(clamping: step).multipliedReportingOverflow(by: Int64(f.parameters.period))
-                    return overflow ? "?" : formatTime(t)
-                } ?? "never"
-            case .hotp:
-                // Root sees where the token's counter is (for a resync); the user sees only whether it was used.
-                last = getuid() == 0 ? "next \(state.nextCounter(of: f))" : (state.lastStep(of: f) == nil ? "never" : "yes")
-            }
+                    + ["ALGORITHM", "DIGITS", "PERIOD"] + (counters ? ["COUNTER"] : []) + ["CREATED", "LAST USED"]]
+        for (f, v) in zip(record.factors, views) {
             let destination = f.kind.isOutOfBand ? shown(showDestinations ? f.destination : f.maskedDestination) : "-"
-            rows.append([shown(f.label)] + (serials ? [serialColumn(f.serial)] : []) + (destinations ? [destination] : [])
-                        + [algorithmColumn(f.kind, f.parameters.algorithm.name), f.kind.isOutOfBand ? "-" : "\(f.parameters.digits)",
-                           f.kind == .totp ? "\(f.parameters.period)s" : "-", formatTime(f.created), last])
+            var row: [String] = [shown(f.label)]
+            if serials { row.append(serialColumn(f.serial)) }
+            if destinations { row.append(destination) }
+            row += [algorithmColumn(f.kind, f.parameters.algorithm.name), v.digitsText, v.periodText]
+            if counters { row.append(v.counterText) }
+            row += [formatTime(f.created), v.lastUsedText]
+            rows.append(row)
         }
         print(table(rows), terminator: "")
         if let r = record.recovery {

@@ -79,15 +79,18 @@ struct Status: Command {
             out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
             let serials = r.factors.contains { !$0.serial.isEmpty }  // a SERIAL column only where there is one
             let destinations = r.factors.contains { $0.kind.isOutOfBand }  // a DESTINATION column likewise (masked)
+            let counters = r.factors.contains { $0.view.counter != nil }  // a COUNTER column where a token's is shown (root)
             var rows = [["  LABEL"] + (serials ? ["SERIAL"] : []) + (destinations ? ["DESTINATION"] : [])
-                        + ["ALGORITHM", "DIGITS", "PERIOD", "CREATED", "LAST USED", "DRIFT"]]
+                        + ["ALGORITHM", "DIGITS", "PERIOD"] + (counters ? ["COUNTER"] : []) + ["CREATED", "LAST USED", "DRIFT"]]
             for f in r.factors {
-                let last = f.counter.map { "next \($0)" } ?? f.lastUsed.map { formatTime($0) } ?? (f.used ? "yes" : "never")
-                let timed = f.kind == .totp
-                rows.append(["  " + shown(f.label)] + (serials ? [serialColumn(f.serial)] : [])
-                            + (destinations ? [f.destination.isEmpty ? "-" : shown(f.destination)] : [])
-                            + [algorithmColumn(f.kind, f.algorithm), f.kind.isOutOfBand ? "-" : "\(f.digits)", timed ? "\(f.period)s" : "-",
-                               formatTime(f.created), last, timed ? driftText(f.drift, period: f.period) : "-"])
+                let v = f.view
+                var row: [String] = ["  " + shown(f.label)]
+                if serials { row.append(serialColumn(f.serial)) }
+                if destinations { row.append(f.destination.isEmpty ? "-" : shown(f.destination)) }
+                row += [algorithmColumn(f.kind, f.algorithm), v.digitsText, v.periodText]
+                if counters { row.append(v.counterText) }
+                row += [formatTime(f.created), v.lastUsedText, v.driftColumn]
+                rows.append(row)
             }
             out += table(rows)
             if r.sendsLastDay > 0 {
@@ -134,21 +137,24 @@ struct Status: Command {
             let enrolled = r.status?.record.isEnrolled ?? false
             fields.append(("enrolled", enrolled ? "true" : "false"))
             fields.append(("uid", r.status?.record.uid.map { "\($0)" } ?? "null"))
+            // Each kind's fields as FactorView decides them; null where they mean nothing or are unknown.
             let factors = r.factors.map { f in
-                JSON.object([
+                let v = f.view
+                return JSON.object([
                     ("kind", JSON.string(Array("\(f.kind.name)".utf8))),
                     ("label", JSON.string(f.label)),
                     ("serial", f.serial.isEmpty ? "null" : JSON.string(f.serial)),
                     ("destination", f.destination.isEmpty ? "null" : JSON.string(f.destination)),
                     ("algorithm", JSON.string(Array(f.algorithm.utf8))),
-                    ("digits", "\(f.digits)"),
-                    ("period", "\(f.period)"),
+                    ("digits", v.digits.map { "\($0)" } ?? "null"),
+                    ("period", v.period.map { "\($0)" } ?? "null"),
                     ("created", "\(f.created)"),
-                    ("last_used", f.lastUsed.map { "\($0)" } ?? "null"),
-                    ("last_used_step", f.lastUsedStep.map { "\($0)" } ?? "null"),
-                    ("drift_steps", "\(f.drift)"),
-                    ("drift_seconds", "\(f.drift &* Int64(f.period))"),
-                    ("counter", f.counter.map { "\($0)" } ?? "null"),
+                    ("last_used", v.lastUsed.map { "\($0)" } ?? "null"),
+                    ("last_used_step", v.lastUsedStep.map { "\($0)" } ?? "null"),
+                    ("used", v.used.map { $0 ? "true" : "false" } ?? "null"),
+                    ("drift_steps", v.drift.map { "\($0)" } ?? "null"),
+                    ("drift_seconds", v.drift.map { "\($0 &* Int64(clamping: v.period ?? 0))" } ?? "null"),
+                    ("counter", v.counter.map { "\($0)" } ?? "null"),
                 ])
             }
             fields.append(("factors", "[" + factors.joined(separator: ",") + "]"))
@@ -175,16 +181,9 @@ struct UserReport {
         /// A hardware token's serial number (empty: none); not a secret.
         var serial: [UInt8]
         var algorithm: String
-        var digits: Int
-        var period: UInt64
         var created: Int64
-        var lastUsedStep: UInt64?
-        var lastUsed: Int64?
-        var drift: Int64
-        /// HOTP, for root: the next counter the token's code may have.
-        var counter: UInt64? = nil
-        /// A code of it was accepted (its step or counter, for root, is `lastUsedStep`).
-        var used = false
+        /// What the kind's fields say (period, digits, counter, last used, drift).
+        var view: FactorView
         /// An out-of-band factor's destination, masked (`+1******1234`); empty for the others.
         var destination: [UInt8] = []
     }
@@ -214,24 +213,8 @@ struct UserReport {
         guard let status = r.status else { return r }
         let (record, state) = (status.record, status.state)
         for f in record.factors {
-            let step = f.kind == .hotp ? state.lastStep(of: f) : state.lastUsedStep(of: f)
-            let time: Int64?
-            switch f.kind {
-            case .hotp: time = nil
-            case .sms, .email: time = step.map { Int64(clamping: $0) }  // the "step" of a sent code is when it was sent
-            case .totp:
-                time = step.flatMap { s -> Int64? in
-                    let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(f.parameters.period))
-                    return overflow ? nil : t
-                }
-            }
-            // A token's counter is shown to root only (a user sees whether it was used).
-            let root = getuid() == 0
-            r.factors.append(FactorReport(kind: f.kind, label: f.label, serial: f.serial, algorithm: f.parameters.algorithm.name, digits: f.parameters.digits,
-                                          period: f.parameters.period, created: f.created,
-                                          lastUsedStep: f.kind == .hotp && !root ? nil : step,
-                                          lastUsed: time, drift: state.drift(forLabel: f.label),
-                                          counter: f.kind == .hotp && root ? state.nextCounter(of: f) : nil, used: step != nil,
+            r.factors.append(FactorReport(kind: f.kind, label: f.label, serial: f.serial, algorithm: f.parameters.algorithm.name,
+                                          created: f.created, view: FactorView(f, state: state, fleet: store.isFleet, root: getuid() == 0),
                                           destination: f.maskedDestination))
         }
         if let set = record.recovery {

@@ -15,7 +15,7 @@ import XCTest
 ///       pam_totp.conf  0644 root: "store = ROOT/store"
 ///       pam-totpd.log  its stdout and stderr, shown when it does not come up
 ///
-/// `start` waits (10 s at most) for the socket; `cleanup` stops it (SIGTERM, reaped) and removes
+/// `start` waits (10 s at most) for the socket to accept; `cleanup` stops it (SIGTERM, reaped) and removes
 /// ROOT. Records are written as root with the file store directly, as PAMFixture.enroll does.
 final class DaemonFixture {
     let root: URL
@@ -43,7 +43,7 @@ final class DaemonFixture {
         }
     }
 
-    /// Starts pam-totpd and waits for its socket. Throws when the binary is missing or it does
+    /// Starts pam-totpd and waits until its socket accepts. Throws when the binary is missing or it does
     /// not come up (the test then fails, with the daemon's output in the message).
     func start(launcher: [String] = []) throws {
         guard FileManager.default.isExecutableFile(atPath: daemonURL.path) else {
@@ -61,8 +61,16 @@ final class DaemonFixture {
         p.standardError = out
         try p.run()
         process = p
-        let up = waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: socketPath) || !p.isRunning }
-        guard up, p.isRunning, FileManager.default.fileExists(atPath: socketPath) else {
+        // Up when a connect succeeds: the socket file appears at bind, a moment before listen,
+        // and a file a killed daemon left is there all along (connect: ECONNREFUSED).
+        let path = socketPath
+        func accepts() -> Bool {
+            let fd = DaemonTests.connectTo(path)
+            if fd >= 0 { close(fd) }
+            return fd >= 0
+        }
+        let up = waitUntil(timeout: 10) { accepts() || !p.isRunning }
+        guard up, p.isRunning else {
             stopProcess(p)
             throw DaemonError.didNotStart(p.isRunning ? "no socket after 10 s" : "exited with \(p.terminationStatus)",
                                           output: (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")

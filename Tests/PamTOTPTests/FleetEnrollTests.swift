@@ -227,6 +227,23 @@ final class FleetEnrollTests: XCTestCase {
         XCTAssertTrue(again.stderr.contains("already another user's factor") && again.stderr.contains("nothing was imported"), again.stderr)
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors WHERE user_name = 'nobody'"), "0")
         guard case .success? = try login("root", "755224") else { return XCTFail("the imported token's counter-0 code logs in") }
+        // What a host's role is told of the token: no counter (an admin's only) and not whether
+        // or when a login used it. list and status say "unknown", not "never" or "next 0" (a
+        // counter the host does not know), and no period (issue 35, item 7).
+        let list = try enroll(["list", "--user", "root"])
+        XCTAssertEqual(list.status, 0, list.stderr)
+        let row = try XCTUnwrap(list.stdout.split(separator: "\n").first { $0.hasPrefix("fob") }, list.stdout)
+        XCTAssertTrue(row.hasSuffix("  unknown") && !row.contains("next") && !row.contains("30s"), String(row))
+        XCTAssertFalse(list.stdout.contains("COUNTER"), "no counter is known here: \(list.stdout)")
+        let status = try enroll(["status", "--user", "root", "--json"])
+        XCTAssertEqual(status.status, 0, status.stderr)
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
+        let fob = try XCTUnwrap(((doc["users"] as? [[String: Any]])?.first?["factors"] as? [[String: Any]])?.first, status.stdout)
+        XCTAssertEqual(fob["kind"] as? String, "hotp")
+        XCTAssertEqual(fob["digits"] as? Int, 6)
+        for key in ["period", "counter", "used", "last_used", "last_used_step", "drift_steps"] {
+            XCTAssertTrue(fob[key] is NSNull, "\(key) is not known to a host: \(fob)")
+        }
         assertNothingLocal()
     }
 

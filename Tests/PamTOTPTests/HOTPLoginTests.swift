@@ -154,11 +154,106 @@ final class HOTPLoginTests: XCTestCase {
         XCTAssertEqual(list.status, 0, list.stderr)
         let row = try XCTUnwrap(list.stdout.split(separator: "\n").first { $0.hasPrefix("fob") })
         XCTAssertTrue(row.contains("HOTP-SHA1"), String(row))
-        XCTAssertTrue(row.contains("next 42"), String(row))
+        XCTAssertTrue(row.contains("  42  "), String(row))
         let json = try runCommand([enrollURL.path, "status", "--json", "--store", store.path, "--user", "nobody"])
         XCTAssertEqual(json.status, 0, json.stderr)
         XCTAssertTrue(json.stdout.contains("\"kind\":\"hotp\""), json.stdout)
         XCTAssertTrue(json.stdout.contains("\"counter\":42"), json.stdout)
+    }
+
+    /// `list`, `status` and `status --json` for a token next to an app factor, before and after
+    /// a login with it (codes from oathtool): each kind's columns and fields say what is true of
+    /// it. They said `LAST USED` `next 33` for the token, and the JSON `period: 30` and
+    /// `last_used: null` for a used one (issue 35, item 7). A token's state keeps the counter,
+    /// not the time: its LAST USED is `never` or `used`, its counter a column of its own (root).
+    func testListAndStatusSayWhatIsTrueOfATokenBeforeAndAfterItsUse() throws {
+        func oathtool(_ args: [String]) throws -> String {
+            let r = try runCommand(["oathtool"] + args)
+            XCTAssertEqual(r.status, 0, r.stderr)
+            return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let hotp = { (c: UInt64) throws -> String in try oathtool(["--hotp", "-c", "\(c)", hex(self.secret)]) }
+        XCTAssertEqual(try addHOTP(["--counter", "32", "--code", hotp(32), "--name", "fob"]).status, 0)
+        let appKey = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
+        awayFromStepBoundary()
+        let app = try runCommand([enrollURL.path, "enroll", "--store", store.path, "--user", "nobody", "--name", "app", "--secret", appKey,
+                                  "--code", try oathtool(["--totp", "-b", appKey]), "--qr", "none", "--quiet"])
+        XCTAssertEqual(app.status, 0, app.stderr)
+
+        /// The table's rows as column name -> cell (cells are separated by two spaces or more).
+        func rows(_ text: String, header: String) throws -> [String: [String: String]] {
+            let lines = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            func cells(_ line: String) -> [String] {
+                line.components(separatedBy: "  ").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            }
+            let head = cells(try XCTUnwrap(lines.first { $0.hasPrefix(header) }, text))
+            var out: [String: [String: String]] = [:]
+            for line in lines where line.hasPrefix("fob ") || line.hasPrefix("app ") {
+                let c = cells(line)
+                XCTAssertEqual(c.count, head.count, "one cell per column: \(line) under \(head)")
+                out[c[0]] = Dictionary(uniqueKeysWithValues: zip(head, c))
+            }
+            return out
+        }
+        func list() throws -> [String: [String: String]] {
+            let r = try runCommand([enrollURL.path, "list", "--store", store.path, "--user", "nobody"])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertFalse(r.stdout.contains("next"), r.stdout)
+            return try rows(r.stdout, header: "LABEL")
+        }
+
+        var l = try list()
+        XCTAssertEqual(l["fob"]?["ALGORITHM"], "HOTP-SHA1")
+        XCTAssertEqual(l["fob"]?["DIGITS"], "6")
+        XCTAssertEqual(l["fob"]?["PERIOD"], "-", "a token has no period")
+        XCTAssertEqual(l["fob"]?["COUNTER"], "33", "the next counter, past the code that proved it")
+        XCTAssertEqual(l["fob"]?["LAST USED"], "never", "no login used it yet")
+        XCTAssertEqual(l["app"]?["PERIOD"], "30s")
+        XCTAssertEqual(l["app"]?["COUNTER"], "-")
+        XCTAssertTrue(l["app"]?["LAST USED"]?.hasSuffix(" UTC") ?? false, "\(l)")
+
+        try "auth required \(moduleURL.path) store=\(store.path) max_failures=100 lockout=0\n"
+            .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        XCTAssertEqual(try pamtester(try hotp(33)), 0, "the token's next code logs in")
+
+        l = try list()
+        XCTAssertEqual(l["fob"]?["COUNTER"], "34")
+        XCTAssertEqual(l["fob"]?["LAST USED"], "used", "used, at a time the state does not keep")
+        XCTAssertEqual(l["fob"]?["PERIOD"], "-")
+
+        let text = try runCommand([enrollURL.path, "status", "--store", store.path, "--user", "nobody"])
+        XCTAssertEqual(text.status, 0, text.stderr)
+        XCTAssertFalse(text.stdout.contains("next") || text.stdout.contains(" yes"), text.stdout)
+        let s = try rows(text.stdout, header: "LABEL")
+        XCTAssertEqual(s["fob"]?["PERIOD"], "-")
+        XCTAssertEqual(s["fob"]?["COUNTER"], "34")
+        XCTAssertEqual(s["fob"]?["LAST USED"], "used")
+        XCTAssertEqual(s["fob"]?["DRIFT"], "-")
+        XCTAssertEqual(s["app"]?["PERIOD"], "30s")
+        XCTAssertEqual(s["app"]?["COUNTER"], "-")
+        XCTAssertEqual(s["app"]?["DRIFT"], "0")
+        XCTAssertEqual(s["app"]?["LAST USED"], l["app"]?["LAST USED"], "list and status agree")
+
+        let json = try runCommand([enrollURL.path, "status", "--json", "--store", store.path, "--user", "nobody"])
+        XCTAssertEqual(json.status, 0, json.stderr)
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let factors = try XCTUnwrap((doc["users"] as? [[String: Any]])?.first?["factors"] as? [[String: Any]])
+        let fob = try XCTUnwrap(factors.first { $0["label"] as? String == "fob" })
+        let appFactor = try XCTUnwrap(factors.first { $0["label"] as? String == "app" })
+        XCTAssertEqual(fob["kind"] as? String, "hotp")
+        XCTAssertTrue(fob["period"] is NSNull, "no period for a token: \(fob)")
+        XCTAssertEqual(fob["digits"] as? Int, 6)
+        XCTAssertEqual(fob["counter"] as? Int, 34)
+        XCTAssertEqual(fob["used"] as? Bool, true)
+        XCTAssertTrue(fob["last_used"] is NSNull, "the time is not kept: \(fob)")
+        XCTAssertTrue(fob["last_used_step"] is NSNull, "a counter is not a step: \(fob)")
+        XCTAssertTrue(fob["drift_steps"] is NSNull && fob["drift_seconds"] is NSNull, "\(fob)")
+        XCTAssertEqual(appFactor["kind"] as? String, "totp")
+        XCTAssertEqual(appFactor["period"] as? Int, 30)
+        XCTAssertTrue(appFactor["counter"] is NSNull)
+        XCTAssertEqual(appFactor["used"] as? Bool, true)
+        XCTAssertNotNil(appFactor["last_used"] as? Int)
+        XCTAssertEqual(appFactor["drift_steps"] as? Int, 0)
     }
 
     func concurrentPamtesters(_ count: Int, answer: String) throws -> [Int32] {

@@ -347,6 +347,69 @@ final class PSKCImportTests: XCTestCase {
         XCTAssertEqual(ok.status, 0, ok.stderr)
     }
 
+    /// RFC 6030 puts a MAC over encrypted values only: a `<Counter>` left in plain text next to
+    /// an encrypted, MACed secret (python-pskc's default, and most vendors') can be changed by
+    /// hand and every MAC still verifies. Here it is set back from 5 to 1, which would let the
+    /// token's codes for counters 1 to 4 log in again. The import cannot tell; it says, per key,
+    /// which values no MAC covers and what they are, before anything is saved. A counter the
+    /// vendor encrypted is covered (changed, nothing is imported) and draws no warning; a file
+    /// without encryption is said to be unauthenticated as a whole. The changed counter was
+    /// imported silently while the docs said a changed file imports nothing (issue 35, item 7).
+    func testValuesNoMACCoversAreNamedAndAnEncryptedCounterIsCovered() throws {
+        let keyHex = "0123456789abcdef0123456789abcdef"
+        let keyFile = try write("key.hex", keyHex + "\n")
+        let file = try pskcFile("plain-counter.xml", standardKeys, .preSharedKey(hex: keyHex, algorithm: "aes128-cbc", fields: ["secret"]))
+        var text = try String(contentsOf: file, encoding: .utf8)
+        let counter5 = "<pskc:PlainValue>5</pskc:PlainValue>"
+        XCTAssertEqual(text.components(separatedBy: counter5).count, 2, "H-1's plain Counter, once: \(text)")
+        XCTAssertTrue(text.contains("ValueMAC"), "the secret is MACed")
+        text = text.replacingOccurrences(of: counter5, with: "<pskc:PlainValue>1</pskc:PlainValue>")
+        let changed = try write("changed-counter.xml", text)
+
+        let r = try importPSKC(changed, ["--assign", "H-1=nobody", "--assign", "T-1=daemon", "--key-file", keyFile.path])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertNoSecret(r)
+        let warnings = r.stderr.split(separator: "\n").filter { $0.hasPrefix("warning: ") }
+        XCTAssertEqual(warnings.count, 2, "one line per key with a plain value: \(r.stderr)")
+        let h = try XCTUnwrap(warnings.first { $0.contains("serial H-1") }, r.stderr)
+        XCTAssertTrue(h.contains("Counter (1)") && h.contains("no MAC") && h.contains("vendor's records"), String(h))
+        let t = try XCTUnwrap(warnings.first { $0.contains("serial T-1") }, r.stderr)
+        XCTAssertTrue(t.contains("TimeInterval (30)") && !t.contains("Counter"), String(t))
+        // Imported as the file says: the MAC could not tell.
+        XCTAssertEqual(try record("nobody")?.factor(labelled: Array("H-1".utf8))?.counter, 1)
+
+        // The counter encrypted too: covered by its ValueMAC, so a change to it imports
+        // nothing, and the untouched file imports without a warning.
+        let covered = try pskcFile("encrypted-counter.xml", [Key(serial: "C-1", algorithm: Self.hotpURI, secretHex: totpHex, counter: 7)],
+                                   .preSharedKey(hex: keyHex, algorithm: "aes128-cbc", fields: ["secret", "counter"]))
+        var coveredText = try String(contentsOf: covered, encoding: .utf8)
+        XCTAssertFalse(coveredText.contains("<pskc:PlainValue>7<"), "the counter is encrypted: \(coveredText)")
+        let counterStart = try XCTUnwrap(coveredText.range(of: "<pskc:Counter>"))
+        let start = try XCTUnwrap(coveredText.range(of: "<xenc:CipherValue>", range: counterStart.upperBound..<coveredText.endIndex))
+        let end = try XCTUnwrap(coveredText.range(of: "</xenc:CipherValue>", range: start.upperBound..<coveredText.endIndex))
+        var bytes = try XCTUnwrap(Data(base64Encoded: String(coveredText[start.upperBound..<end.lowerBound])))
+        bytes[bytes.count - 1] ^= 0x01
+        coveredText.replaceSubrange(start.upperBound..<end.lowerBound, with: bytes.base64EncodedString())
+        let tamperedCounter = try write("tampered-counter.xml", coveredText)
+        let bad = try importPSKC(tamperedCounter, ["--assign", "C-1=bin", "--key-file", keyFile.path])
+        XCTAssertNotEqual(bad.status, 0)
+        XCTAssertTrue(bad.stderr.contains("MAC does not verify") && bad.stderr.contains("nothing was imported"), bad.stderr)
+        XCTAssertNil(try record("bin"))
+        let ok = try importPSKC(covered, ["--assign", "C-1=bin", "--key-file", keyFile.path])
+        XCTAssertEqual(ok.status, 0, ok.stderr)
+        XCTAssertFalse(ok.stderr.contains("warning"), ok.stderr)
+        XCTAssertEqual(try record("bin")?.factor(labelled: Array("C-1".utf8))?.counter, 7)
+
+        // No encryption: nothing is authenticated, said once.
+        let plain = try pskcFile("plain.xml", [Key(serial: "P-1", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 3)])
+        XCTAssertEqual(chmod(plain.path, 0o600), 0)
+        let p = try importPSKC(plain, ["--assign", "P-1=bin"])
+        XCTAssertEqual(p.status, 0, p.stderr)
+        let plainWarnings = p.stderr.split(separator: "\n").filter { $0.hasPrefix("warning: ") }
+        XCTAssertEqual(plainWarnings.count, 1, p.stderr)
+        XCTAssertTrue(plainWarnings.first?.contains("not encrypted") ?? false, p.stderr)
+    }
+
     /// Review findings, each replayed: a plaintext file where --key-file expects an encrypted
     /// one; a serial and a Key Id naming one key for two users; a token, key or passphrase file
     /// that is a symbolic link, not root's, or writable by others. Nothing is imported.
