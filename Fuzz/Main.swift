@@ -16,6 +16,7 @@ struct FuzzTarget {
 let fuzzTargets: [FuzzTarget] = [
     FuzzTarget(name: "record", summary: "UserRecord.parse, round trip through serialized()", run: fuzzRecord),
     FuzzTarget(name: "state", summary: "UserState.parse(file:), as given and padded to a whole file; round trip through slotBytes()", run: fuzzState),
+    FuzzTarget(name: "sends", summary: "DestinationLedger.parse (the store's .sends file); round trip through serialized()", run: fuzzSends),
     FuzzTarget(name: "config", summary: "ModuleOptions.applyConfig on a configuration file", run: fuzzConfig),
     FuzzTarget(name: "args", summary: "ModuleOptions.parse on module arguments (the input split at NUL bytes)", run: fuzzArguments),
     FuzzTarget(name: "uri", summary: "OTPAuthURI(parsing:), round trip through bytes", run: fuzzURI),

@@ -55,6 +55,25 @@ func fuzzState(_ data: [UInt8]) {
     }
 }
 
+/// The store's `.sends` file (sends per destination): any bytes parse or are refused, never
+/// trap; a ledger that parses serializes to bytes that parse to the same ledger, and counting
+/// and adding stay within their bounds.
+func fuzzSends(_ data: [UInt8]) {
+    guard let ledger = DestinationLedger.parse(data) else { return }
+    guard ledger.entries.count <= DestinationLedger.maxEntries else { violated("sends", "more entries than the bound") }
+    guard let again = DestinationLedger.parse(ledger.serialized()), again == ledger else {
+        violated("sends", "serialize then parse changed the ledger")
+    }
+    var grown = ledger
+    let key = ledger.entries.first?.key ?? [UInt8](repeating: 7, count: 32)
+    let now = ledger.entries.last?.at ?? 0
+    let before = grown.counts(key, at: now)
+    grown.add(key, at: now)
+    guard grown.entries.count <= DestinationLedger.maxEntries, grown.counts(key, at: now).day >= min(before.day, 1) else {
+        violated("sends", "adding a send broke the bound or the count")
+    }
+}
+
 // MARK: - The policy
 
 /// `/etc/security/pam_totp.conf`, then the same options checked against their ranges. Sections

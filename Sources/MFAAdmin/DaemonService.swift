@@ -79,7 +79,14 @@ public struct DaemonService<S: TOTPStore> {
     /// only make the limits stricter: a caller that writes its own requests cannot widen the
     /// window or raise the failure limit.
     public func effectiveOptions(_ request: DaemonRequest, peer: PeerCredentials) -> ModuleOptions {
-        if peer.isRoot { return request.options }
+        if peer.isRoot {
+            // The daemon's own limits on what is sent (its file only; no request carries them).
+            var o = request.options
+            o.oobDestinationMaxPerHour = site.oobDestinationMaxPerHour
+            o.oobDestinationMaxPerDay = site.oobDestinationMaxPerDay
+            o.oobAllowedPrefixes = site.oobAllowedPrefixes
+            return o
+        }
         var o = site
         o.forwardPass = request.options.forwardPass
         o.nullok = request.options.nullok

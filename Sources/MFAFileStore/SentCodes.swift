@@ -12,7 +12,7 @@ extension FileStore {
     /// this returned. A record enrolled for another account is refused like a missing one.
     public func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
                                                    options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
-        try planAndRecord(user: user) { (record, state) throws(MFAError) -> SendPlan in
+        try planAndRecord(user: user, at: now, options: options) { (record, state) throws(MFAError) -> SendPlan in
             guard let record, record.belongs(toAccount: accountUID) else { return .refused("no text-message or email factor of that name") }
             return OutOfBand.plan(record: record, state: state, label: label, at: now, options: options, using: &generator)
         }
@@ -23,7 +23,7 @@ extension FileStore {
     public func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
                                                             options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
         try factor.validateNew()
-        return try planAndRecord(user: user) { (record, state) throws(MFAError) -> SendPlan in
+        return try planAndRecord(user: user, at: now, options: options) { (record, state) throws(MFAError) -> SendPlan in
             let record = record ?? UserRecord(uid: accountUID)
             guard record.belongs(toAccount: accountUID) else { throw .invalidParameters("the stored record belongs to another account") }
             return OutOfBand.planEnrolment(record: record, state: state, factor: factor, at: now, options: options, using: &generator)
@@ -31,14 +31,22 @@ extension FileStore {
     }
 
     /// Under the user's lock: `plan` on the record (nil: none) and the state; a `.send` is
-    /// recorded (one state write) before this returns.
-    func planAndRecord(user: [UInt8], _ plan: (UserRecord?, UserState) throws(MFAError) -> SendPlan) throws(MFAError) -> SendPlan {
+    /// counted against its destination (`recordDestinationSend`, which may still refuse it:
+    /// then nothing is written) and recorded (one state write) before this returns.
+    func planAndRecord(user: [UInt8], at now: Int64, options: ModuleOptions,
+                       _ plan: (UserRecord?, UserState) throws(MFAError) -> SendPlan) throws(MFAError) -> SendPlan {
         try withLock(user: user) { () throws(MFAError) -> SendPlan in
             let record = try read(user: user)
             defer { record?.wipeSecretsInPlace() }
             let (state, file) = try readStateForUpdate(user: user)
             let result = try plan(record, state)
-            if case .send(_, _, let next, _) = result { try writeStateLocked(user: user, state: next, file: file) }
+            if case .send(let code, let factor, let next, _) = result {
+                if let why = try recordDestinationSend(factor, at: now, options: options) {
+                    wipeInPlace(code)
+                    return .refused(why)
+                }
+                try writeStateLocked(user: user, state: next, file: file)
+            }
             return result
         }
     }

@@ -92,7 +92,11 @@ public final class FileStore<Sys: SystemCalls> {
     /// renamed or removed (except by `purge`), so every process locks the same inode.
     public func withLock<R>(user: [UInt8], _ body: () throws(MFAError) -> R) throws(MFAError) -> R {
         try Self.validate(user: user)
-        let name = Self.lockName(user)
+        return try withLockFile(Self.lockName(user), body)
+    }
+
+    /// Runs `body` holding the lock file `name` (a name starting with '.', never a user's).
+    func withLockFile<R>(_ name: [UInt8], _ body: () throws(MFAError) -> R) throws(MFAError) -> R {
         var waited = 0
         while true {
             let fd = try withCPath(name) { (p) throws(MFAError) -> Int32 in

@@ -82,6 +82,13 @@ public struct ModuleOptions: Equatable, Sendable {
     public var emailSubject: [UInt8]? = nil
     public var emailText: [UInt8]? = nil
     public var oobMaxPerMinute: Int = 60
+    /// pam-totpd only (its file): the most sends to one destination, whatever the account, per
+    /// hour and per day (made-up or many accounts bring no new allowance for one number), and
+    /// the E.164 country prefixes text messages may go to (empty: any). The fleet's are the
+    /// database's settings row (docs/FLEET.md).
+    public var oobDestinationMaxPerHour: Int = 5
+    public var oobDestinationMaxPerDay: Int = 20
+    public var oobAllowedPrefixes: [[UInt8]] = []
     /// Where each policy setting came from, in the order applied (the last one of a setting is
     /// in force): for `totp-enroll policy`.
     public var sources: [PolicySource] = []
@@ -463,6 +470,14 @@ public struct ModuleOptions: Equatable, Sendable {
                 emailSubject = v
             } else if equals(name, "email_text") {
                 emailText = v
+            } else if equals(name, "oob_destination_max_per_hour") {
+                guard let n = parseDecimal(v, limit: 1_000), n >= 1 else { throw bad("oob_destination_max_per_hour must be 1 to 1000") }
+                oobDestinationMaxPerHour = Int(n)
+            } else if equals(name, "oob_destination_max_per_day") {
+                guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_destination_max_per_day must be 1 to 10000") }
+                oobDestinationMaxPerDay = Int(n)
+            } else if equals(name, "oob_allowed_prefixes") {
+                oobAllowedPrefixes = try Self.prefixes(v, bad: bad("oob_allowed_prefixes is a list of E.164 country prefixes such as +1 +44"))
             } else {
                 guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_max_per_minute must be 1 to 10000") }
                 oobMaxPerMinute = Int(n)
@@ -543,7 +558,22 @@ public struct ModuleOptions: Equatable, Sendable {
     /// pam-totpd's delivery settings (file only, never in a section).
     static func isDaemonDelivery(_ name: [UInt8]) -> Bool {
         equals(name, "sms_command") || equals(name, "email_command") || equals(name, "sms_text") || equals(name, "email_subject")
-            || equals(name, "email_text") || equals(name, "oob_max_per_minute")
+            || equals(name, "email_text") || equals(name, "oob_max_per_minute") || equals(name, "oob_destination_max_per_hour")
+            || equals(name, "oob_destination_max_per_day") || equals(name, "oob_allowed_prefixes")
+    }
+
+    /// `oob_allowed_prefixes`: blank- or comma-separated "+" and 1 to 6 digits, the first not 0;
+    /// at most 64 of them.
+    static func prefixes(_ value: [UInt8], bad: MFAError) throws(MFAError) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        for word in value.split(whereSeparator: { $0 == ASCII.space || $0 == ASCII.tab || $0 == 0x2C }) {
+            let digits = word.dropFirst()
+            guard word.first == 0x2B, (1...6).contains(digits.count), let first = digits.first, first != ASCII.zero,
+                  digits.allSatisfy(ASCII.isDigit), out.count < 64 else { throw bad }
+            out.append(Array(word))
+        }
+        guard !out.isEmpty else { throw bad }
+        return out
     }
 
     /// A decimal setting within `range`, else `error`.

@@ -133,7 +133,7 @@ public enum OutOfBand {
            secondsSince(p.sentAt, at: now) < options.oobResendInterval {
             return .pending(factor: factor, sentAt: p.sentAt, expiresAt: p.expiresAt)
         }
-        if let why = overLimit(next, at: now, options: options) { return .refused(why) }
+        if let why = overLimit(next, at: now, options: options) ?? prefixRefusal(factor, options: options) { return .refused(why) }
         let (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
                                                maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
         next.pending = pending
@@ -160,6 +160,40 @@ public enum OutOfBand {
         return nil
     }
 
+    /// Whether a text message may go to `factor`'s number (`oob_allowed_prefixes`: SMS pumping
+    /// sends to premium numbers abroad); nil: it may. Email is not limited by country.
+    static func prefixRefusal(_ factor: Factor, options: ModuleOptions) -> Message? {
+        guard factor.kind == .sms, !options.oobAllowedPrefixes.isEmpty else { return nil }
+        for p in options.oobAllowedPrefixes where factor.destination.starts(with: p) { return nil }
+        return "text messages are not sent to that country from here (oob_allowed_prefixes): use your app or a recovery code"
+    }
+
+    /// What sends to `factor`'s destination are counted under, whoever asks: a SHA-256 of the
+    /// kind and the destination (an address in lower case: one mailbox however it is written).
+    /// The fleet's database counts the same way (sql/api.sql, destination_key).
+    public static func destinationKey(_ factor: Factor) -> [UInt8] {
+        var text = Array(bytes(factor.kind.name))
+        text.append(0x3A)
+        for c in factor.destination { text.append(factor.kind == .email && c >= 0x41 && c <= 0x5A ? c | 0x20 : c) }
+        return SHA256.hash(text)
+    }
+
+    /// Why no code may go to a destination that was sent `hour` codes in the last hour and
+    /// `day` in the last day, whatever the accounts (`oob_destination_max_per_hour`, `_per_day`:
+    /// made-up or many accounts bring no new allowance); nil: it may.
+    public static func destinationRefusal(_ factor: Factor, hour: Int, day: Int, options: ModuleOptions) -> Message? {
+        let one: Message = factor.kind == .sms ? "number" : "address"
+        if hour >= options.oobDestinationMaxPerHour {
+            return "at most " + Message(decimalBytes(UInt64(options.oobDestinationMaxPerHour))) + " codes are sent to one " + one
+                + " an hour: use your app or a recovery code, or try later"
+        }
+        if day >= options.oobDestinationMaxPerDay {
+            return "at most " + Message(decimalBytes(UInt64(options.oobDestinationMaxPerDay))) + " codes are sent to one " + one
+                + " a day: use your app or a recovery code, or try tomorrow"
+        }
+        return nil
+    }
+
     /// A pending code for a factor being enrolled is kept under this key, never a saved
     /// factor's: a login cannot use it, and the first state write after the enrolment drops it.
     public static func enrolmentKey(for factor: Factor) -> UInt64 { UserState.key(for: factor) ^ 0x656E_726F_6C6D_656E }
@@ -171,7 +205,7 @@ public enum OutOfBand {
                                                                options: ModuleOptions, using generator: inout G) -> SendPlan {
         guard factor.kind.isOutOfBand else { return .refused("not a text-message or email factor") }
         var next = state.current(for: record)
-        if let why = overLimit(next, at: now, options: options) { return .refused(why) }
+        if let why = overLimit(next, at: now, options: options) ?? prefixRefusal(factor, options: options) { return .refused(why) }
         var (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
                                                maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
         pending.factorKey = enrolmentKey(for: factor)

@@ -83,6 +83,46 @@ final class OutOfBandLoginTests: XCTestCase {
         XCTAssertEqual(try daemon.state("nobody").failures, 0, "a refused send counts nothing against the user")
     }
 
+    /// Issue 36 (the fourth review): a destination is limited whoever asks. Three accounts with
+    /// one number, each under its own limits, get 2 messages to it in all with
+    /// `oob_destination_max_per_hour = 2`; the third is refused with a reason, nothing counted
+    /// against that user. With `oob_allowed_prefixes = +44` a +1 number is sent nothing.
+    func testADestinationIsLimitedWhateverTheAccount() throws {
+        try writeConfig(sms: "sms", extra: "oob_destination_max_per_hour = 2\n")
+        try daemon.start()
+        for (user, uid) in [("nobody", 65534), ("daemon", 1), ("bin", 2)] { try enrolPhone(user, uid: uid_t(uid)) }
+        try pam.service("oob", [line()])
+        var prompts: [String: [String]] = [:]
+        for user in ["nobody", "daemon", "bin"] {
+            let c = Conversation(answer: nil)
+            c.respond = { _ in Array("000000".utf8) }
+            XCTAssertEqual(pam.authenticate(service: "oob", user: user, conversation: c), PAM_AUTH_ERR)
+            prompts[user] = c.prompts
+        }
+        XCTAssertEqual(messages.components(separatedBy: "\n--\n").count - 1, 2, "messages to the one number: \(messages)")
+        XCTAssertTrue(prompts["bin"]?.contains { $0.contains("at most 2 codes are sent to one number an hour") } == true,
+                      "\(prompts["bin"] ?? [])\n" + daemon.output)
+        XCTAssertEqual(try daemon.state("bin").failures, 0, "a refused send counts nothing against the user")
+        // Nothing about the number in the store but its key.
+        let ledger = try String(contentsOfFile: daemon.store + "/.sends", encoding: .utf8)
+        XCTAssertEqual(ledger.split(separator: "\n").count, 2)
+        XCTAssertFalse(ledger.contains("5105551234"), ledger)
+
+    }
+
+    /// `oob_allowed_prefixes = +44 +353`: a +1 number is sent nothing, with the reason.
+    func testTextMessagesGoOnlyToTheAllowedPrefixes() throws {
+        try writeConfig(sms: "sms", extra: "oob_allowed_prefixes = +44 +353\n")
+        try daemon.start()
+        try enrolPhone("nobody", uid: 65534)
+        try pam.service("oob", [line()])
+        let c = Conversation(answer: nil)
+        c.respond = { _ in Array("000000".utf8) }
+        XCTAssertEqual(pam.authenticate(service: "oob", user: "nobody", conversation: c), PAM_AUTH_ERR)
+        XCTAssertTrue(c.prompts.contains { $0.contains("text messages are not sent to that country from here") }, "\(c.prompts)")
+        XCTAssertEqual(messages, "", "nothing sent")
+    }
+
     /// An app user with a phone as backup: Enter sends a text; an app code needs none.
     func testEnterTextsTheBackupPhoneAndAnAppCodeSendsNothing() throws {
         try daemon.start()
