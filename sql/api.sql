@@ -397,6 +397,8 @@ BEGIN
     RAISE EXCEPTION 'login: bad arguments';
   END IF;
   SELECT * INTO cfg FROM pam_totp.settings;
+  -- The host's adjacent_intervals (its default 5), capped by settings.max_window (default 5):
+  -- a host asking for more gets the cap.
   win := least(greatest(coalesce(p_window, 0), 0), cfg.max_window);
   maxf := least(greatest(coalesce(p_max_failures, cfg.max_failures), 1), cfg.max_failures);
   lock_for := least(greatest(coalesce(p_lockout, 0), cfg.min_lockout), cfg.max_lockout);

@@ -343,6 +343,20 @@ ALTER TABLE pam_totp.audit ADD CONSTRAINT audit_event_check
 REVOKE ALL ON pam_totp.outbox, pam_totp.sent_codes, pam_totp.enrolment_codes, pam_totp.enrolment_attempts, pam_totp.sends FROM PUBLIC;
 REVOKE ALL ON SEQUENCE pam_totp.outbox_id_seq, pam_totp.sends_id_seq, pam_totp.enrolment_attempts_id_seq FROM PUBLIC;
 """####),
+        (9, "009_window.sql", ####"""
+-- pam_totp fleet schema, version 9: a fleet login's window is the host's (docs/FLEET.md, "The
+-- window and clock drift"; docs/ARCHITECTURE.md, section 8).
+--
+-- settings.max_window is the cap on the adjacent_intervals a host asks for (a host asking for
+-- more gets the cap; sql/api.sql, login_begin_at). Its default was 1, so every fleet host ran
+-- with a window of ±1 whatever its adjacent_intervals said, where a host on files has ±5 by
+-- default: now the default is 5, a host's default. A database still at the old default 1
+-- moves to 5 (a 1 cannot be told from one a DBA chose: set it again after the upgrade,
+-- `UPDATE pam_totp.settings SET max_window = 1`); any other value is kept.
+
+ALTER TABLE pam_totp.settings ALTER COLUMN max_window SET DEFAULT 5;
+UPDATE pam_totp.settings SET max_window = 5 WHERE max_window = 1;
+"""####),
     ]
 
     /// sql/api.sql: every function's current body, in the schema pam_totp_api.
@@ -746,6 +760,8 @@ BEGIN
     RAISE EXCEPTION 'login: bad arguments';
   END IF;
   SELECT * INTO cfg FROM pam_totp.settings;
+  -- The host's adjacent_intervals (its default 5), capped by settings.max_window (default 5):
+  -- a host asking for more gets the cap.
   win := least(greatest(coalesce(p_window, 0), 0), cfg.max_window);
   maxf := least(greatest(coalesce(p_max_failures, cfg.max_failures), 1), cfg.max_failures);
   lock_for := least(greatest(coalesce(p_lockout, 0), cfg.min_lockout), cfg.max_lockout);

@@ -561,7 +561,7 @@ final class FleetSQLTests: XCTestCase {
     }
 
     func testHostRoleClampsTheLimitsItAsksFor() throws {
-        XCTAssertEqual(try sql("SELECT max_window || ' ' || max_failures || ' ' || min_lockout FROM pam_totp.settings"), "1 10 300")
+        XCTAssertEqual(try sql("SELECT max_window || ' ' || max_failures || ' ' || min_lockout FROM pam_totp.settings"), "5 10 300")
         try makeHost("host_b")
         try sql("SELECT pam_totp_api.enroll('dave', 1001, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
         // The host asks for 100 failures before a lockout and a 0 s lockout: the database's
@@ -570,6 +570,64 @@ final class FleetSQLTests: XCTestCase {
         for _ in 1...10 { last = try login("failures || ' ' || (locked_until > 0)", "'dave', 1001, '000000', 10, 100, 0, false", user: "host_b") }
         XCTAssertEqual(last, "10 true")
         XCTAssertEqual(try login("outcome", "'dave', 1001, '000000', 10, 100, 0, false", user: "host_b"), "locked")
+    }
+
+    // MARK: - A fleet login behaves like a host's (issue 35)
+
+    /// Fleet mode capped the window at ±1 (settings.max_window's old default) where a host's
+    /// adjacent_intervals is 5 by default: a code 3 to 5 steps off, accepted on a host, was
+    /// refused. Now the host's own window applies, up to settings.max_window (default 5, a
+    /// host's default): a host asking for more gets the cap, one asking for less gets its own.
+    func testTheWindowIsTheHostsUpToTheSettingsCap() throws {
+        XCTAssertEqual(try sql("SELECT max_window FROM pam_totp.settings"), "5", "the cap defaults to a host's default window")
+        XCTAssertEqual(ModuleOptions().adjacentIntervals, 5)
+        try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
+        let secret = Array("12345678901234567890".utf8)
+        let t: Int64 = 2_200_000_010
+        var n = 0
+        // A user of its own for every case (no drift learned from an earlier one), a code
+        // `offset` steps from the caller's clock, the window the host asks for.
+        func attempt(_ offset: Int64, window: Int) throws -> String {
+            n += 1
+            try sql("SELECT pam_totp_api.enroll('win\(n)', \(2000 + n), 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+            let code = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t + 30 * offset), as: UTF8.self)
+            return try cluster.login("outcome", "'win\(n)', \(2000 + n), '\(code)', \(t), \(window), 10, 0, false", procedure: "login_at",
+                                     database: db)
+        }
+        for offset: Int64 in [3, -3, 4, -4, 5, -5] {
+            XCTAssertEqual(try attempt(offset, window: 5), "success", "\(offset) steps off, the default window")
+        }
+        for offset: Int64 in [6, -6] { XCTAssertEqual(try attempt(offset, window: 5), "wrong", "\(offset): outside ±5") }
+        XCTAssertEqual(try attempt(6, window: 10), "wrong", "a host asking for 10 gets the cap, 5")
+        XCTAssertEqual(try attempt(2, window: 1), "wrong", "a host asking for less gets its own")
+        XCTAssertEqual(try attempt(1, window: 1), "success")
+        try sql("UPDATE pam_totp.settings SET max_window = 10")
+        XCTAssertEqual(try attempt(8, window: 10), "success", "the DBA raised the cap")
+        XCTAssertEqual(try attempt(8, window: 7), "wrong")
+        try sql("UPDATE pam_totp.settings SET max_window = 2")
+        XCTAssertEqual(try attempt(3, window: 5), "wrong", "the DBA lowered it")
+        XCTAssertEqual(try attempt(-2, window: 5), "success")
+        try sql("UPDATE pam_totp.settings SET max_window = 5")
+
+        // A host role on the database's clock, through PostgresStore with the default options:
+        // a code 4 steps off logs in; a host asking for 10 still gets ±5, so 7 steps is refused.
+        try makeHost("host_w")
+        let host = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(user: "host_w", database: db)))
+        func hostLogin(_ user: String, _ offset: Int64, window: Int = TOTPVerifier.defaultAdjacentIntervals) throws -> AuthOutcome {
+            n += 1
+            try sql("SELECT pam_totp_api.enroll('\(user)', \(2000 + n), 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+            var o = ModuleOptions()
+            o.adjacentIntervals = window
+            let code = try TOTP.code(secret: secret, parameters: .default, at: Int64(time(nil)) + 30 * offset)
+            return host.login(user: Array(user.utf8), account: { () throws(MFAError) -> Account? in Account(name: Array(user.utf8), uid: UInt32(2000 + n)) },
+                              answer: code, previous: nil, at: 0, options: o, process: 1)
+        }
+        awayFromStepBoundary()
+        guard case .success = try hostLogin("wendy", 4) else { return XCTFail("a code 4 steps ahead, the default window") }
+        guard case .success = try hostLogin("wanda", -4) else { return XCTFail("a code 4 steps behind, the default window") }
+        guard case .wrongCode(replayed: false, _, _) = try hostLogin("wilma", 7, window: 10) else {
+            return XCTFail("beyond the cap: a host asking for 10 gets ±5")
+        }
     }
 
     /// pam-totpd's lookup-then-authenticate path as a host role: it used `verify` (a name, no
