@@ -630,6 +630,34 @@ final class FleetSQLTests: XCTestCase {
         }
     }
 
+    /// An upgrade to version 9 moves a cap still at the old default 1 to 5 (a host's default),
+    /// keeps any other a DBA chose; version 10 gives every existing factor a drift of 0 (none
+    /// learned), from which the first accepted code learns.
+    func testUpgradeMovesTheOldWindowCapKeepsAChosenOneAndStartsDriftAtZero() throws {
+        for (name, before, after) in [("fleet_w1", "1", "5"), ("fleet_w3", "3", "3"), ("fleet_w0", "0", "0")] {
+            try cluster.psql("CREATE DATABASE \(name)")
+            let conninfo = cluster.conninfo(database: name)
+            XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 8).to, 8)
+            func q(_ text: String) throws -> String { try cluster.psql(text, database: name) }
+            XCTAssertEqual(try q("SELECT max_window FROM pam_totp.settings"), "1", "version 8's default")
+            _ = try q("UPDATE pam_totp.settings SET max_window = \(before), min_lockout = 0")
+            _ = try q("INSERT INTO pam_totp.users (name, uid) VALUES ('vera', 1090)")
+            _ = try q("INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret) "
+                      + "VALUES ('vera', 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+            XCTAssertEqual(try Migrator.migrate(conninfo: conninfo).to, Migrations.all.last?.version)
+            XCTAssertEqual(try q("SELECT max_window FROM pam_totp.settings"), after, "a cap of \(before)")
+            XCTAssertEqual(try q("SELECT drift || ' ' || drift_jump_steps FROM pam_totp.factors, pam_totp.settings"),
+                           "0 \(TOTPVerifier.driftJumpSteps)")
+            // The kept factor logs in with a code one step ahead where the cap allows it, and learns.
+            let t: Int64 = 2_200_000_010
+            let code = String(decoding: try TOTP.code(secret: Array("12345678901234567890".utf8), parameters: .default, at: t + 30),
+                              as: UTF8.self)
+            XCTAssertEqual(try cluster.login("outcome", "'vera', 1090, '\(code)', \(t), 5, 10, 0, false", procedure: "login_at", database: name),
+                           after == "0" ? "wrong" : "success")
+            XCTAssertEqual(try q("SELECT drift FROM pam_totp.factors"), after == "0" ? "0" : "1")
+        }
+    }
+
     /// Fleet mode learned no clock drift: a device whose clock runs ahead failed where a host
     /// follows it. The database keeps each TOTP factor's drift and applies the host's rule
     /// (TOTPVerifier, "Clock drift"), replayed here step for step as DriftIntegrationTests does
