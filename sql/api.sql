@@ -255,6 +255,11 @@ AS $$
   SELECT to_char(to_timestamp(least(t, 253402300799)) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
 $$;
 
+-- A drift in steps with its sign, as the host's logs write it: "+3", "-2", "0".
+CREATE FUNCTION pam_totp_api.signed(v integer) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+AS $$ SELECT CASE WHEN v > 0 THEN '+' || v ELSE v::text END $$;
+
 -- One row of the audit trail (pam_totp.audit), in the caller's transaction: a change and its
 -- row commit together. Called only by the functions here (EXECUTE is nobody's). Deletes a few
 -- rows past settings.audit_days on the way (SKIP LOCKED: concurrent logins never wait on it).
@@ -278,28 +283,37 @@ END $$;
 -- the login's answer before, a far one; this answer then matches too if the two are the codes
 -- of two consecutive counters of the resync reach (the second is the step). The dispatch on
 -- the factor's kind, once (docs/ARCHITECTURE.md, section 2.3); a kind's whole window is
--- computed, no early exit.
+-- computed, no early exit. drift_before: the factor's learned clock drift (TOTP), bounded to
+-- ±p_window; drift: the one a match at step teaches (both 0 for the other kinds).
 CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_previous text, p_now bigint, p_window integer,
                                           p_hotp_window integer, p_resync integer, p_forward_pass boolean,
-                                          OUT step bigint, OUT replayed boolean, OUT far boolean)
+                                          OUT step bigint, OUT replayed boolean, OUT far boolean,
+                                          OUT drift integer, OUT drift_before integer)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-  code text; wanted bigint; now_step bigint; c bigint;
+  code text; wanted bigint; now_step bigint; c bigint; centre bigint;
   first_wanted bigint; v integer; pair bigint; first_equal boolean := false; reach_end bigint;
   sent pam_totp.sent_codes%ROWTYPE;
 BEGIN
-  replayed := false; far := false;
+  replayed := false; far := false; drift := 0; drift_before := 0;
   code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
   wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
   CASE f.kind
   WHEN 'totp' THEN
+    -- The host's rule (TOTPVerifier.match and .drift, "Clock drift"): the window is the 2N+1
+    -- steps of N = p_window centred on now + the learned drift (bounded to ±N, the centre
+    -- saturating at 0); a match teaches its offset from now, bounded to ±N. So no code is
+    -- accepted more than 2N steps from the database's clock, and N = 0 learns nothing.
     now_step := p_now / f.period;
-    FOR s IN greatest(now_step - p_window, 0) .. now_step + p_window LOOP
+    drift_before := greatest(least(f.drift, p_window), -p_window);
+    centre := greatest(now_step + drift_before, 0);
+    FOR s IN greatest(centre - p_window, 0) .. centre + p_window LOOP
       IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
         IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
       END IF;
     END LOOP;
+    IF step IS NOT NULL THEN drift := greatest(least(step - now_step, p_window), -p_window); END IF;
   WHEN 'hotp' THEN
     -- The last used counter (a replay) and the p_hotp_window counters after it (bigint:
     -- counters go past an integer FOR loop's range; the table bounds them at 2^48).
@@ -348,7 +362,7 @@ CREATE FUNCTION pam_totp_api.judge(p_user text, p_answer text, p_previous text, 
                                    p_hotp_window integer, p_resync integer, p_forward_pass boolean,
                                    OUT factor_id bigint, OUT label text, OUT step bigint, OUT digits integer,
                                    OUT recovery_set bigint, OUT recovery_index integer, OUT replayed boolean,
-                                   OUT far boolean)
+                                   OUT far boolean, OUT drift integer, OUT drift_before integer)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -357,11 +371,12 @@ DECLARE
   r pam_totp.recovery%ROWTYPE;
   digits_only text; h bytea;
 BEGIN
-  replayed := false; far := false;
+  replayed := false; far := false; drift := 0; drift_before := 0;
   FOR f IN SELECT * FROM pam_totp.factors x WHERE x.user_name = p_user ORDER BY x.id LOOP
     m := pam_totp_api.check_factor(f, p_answer, p_previous, p_now, p_window, p_hotp_window, p_resync, p_forward_pass);
     IF m.step IS NOT NULL AND factor_id IS NULL THEN
       factor_id := f.id; label := f.label; step := m.step; digits := f.digits;
+      drift := m.drift; drift_before := m.drift_before;
     END IF;
     replayed := replayed OR m.replayed;
     far := far OR m.far;
@@ -427,13 +442,16 @@ BEGIN
     RAISE EXCEPTION 'login: bad arguments';
   END IF;
   SELECT * INTO cfg FROM pam_totp.settings;
+  -- The host's adjacent_intervals (its default 5), capped by settings.max_window (default 5):
+  -- a host asking for more gets the cap.
   win := least(greatest(coalesce(p_window, 0), 0), cfg.max_window);
   maxf := least(greatest(coalesce(p_max_failures, cfg.max_failures), 1), cfg.max_failures);
   lock_for := least(greatest(coalesce(p_lockout, 0), cfg.min_lockout), cfg.max_lockout);
   PERFORM pam_totp_api.sweep_attempts(clock);
 
   SELECT NULL::bigint AS factor_id, NULL::text AS label, NULL::bigint AS step, NULL::integer AS digits,
-         NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed, false AS far INTO j;
+         NULL::bigint AS recovery_set, NULL::integer AS recovery_index, false AS replayed, false AS far,
+         0 AS drift, 0 AS drift_before INTO j;
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF p_uid IS NULL OR NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
     -- Not enrolled, or enrolled for another account (a reused name): the same HMACs as one
@@ -464,9 +482,10 @@ BEGIN
     END IF;
   END IF;
   INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
-                                 recovery_set, recovery_index, replayed, failures, locked_until)
+                                 recovery_set, recovery_index, replayed, failures, locked_until, drift, drift_before)
   VALUES (session_user, pg_current_xact_id(), clock, p_now, p_user, p_uid, verdict_, j.factor_id, j.step, j.label, j.digits,
-          j.recovery_set, j.recovery_index, coalesce(j.replayed, false), fails, until_)
+          j.recovery_set, j.recovery_index, coalesce(j.replayed, false), fails, until_, coalesce(j.drift, 0),
+          coalesce(j.drift_before, 0))
   RETURNING id INTO id_;
   RETURN id_;
 END $$;
@@ -483,9 +502,11 @@ BEGIN  -- PL/pgSQL: see hotp (the procedure login calls it once a login)
 END $$;
 
 -- login_finish's accepting step, under the user's row lock: a match marks its step used
--- (compare-and-set: of two attempts with one code, one succeeds), a recovery code its bit;
--- either clears the failures login_begin counted and records the proof (require_proof).
--- outcome NULL: nothing was accepted (replayed: the step was used meanwhile).
+-- (compare-and-set: of two attempts with one code, one succeeds) and records the clock drift
+-- it taught (check_factor; a change of settings.drift_jump_steps or more is said in the audit
+-- row, as a host logs it), a recovery code its bit; either clears the failures login_begin
+-- counted and records the proof (require_proof). outcome NULL: nothing was accepted
+-- (replayed: the step was used meanwhile).
 CREATE FUNCTION pam_totp_api.accept_attempt(a pam_totp.attempts, p_proof_seconds bigint,
                                             OUT outcome text, OUT remaining integer, OUT replayed boolean)
 LANGUAGE plpgsql
@@ -497,10 +518,14 @@ BEGIN
   PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;
   IF NOT FOUND THEN RETURN; END IF;
   IF a.verdict = 'match' THEN
-    UPDATE pam_totp.factors f SET last_step = a.step WHERE f.id = a.factor_id AND f.user_name = a.user_name AND f.last_step < a.step;
+    UPDATE pam_totp.factors f SET last_step = a.step, drift = CASE WHEN f.kind = 'totp' THEN a.drift ELSE 0 END
+     WHERE f.id = a.factor_id AND f.user_name = a.user_name AND f.last_step < a.step;
     IF NOT FOUND THEN replayed := true; RETURN; END IF;   -- another login used this step since login_begin
     outcome := 'success';
-    PERFORM pam_totp_api.audit_append('success', a.user_name, a.uid, a.label, 0, 0, NULL);
+    PERFORM pam_totp_api.audit_append('success', a.user_name, a.uid, a.label, 0, 0,
+                                      CASE WHEN abs(a.drift - a.drift_before) >= (SELECT s.drift_jump_steps FROM pam_totp.settings s)
+                                           THEN 'clock drift jumped from ' || pam_totp_api.signed(a.drift_before) || ' to '
+                                                || pam_totp_api.signed(a.drift) || ' steps (check the device''s clock)' END);
   ELSE
     UPDATE pam_totp.recovery r SET used = r.used | (1::bigint << a.recovery_index)
      WHERE r.user_name = a.user_name AND r.set_id = a.recovery_set AND (r.used >> a.recovery_index) & 1 = 0
@@ -611,9 +636,10 @@ AS $$
 $$;
 
 -- A user's factors, in enrolment order. serial: a hardware token's serial number (NULL: none).
+-- drift: a TOTP factor's learned clock drift in steps (0: none; totp-enroll status shows it).
 CREATE FUNCTION pam_totp_api.list_factors(p_user text)
 RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text, serial text,
-               destination text)
+               destination text, drift integer)
 LANGUAGE sql STABLE SECURITY DEFINER
 AS $$
   -- A token's counter is for admins only (a host reads no secret and no counter); its
@@ -621,7 +647,8 @@ AS $$
   SELECT f.label, f.algorithm, f.digits, f.period, f.created,
          CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind, f.serial,
          CASE WHEN pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.destination
-              ELSE pam_totp_api.masked(f.kind, f.destination) END
+              ELSE pam_totp_api.masked(f.kind, f.destination) END,
+         f.drift
     FROM pam_totp.factors f
    WHERE f.user_name = p_user ORDER BY f.id
 $$;
@@ -822,7 +849,9 @@ BEGIN
                                     p_failures, p_locked_until, 'failure count, lockout and used recovery codes from a file store');
 END $$;
 
-CREATE FUNCTION pam_totp_api.import_last_step(p_user text, p_label text, p_last_step bigint) RETURNS void
+-- p_drift: a TOTP factor's learned clock drift on the file host (UserState's, at most ±10
+-- steps, the largest window; NULL: keep it), used as the database's from now on.
+CREATE FUNCTION pam_totp_api.import_last_step(p_user text, p_label text, p_last_step bigint, p_drift integer DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE now_ bigint := pam_totp_api.now_seconds();
@@ -830,9 +859,16 @@ BEGIN
   IF EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = p_user AND f.label = p_label AND p_last_step > now_ / f.period + 10) THEN
     RAISE EXCEPTION 'import: a last used step in the future is not a file store''s' USING ERRCODE = 'P0001';
   END IF;
-  UPDATE pam_totp.factors SET last_step = greatest(last_step, p_last_step) WHERE user_name = p_user AND label = p_label;
+  IF p_drift NOT BETWEEN -10 AND 10 THEN
+    RAISE EXCEPTION 'import: a clock drift beyond 10 steps is not a file store''s' USING ERRCODE = 'P0001';
+  END IF;
+  UPDATE pam_totp.factors SET last_step = greatest(last_step, p_last_step),
+                              drift = CASE WHEN kind = 'totp' THEN coalesce(p_drift, drift) ELSE drift END
+   WHERE user_name = p_user AND label = p_label;
   PERFORM pam_totp_api.audit_append('import', p_user, (SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user), p_label,
-                                    NULL, 0, 'last used step ' || p_last_step || ' from a file store');
+                                    NULL, 0, 'last used step ' || p_last_step
+                                    || CASE WHEN coalesce(p_drift, 0) <> 0 THEN ', clock drift ' || pam_totp_api.signed(p_drift) || ' steps'
+                                       ELSE '' END || ' from a file store');
 END $$;
 
 -- Admin (import-files): a phone or address from a file store, where it was proved by a code
@@ -1175,7 +1211,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.purge(text),
   pam_totp_api.all_status(),
   pam_totp_api.import_state(text, integer, bigint, bigint),
-  pam_totp_api.import_last_step(text, text, bigint),
+  pam_totp_api.import_last_step(text, text, bigint, integer),
   pam_totp_api.import_destination(text, bigint, text, text, text, bigint),
   pam_totp_api.audit_trail(text, bigint, bigint, integer)
 TO pam_totp_admin;

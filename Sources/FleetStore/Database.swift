@@ -122,9 +122,10 @@ public enum Migrator {
             if to == Migrations.all.last?.version {
                 _ = try c.execute("DROP SCHEMA IF EXISTS pam_totp_api CASCADE")
                 try run(c, Migrations.api, named: "api.sql")
-                // The hard failure cap: one constant, the file store's and the database's.
-                _ = try c.execute("UPDATE pam_totp.settings SET hard_failure_cap = $1",
-                                  [.text(String(UserState.hardFailureCap))])
+                // The hard failure cap and the drift change worth saying: one constant each, the
+                // file store's (or the host verifier's) and the database's.
+                _ = try c.execute("UPDATE pam_totp.settings SET hard_failure_cap = $1, drift_jump_steps = $2",
+                                  [.text(String(UserState.hardFailureCap)), .text(String(TOTPVerifier.driftJumpSteps))])
             }
             _ = try c.execute("COMMIT", timeoutMilliseconds: 120_000)
             return (from, to)
@@ -476,8 +477,8 @@ public final class PostgresStore: TOTPStore {
         guard let row = s.first, row.count >= 6 else { return nil }  // (the seventh, sends, since 008)
         var record = UserRecord()
         record.uid = row[0].flatMap { UInt32($0) }
-        var lastUsed: [(Factor, UInt64)] = []
-        for r in f where r.count >= 8 {  // list_factors' columns (sql/api.sql; the ninth, destination, since 008)
+        var lastUsed: [(Factor, UInt64, Int64)] = []
+        for r in f where r.count >= 8 {  // list_factors' columns (sql/api.sql; the ninth, destination, since 008; the tenth, drift, since 010)
             guard let kind = r[6].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
                   let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
                   let created = r[4].flatMap({ Int64($0) }) else { continue }
@@ -495,8 +496,10 @@ public final class PostgresStore: TOTPStore {
                                     created: created, enrolledStep: 0, secret: [UInt8](repeating: 0, count: 10))
             factor.serial = r[7].map { Array($0.utf8) } ?? []
             record.factors.append(factor)
-            // The last used step or counter (NULL for a token's counter, unless this role is an admin).
-            if let last = r[5].flatMap({ UInt64($0) }) { lastUsed.append((factor, last)) }
+            // The last used step or counter (NULL for a token's counter, unless this role is an
+            // admin), with the learned clock drift (TOTP; 0 for the other kinds).
+            let drift = r.count > 9 ? r[9].flatMap { Int64($0) } ?? 0 : 0
+            if let last = r[5].flatMap({ UInt64($0) }) { lastUsed.append((factor, last, drift)) }
         }
         var state = UserState()
         // The recovery set's id, size and used codes (its salt and hashes stay in the database).
@@ -512,7 +515,7 @@ public final class PostgresStore: TOTPStore {
         }
         state.failures = UInt32(clamping: row[1].flatMap { Int64($0) } ?? 0)
         state.lockedUntil = row[2].flatMap { Int64($0) } ?? 0
-        for (factor, last) in lastUsed { state.setLastStep(last, of: factor) }
+        for (factor, last, drift) in lastUsed { state.setLastStep(last, of: factor, drift: drift) }
         var status = UserStatus(record: record, state: state)
         recent.apply(to: &status, user: user)
         return status

@@ -7,7 +7,8 @@ import MFASystem
 import MFAWire
 
 /// `pam-totpd import-files`: every user of a file store moved into the database, one
-/// transaction per user: the factors with their secrets, each factor's last used step, the
+/// transaction per user: the factors with their secrets, each factor's last used step and
+/// learned clock drift (the database's verifier goes on from it, as the host's did), the
 /// recovery codes as stored (hashes, salt, iterations) with their used bits, the failure
 /// count and lockout. A user already in the database is left alone and reported.
 public enum FileImport {
@@ -75,8 +76,10 @@ public enum FileImport {
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(f.parameters.algorithm.name),
                         .text(String(f.parameters.digits)), .text(String(f.parameters.period)), .text(String(f.created)),
                         .text(String(last)), .bytea(f.secret), .text("\(f.kind.name)"), PostgresStore.serial(f)])
-                    _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3)",
-                                      [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last))])
+                    let drift = f.kind == .totp ? state.drift(forLabel: f.label) : 0
+                    _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3, $4)",
+                                      [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last)),
+                                       .text(String(drift))])
                 }
                 var used: UInt32 = 0
                 if let set = record.recovery {

@@ -213,7 +213,52 @@ final class FleetCLITests: XCTestCase {
         XCTAssertEqual(try fleetLogin(try TOTP.code(secret: other, parameters: eight, at: t + 60), at: t + 60),
                        .success(factor: Array("key".utf8), step: UInt64((t + 60) / 60), digits: 8), "the secrets moved intact")
         XCTAssertEqual(try cluster.psql("SELECT uid FROM pam_totp.users WHERE name = 'daemon'", database: db), "1")
+        XCTAssertEqual(try cluster.psql("SELECT string_agg(user_name || ' ' || label || ' ' || drift, ',' ORDER BY user_name, id) FROM pam_totp.factors",
+                                        database: db),
+                       "daemon phone 0,daemon mobile 0,root phone 0,root key 0", "no drift was learned on the files: none moves")
         XCTAssertEqual(try cluster.psql("SELECT string_agg(kind || ' ' || coalesce(destination, '-'), ',' ORDER BY id) FROM pam_totp.factors "
                                         + "WHERE user_name = 'daemon'", database: db), "totp -,sms +15105551234")
+    }
+
+    /// A user whose device's clock drift the file host had learned failed in the fleet after
+    /// import-files (the drift stayed behind): now it moves with the factor's last used step,
+    /// and the database's verifier goes on from it as the host's did.
+    func testImportFilesKeepsTheLearnedDrift() throws {
+        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        let storePath = root.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(storePath, 0o700), 0)
+        let files = try Store(path: Array(storePath.utf8))
+        let secret = Array("driftimportsecret123".utf8)
+        var rng = SplitMix64(seed: 7)
+        let user = Array("root".utf8)
+        let t = Int64(time(nil)) / 30 * 30 + 10
+        try files.enroll(user: user, accountUID: 0, factor: try Factor(label: Array("phone".utf8), parameters: .default, created: t - 600,
+                                                                      secret: secret), using: &rng)
+        let o = ModuleOptions()  // adjacent_intervals 5, on the host and in the fleet
+        // The device runs 4 steps ahead of the file host: learned there.
+        guard case .success = files.authenticate(answer: try TOTP.code(secret: secret, parameters: .default, at: t + 4 * 30), at: t, options: o,
+                                                 process: 1, enrollment: try files.lookup(user: user, accountUID: 0)) else {
+            return XCTFail("the file host accepts a code 4 steps ahead")
+        }
+        XCTAssertEqual(try files.readState(user: user).drift(forLabel: Array("phone".utf8)), 4)
+
+        try cluster.psql("CREATE ROLE pamtotp_fleet_import LOGIN; GRANT pam_totp_admin TO pamtotp_fleet_import", database: db)
+        let config = try writeConfig("backend = postgresql\npostgresql = \(cluster.conninfo(user: "pamtotp_fleet_import", database: db))\n")
+        let r = try runCommand([daemonURL.path, "import-files", "--config", config, storePath])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertEqual(try cluster.psql("SELECT drift FROM pam_totp_api.list_factors('root')", database: db), "4")
+        XCTAssertEqual(try cluster.psql("SELECT detail FROM pam_totp.audit WHERE event = 'import' AND label = 'phone'", database: db),
+                       "last used step \(t / 30 + 4), clock drift +4 steps from a file store")
+        let fleet = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)), callerClock: true)
+        XCTAssertEqual(try XCTUnwrap(try fleet.status(user: user)).state.drift(forLabel: Array("phone".utf8)), 4)
+        // The device is now 8 steps ahead: within ±5 of the learned +4, as on the host (without
+        // the drift, 8 steps is outside the window).
+        let later = t + 300
+        XCTAssertEqual(fleet.authenticate(answer: try TOTP.code(secret: secret, parameters: .default, at: later + 8 * 30), at: later, options: o,
+                                          process: 1, enrollment: try fleet.lookup(user: user, accountUID: 0)),
+                       .success(factor: Array("phone".utf8), step: UInt64(later / 30 + 8), digits: 6))
+        XCTAssertEqual(try cluster.psql("SELECT drift FROM pam_totp_api.list_factors('root')", database: db), "5", "bounded to ±5")
+        // A drift no file store holds is refused (±10 at most, the largest window).
+        XCTAssertThrowsError(try cluster.psql("SELECT pam_totp_api.import_last_step('root', 'phone', 0, 11)", database: db))
     }
 }

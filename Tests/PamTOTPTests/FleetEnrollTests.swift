@@ -96,6 +96,35 @@ final class FleetEnrollTests: XCTestCase {
         }
     }
 
+    /// totp-enroll status in fleet mode showed every factor's drift as 0 (the database learned
+    /// none): a device 3 steps ahead, accepted through the host's daemon, is now learned by the
+    /// database and shown as on a host, in text and JSON; the jump is in the audit trail.
+    func testStatusShowsTheDriftTheDatabaseLearned() throws {
+        awayFromStepBoundary(margin: 5)
+        let enrolled = try enroll(["enroll", "--user", "root", "--name", "phone", "--secret", "-", "--code", try code(phoneB32), "--quiet"],
+                                  input: phoneB32 + "\n")
+        XCTAssertEqual(enrolled.status, 0, enrolled.stdout + enrolled.stderr)
+        let before = try enroll(["status", "--user", "root"])
+        XCTAssertEqual(before.status, 0, before.stderr)
+        XCTAssertFalse(before.stdout.contains("steps ("), before.stdout)
+        // The device runs 3 steps ahead of the database's clock (the window here is 3).
+        guard case .success? = try login("root", try code(phoneB32, offset: 3)) else { return XCTFail("a code 3 steps ahead") }
+        let text = try enroll(["status", "--user", "root"])
+        XCTAssertEqual(text.status, 0, text.stderr)
+        XCTAssertTrue(text.stdout.contains("+3 steps (+90 s)"), text.stdout)
+        let json = try enroll(["status", "--user", "root", "--json"])
+        XCTAssertEqual(json.status, 0, json.stderr)
+        let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let factor = try XCTUnwrap(((object["users"] as? [[String: Any]])?.first?["factors"] as? [[String: Any]])?.first)
+        XCTAssertEqual(factor["drift_steps"] as? Int, 3, json.stdout)
+        XCTAssertEqual(factor["drift_seconds"] as? Int, 90, json.stdout)
+        XCTAssertEqual(try sql("SELECT detail FROM pam_totp.audit WHERE event = 'success' ORDER BY id DESC LIMIT 1"),
+                       "clock drift jumped from 0 to +3 steps (check the device's clock)")
+        // Followed as on a host: the device now 5 ahead is inside ±3 of +3.
+        guard case .success? = try login("root", try code(phoneB32, offset: 5)) else { return XCTFail("a code 5 steps ahead after +3") }
+        XCTAssertTrue(try enroll(["status", "--user", "root"]).stdout.contains("+3 steps (+90 s)"), "bounded to ±3, the window")
+    }
+
     func testRootManagesEnrolmentsThroughTheDaemon() throws {
         awayFromStepBoundary(margin: 5)
         // enroll: the secret on stdin, the proving code on the command line.

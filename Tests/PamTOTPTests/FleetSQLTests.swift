@@ -561,7 +561,7 @@ final class FleetSQLTests: XCTestCase {
     }
 
     func testHostRoleClampsTheLimitsItAsksFor() throws {
-        XCTAssertEqual(try sql("SELECT max_window || ' ' || max_failures || ' ' || min_lockout FROM pam_totp.settings"), "1 10 300")
+        XCTAssertEqual(try sql("SELECT max_window || ' ' || max_failures || ' ' || min_lockout FROM pam_totp.settings"), "5 10 300")
         try makeHost("host_b")
         try sql("SELECT pam_totp_api.enroll('dave', 1001, 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
         // The host asks for 100 failures before a lockout and a 0 s lockout: the database's
@@ -570,6 +570,198 @@ final class FleetSQLTests: XCTestCase {
         for _ in 1...10 { last = try login("failures || ' ' || (locked_until > 0)", "'dave', 1001, '000000', 10, 100, 0, false", user: "host_b") }
         XCTAssertEqual(last, "10 true")
         XCTAssertEqual(try login("outcome", "'dave', 1001, '000000', 10, 100, 0, false", user: "host_b"), "locked")
+    }
+
+    // MARK: - A fleet login behaves like a host's: the window and clock drift (issue 35)
+
+    /// Fleet mode capped the window at ±1 (settings.max_window's old default) where a host's
+    /// adjacent_intervals is 5 by default: a code 3 to 5 steps off, accepted on a host, was
+    /// refused. Now the host's own window applies, up to settings.max_window (default 5, a
+    /// host's default): a host asking for more gets the cap, one asking for less gets its own.
+    func testTheWindowIsTheHostsUpToTheSettingsCap() throws {
+        XCTAssertEqual(try sql("SELECT max_window FROM pam_totp.settings"), "5", "the cap defaults to a host's default window")
+        XCTAssertEqual(ModuleOptions().adjacentIntervals, 5)
+        try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
+        let secret = Array("12345678901234567890".utf8)
+        let t: Int64 = 2_200_000_010
+        var n = 0
+        // A user of its own for every case (no drift learned from an earlier one), a code
+        // `offset` steps from the caller's clock, the window the host asks for.
+        func attempt(_ offset: Int64, window: Int) throws -> String {
+            n += 1
+            try sql("SELECT pam_totp_api.enroll('win\(n)', \(2000 + n), 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+            let code = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: t + 30 * offset), as: UTF8.self)
+            return try cluster.login("outcome", "'win\(n)', \(2000 + n), '\(code)', \(t), \(window), 10, 0, false", procedure: "login_at",
+                                     database: db)
+        }
+        for offset: Int64 in [3, -3, 4, -4, 5, -5] {
+            XCTAssertEqual(try attempt(offset, window: 5), "success", "\(offset) steps off, the default window")
+        }
+        for offset: Int64 in [6, -6] { XCTAssertEqual(try attempt(offset, window: 5), "wrong", "\(offset): outside ±5") }
+        XCTAssertEqual(try attempt(6, window: 10), "wrong", "a host asking for 10 gets the cap, 5")
+        XCTAssertEqual(try attempt(2, window: 1), "wrong", "a host asking for less gets its own")
+        XCTAssertEqual(try attempt(1, window: 1), "success")
+        try sql("UPDATE pam_totp.settings SET max_window = 10")
+        XCTAssertEqual(try attempt(8, window: 10), "success", "the DBA raised the cap")
+        XCTAssertEqual(try attempt(8, window: 7), "wrong")
+        try sql("UPDATE pam_totp.settings SET max_window = 2")
+        XCTAssertEqual(try attempt(3, window: 5), "wrong", "the DBA lowered it")
+        XCTAssertEqual(try attempt(-2, window: 5), "success")
+        try sql("UPDATE pam_totp.settings SET max_window = 5")
+
+        // A host role on the database's clock, through PostgresStore with the default options:
+        // a code 4 steps off logs in; a host asking for 10 still gets ±5, so 7 steps is refused.
+        try makeHost("host_w")
+        let host = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(user: "host_w", database: db)))
+        func hostLogin(_ user: String, _ offset: Int64, window: Int = TOTPVerifier.defaultAdjacentIntervals) throws -> AuthOutcome {
+            n += 1
+            try sql("SELECT pam_totp_api.enroll('\(user)', \(2000 + n), 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+            var o = ModuleOptions()
+            o.adjacentIntervals = window
+            let code = try TOTP.code(secret: secret, parameters: .default, at: Int64(time(nil)) + 30 * offset)
+            return host.login(user: Array(user.utf8), account: { () throws(MFAError) -> Account? in Account(name: Array(user.utf8), uid: UInt32(2000 + n)) },
+                              answer: code, previous: nil, at: 0, options: o, process: 1)
+        }
+        awayFromStepBoundary()
+        guard case .success = try hostLogin("wendy", 4) else { return XCTFail("a code 4 steps ahead, the default window") }
+        guard case .success = try hostLogin("wanda", -4) else { return XCTFail("a code 4 steps behind, the default window") }
+        guard case .wrongCode(replayed: false, _, _) = try hostLogin("wilma", 7, window: 10) else {
+            return XCTFail("beyond the cap: a host asking for 10 gets ±5")
+        }
+    }
+
+    /// An upgrade to version 9 moves a cap still at the old default 1 to 5 (a host's default),
+    /// keeps any other a DBA chose; version 10 gives every existing factor a drift of 0 (none
+    /// learned), from which the first accepted code learns.
+    func testUpgradeMovesTheOldWindowCapKeepsAChosenOneAndStartsDriftAtZero() throws {
+        for (name, before, after) in [("fleet_w1", "1", "5"), ("fleet_w3", "3", "3"), ("fleet_w0", "0", "0")] {
+            try cluster.psql("CREATE DATABASE \(name)")
+            let conninfo = cluster.conninfo(database: name)
+            XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: 8).to, 8)
+            func q(_ text: String) throws -> String { try cluster.psql(text, database: name) }
+            XCTAssertEqual(try q("SELECT max_window FROM pam_totp.settings"), "1", "version 8's default")
+            _ = try q("UPDATE pam_totp.settings SET max_window = \(before), min_lockout = 0")
+            _ = try q("INSERT INTO pam_totp.users (name, uid) VALUES ('vera', 1090)")
+            _ = try q("INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret) "
+                      + "VALUES ('vera', 'phone', 'sha1', 6, 30, 0, 0, '\\x3132333435363738393031323334353637383930')")
+            XCTAssertEqual(try Migrator.migrate(conninfo: conninfo).to, Migrations.all.last?.version)
+            XCTAssertEqual(try q("SELECT max_window FROM pam_totp.settings"), after, "a cap of \(before)")
+            XCTAssertEqual(try q("SELECT drift || ' ' || drift_jump_steps FROM pam_totp.factors, pam_totp.settings"),
+                           "0 \(TOTPVerifier.driftJumpSteps)")
+            // The kept factor logs in with a code one step ahead where the cap allows it, and learns.
+            let t: Int64 = 2_200_000_010
+            let code = String(decoding: try TOTP.code(secret: Array("12345678901234567890".utf8), parameters: .default, at: t + 30),
+                              as: UTF8.self)
+            XCTAssertEqual(try cluster.login("outcome", "'vera', 1090, '\(code)', \(t), 5, 10, 0, false", procedure: "login_at", database: name),
+                           after == "0" ? "wrong" : "success")
+            XCTAssertEqual(try q("SELECT drift FROM pam_totp.factors"), after == "0" ? "0" : "1")
+        }
+    }
+
+    /// Fleet mode learned no clock drift: a device whose clock runs ahead failed where a host
+    /// follows it. The database keeps each TOTP factor's drift and applies the host's rule
+    /// (TOTPVerifier, "Clock drift"), replayed here step for step as DriftIntegrationTests does
+    /// on a host: learned from an accepted code, followed, bounded to ±N, never more than 2N
+    /// from the clock, the window still 2N+1 steps; a jump of 3 steps or more is in the audit
+    /// trail; list_factors and the store's status show the drift.
+    func testDriftIsLearnedFollowedAndBoundedAsOnAHost() throws {
+        try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
+        let secret = Array("12345678901234567890".utf8)
+        for (user, uid) in [("drifter", 1070), ("steady", 1071)] {
+            try sql("SELECT pam_totp_api.enroll('\(user)', \(uid), 'phone', 'sha1', 6, 30, 0, 0, '\\x\(TestSupport.hex(secret))')")
+        }
+        let t: Int64 = 2_200_000_010
+        func login(_ user: String, at time: Int64, ahead: Int64, window: Int = 5) throws -> String {
+            let code = String(decoding: try TOTP.code(secret: secret, parameters: .default, at: time + ahead * 30), as: UTF8.self)
+            return try cluster.login("outcome", "'\(user)', \(user == "drifter" ? 1070 : 1071), '\(code)', \(time), \(window), 100, 0, false",
+                                     procedure: "login_at", database: db)
+        }
+        func drift(_ user: String) throws -> String { try sql("SELECT drift FROM pam_totp_api.list_factors('\(user)')") }
+        XCTAssertEqual(try login("drifter", at: t, ahead: 3), "success")
+        XCTAssertEqual(try drift("drifter"), "3")
+        // Seven ahead: outside ±5 of the clock, inside ±5 of the learned +3; learned, bounded to +5.
+        XCTAssertEqual(try login("drifter", at: t + 600, ahead: 7), "success")
+        XCTAssertEqual(try drift("drifter"), "5")
+        // The same device offset for a user whose drift was never learned: outside the window.
+        XCTAssertEqual(try login("steady", at: t + 600, ahead: 7), "wrong")
+        XCTAssertEqual(try drift("steady"), "0")
+        // Never more than 2N steps from the clock: +11 is refused, +10 accepted.
+        XCTAssertEqual(try login("drifter", at: t + 1200, ahead: 11), "wrong")
+        XCTAssertEqual(try login("drifter", at: t + 1200, ahead: 10), "success")
+        XCTAssertEqual(try drift("drifter"), "5")
+        // The window is still 2N+1 steps: centred on +5, one step behind the clock is out.
+        XCTAssertEqual(try login("drifter", at: t + 1800, ahead: -1), "wrong")
+        // A host with a narrower window bounds the learned drift to its own N.
+        XCTAssertEqual(try login("drifter", at: t + 2400, ahead: 3, window: 2), "success", "centred on +2 (5 bounded to ±2)")
+        XCTAssertEqual(try drift("drifter"), "2")
+        // The first code taught 0 → +3: a jump, said in the audit row of that success.
+        XCTAssertEqual(try sql("SELECT string_agg(coalesce(detail, '-'), ',' ORDER BY id) FROM pam_totp.audit WHERE event = 'success' AND account = 'drifter'"),
+                       "clock drift jumped from 0 to +3 steps (check the device's clock),-,-,-")
+        // A host role sees the drift (it is not a secret), and so does status.
+        try makeHost("host_d")
+        XCTAssertEqual(try sql("SELECT label || ' ' || drift FROM pam_totp_api.list_factors('drifter')", user: "host_d"), "phone 2")
+        let status = try XCTUnwrap(try PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(user: "host_d", database: db)))
+            .status(user: Array("drifter".utf8)))
+        XCTAssertEqual(status.state.drift(forLabel: Array("phone".utf8)), 2)
+        XCTAssertEqual(status.state.lastUsedStep(of: status.record.factors[0]), UInt64((t + 2400) / 30 + 3))
+    }
+
+    /// The same rule as the host, checked against the host's own code: a long random walk of a
+    /// device's clock (it wanders a step or two between logins, sometimes far), with windows of
+    /// 0 to 10 and some wrong codes, through the file store (Authenticator.decide,
+    /// TOTPVerifier) and through the database at the same times: the same verdicts, the same
+    /// accepted steps, the same learned drift after every login.
+    func testTheDatabaseLearnsDriftExactlyAsTheFileStoreDoes() throws {
+        try sql("UPDATE pam_totp.settings SET max_window = 10, max_failures = 100, min_lockout = 0")
+        let dir = try makeTemporaryDirectory("pamtotp-fleet-drift")
+        defer { removeTemporaryDirectory(dir) }
+        let storePath = dir.appendingPathComponent("store").path
+        XCTAssertEqual(mkdir(storePath, 0o700), 0)
+        let files = try Store(path: Array(storePath.utf8))
+        let fleet = ownerStore()
+        let secret = Array("driftwalksecret12345".utf8)
+        let user = Array("walker".utf8)
+        var rng = SplitMix64(seed: 0xD21F7)
+        let factor = try Factor(label: Array("phone".utf8), parameters: .default, created: 0, secret: secret)
+        try files.enroll(user: user, accountUID: 1080, factor: factor, using: &rng)
+        try fleet.enroll(user: user, accountUID: 1080, factor: factor, importedCodes: nil, using: &rng)
+        var t: Int64 = 2_000_000_000
+        var device: Int64 = 0
+        var accepted = 0
+        for i in 0..<150 {
+            t += Int64(1 + rng.next() % 40) * 30 + Int64(rng.next() % 30)
+            switch rng.next() % 10 {
+            case 0: device += Int64(rng.next() % 15) - 7   // a jump
+            case 1, 2, 3: device += Int64(rng.next() % 5) - 2
+            default: break
+            }
+            device = max(-16, min(16, device))
+            var o = ModuleOptions()
+            o.adjacentIntervals = Int(rng.next() % 11)
+            o.maxFailures = 100
+            o.lockoutSeconds = 0
+            let wrong = rng.next() % 8 == 0
+            let answer = wrong ? Array("x".utf8) : try TOTP.code(secret: secret, parameters: .default, at: t + device * 30)
+            func verdict(_ a: AuthOutcome) -> String {
+                switch a {
+                case .success(_, let step, _, _): return "success \(step)"
+                case .wrongCode(let replayed, _, _): return replayed ? "replayed" : "wrong"
+                default: return "\(a)"
+                }
+            }
+            let onHost = verdict(files.authenticate(answer: answer, at: t, options: o, process: 1,
+                                                    enrollment: try files.lookup(user: user, accountUID: 1080)))
+            let inFleet = verdict(fleet.authenticate(answer: answer, at: t, options: o, process: 1,
+                                                     enrollment: try fleet.lookup(user: user, accountUID: 1080)))
+            let hostDrift = try files.readState(user: user).drift(forLabel: factor.label)
+            let fleetDrift = try XCTUnwrap(try fleet.status(user: user)).state.drift(forLabel: factor.label)
+            XCTAssertEqual(inFleet, onHost, "login \(i): device \(device), window \(o.adjacentIntervals)")
+            XCTAssertEqual(fleetDrift, hostDrift, "login \(i): device \(device), window \(o.adjacentIntervals)")
+            if onHost.hasPrefix("success") { accepted += 1 }
+            if inFleet != onHost || fleetDrift != hostDrift { break }
+        }
+        XCTAssertGreaterThan(accepted, 50, "the walk exercised the window")
+        print("drift walk: 150 logins, \(accepted) accepted, host and fleet agree on every verdict and drift")
     }
 
     /// pam-totpd's lookup-then-authenticate path as a host role: it used `verify` (a name, no
