@@ -43,7 +43,8 @@ VERIFY_BENCH := .build-embedded/release/verify-bench
 # as one module, so the harnesses also reach internal parsers. FUZZ_TARGET picks the target.
 FUZZ_DIR     := .build-fuzz
 FUZZ_BIN     := $(FUZZ_DIR)/pam_totp_fuzz
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 5400
+FUZZ_RUNS    ?= 10000000
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
                    -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -I Sources/CSpawn/include -use-ld=lld
@@ -237,10 +238,11 @@ $(FUZZ_BIN): $(FUZZ_SOURCES) $(FUZZ_OBJECTS) $(wildcard Fuzz/*.swift) Sources/CL
 	@mkdir -p $(FUZZ_DIR)
 	$(SWIFTC) $(FUZZ_SWIFTFLAGS) $(FUZZ_SOURCES) $(sort $(wildcard Fuzz/*.swift)) $(FUZZ_OBJECTS) -o $@
 
-# Every fuzz target for FUZZ_SECONDS each, on a scratch copy of its seed corpus
+# Every fuzz target to FUZZ_RUNS executions each (10 million; FUZZ_SECONDS, 90 minutes, is the cap:
+# a target that stops short fails), on a scratch copy of its seed corpus; FUZZ_TARGETS_RUN picks some
 # (Fuzz/corpus/TARGET); prints executions and crashes per target, fails on any crash.
 fuzz: $(FUZZ_BIN)
-	scripts/fuzz.sh $(FUZZ_BIN) $(FUZZ_SECONDS) $(FUZZ_DIR)/run
+	FUZZ_RUNS=$(FUZZ_RUNS) scripts/fuzz.sh $(FUZZ_BIN) $(FUZZ_SECONDS) $(FUZZ_DIR)/run $(FUZZ_TARGETS_RUN)
 
 # A few seconds per target, from the seeds alone (part of make check: a broken harness fails).
 fuzz-smoke: $(FUZZ_BIN)

@@ -14,7 +14,9 @@
 # rate and the crashes, then a total; exits 1 if any target crashed, timed out or ran out of
 # memory, or a target has no seed corpus. Reproduce a crash with
 #   FUZZ_TARGET=TARGET FUZZ_BIN CRASH_FILE
-# Environment (optional): FUZZ_ARGS="-dict=..." extra libFuzzer flags.
+# Environment (optional): FUZZ_ARGS="-dict=..." extra libFuzzer flags; FUZZ_RUNS=N runs each
+# target to N executions (libFuzzer's -runs; SECONDS stays the cap), and a target that stops
+# short of N fails the run (make fuzz: 10 million each).
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
@@ -45,7 +47,7 @@ for t in "${targets[@]}"; do
     # The Swift runtime's backtracer would hold a crashing process for seconds; libFuzzer
     # prints its own report. -timeout: one input taking 10 s is a hang, and a failure.
     status=0
-    SWIFT_BACKTRACE=enable=no FUZZ_TARGET=$t "$bin" -max_total_time="$seconds" -timeout=10 \
+    SWIFT_BACKTRACE=enable=no FUZZ_TARGET=$t "$bin" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$work/crashes/$t-" ${FUZZ_ARGS:-} "$corpus" >"$log" 2>&1 || status=$?
     runs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1 || true)
     [ -n "$runs" ] || runs=$(grep -Eo '^Done [0-9]+ runs' "$log" | grep -Eo '[0-9]+' | tail -1 || true)
@@ -55,6 +57,10 @@ for t in "${targets[@]}"; do
     crashes=$(find "$work/crashes" -maxdepth 1 -name "$t-*" | wc -l)
     printf 'fuzz: %-7s %12d executions in %4d s (%d/s), %d crashes\n' "$t" "$runs" "$took" $((runs / took)) "$crashes"
     total=$((total + runs))
+    if [ -n "${FUZZ_RUNS:-}" ] && [ "$runs" -lt "$FUZZ_RUNS" ] && [ "$status" -eq 0 ] && [ "$crashes" -eq 0 ]; then
+        echo "fuzz:   $t stopped at $runs of $FUZZ_RUNS executions (the $seconds s cap): run it longer" >&2
+        failed=1
+    fi
     if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
         failed=1
         grep -E 'Fatal error|ERROR: (AddressSanitizer|libFuzzer)|SUMMARY' "$log" | head -5 | sed 's/^/fuzz:   /' >&2 || true
