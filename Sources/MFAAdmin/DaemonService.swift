@@ -65,14 +65,21 @@ public struct DaemonService<S: TOTPStore> {
     let auditTrail: AuditEvent.Source?
     /// How codes are sent; nil: this daemon sends none (no sms_command or email_command).
     let sender: CodeSender?
+    /// The uids of `trusted_callers` (an authentication server such as FreeRADIUS's freerad):
+    /// they may ask about any user, as root may; nothing else.
+    let trustedUIDs: [UInt32]
 
     public init(site: ModuleOptions, openStore: @escaping ([UInt8]) throws(MFAError) -> S, auditTrail: AuditEvent.Source? = nil,
-                sender: CodeSender? = nil) {
+                sender: CodeSender? = nil, trustedUIDs: [UInt32] = []) {
         self.site = site
         self.openStore = openStore
         self.auditTrail = auditTrail
         self.sender = sender
+        self.trustedUIDs = trustedUIDs.filter { $0 != 0 }
     }
+
+    /// Whether `peer` may ask about any user: root, or a trusted caller (`trusted_callers`).
+    public func mayAskAboutAnyone(_ peer: PeerCredentials) -> Bool { peer.isRoot || trustedUIDs.contains(peer.uid) }
 
     /// The settings one request runs with. Root could read the store itself, so its module's
     /// settings are taken as sent. Anyone else gets the daemon's store, and the request may
@@ -151,7 +158,7 @@ public struct DaemonService<S: TOTPStore> {
         do throws(MFAError) { resolved = try lookupAccount() } catch {
             return Answered((.outcome(.failed(error)), who + "account look-up failed"))
         }
-        if !peer.isRoot {
+        if !mayAskAboutAnyone(peer) {
             // A caller without root asks only about the account whose uid is its own.
             guard let resolved, resolved.uid == peer.uid else {
                 return Answered((.refused("a caller without root may only ask about its own account"),

@@ -89,6 +89,10 @@ public struct ModuleOptions: Equatable, Sendable {
     public var oobDestinationMaxPerHour: Int = 5
     public var oobDestinationMaxPerDay: Int = 20
     public var oobAllowedPrefixes: [[UInt8]] = []
+    /// pam-totpd only (its file): system accounts (`trusted_callers = freerad`) that may ask
+    /// about any user, as root may, with root's share of the daemon's capacity; their requests
+    /// get the site's limits, as any caller without root, and never the admin operations.
+    public var trustedCallers: [[UInt8]] = []
     /// Where each policy setting came from, in the order applied (the last one of a setting is
     /// in force): for `totp-enroll policy`.
     public var sources: [PolicySource] = []
@@ -476,6 +480,8 @@ public struct ModuleOptions: Equatable, Sendable {
             } else if equals(name, "oob_destination_max_per_day") {
                 guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_destination_max_per_day must be 1 to 10000") }
                 oobDestinationMaxPerDay = Int(n)
+            } else if equals(name, "trusted_callers") {
+                trustedCallers = try Self.accountNames(v, bad: bad("trusted_callers is a list of account names such as freerad"))
             } else if equals(name, "oob_allowed_prefixes") {
                 oobAllowedPrefixes = try Self.prefixes(v, bad: bad("oob_allowed_prefixes is a list of E.164 country prefixes such as +1 +44"))
             } else {
@@ -559,7 +565,21 @@ public struct ModuleOptions: Equatable, Sendable {
     static func isDaemonDelivery(_ name: [UInt8]) -> Bool {
         equals(name, "sms_command") || equals(name, "email_command") || equals(name, "sms_text") || equals(name, "email_subject")
             || equals(name, "email_text") || equals(name, "oob_max_per_minute") || equals(name, "oob_destination_max_per_hour")
-            || equals(name, "oob_destination_max_per_day") || equals(name, "oob_allowed_prefixes")
+            || equals(name, "oob_destination_max_per_day") || equals(name, "oob_allowed_prefixes") || equals(name, "trusted_callers")
+    }
+
+    /// `trusted_callers`: blank- or comma-separated account names (1 to 32 bytes of letters,
+    /// digits, '.', '_' and '-', not starting with '-'), at most 16, never "root" (root needs none).
+    static func accountNames(_ value: [UInt8], bad: MFAError) throws(MFAError) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        for word in value.split(whereSeparator: { $0 == ASCII.space || $0 == ASCII.tab || $0 == 0x2C }) {
+            guard (1...32).contains(word.count), word.first != 0x2D, out.count < 16, !equals(Array(word), "root"),
+                  word.allSatisfy({ ASCII.isDigit($0) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A)
+                                    || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }) else { throw bad }
+            out.append(Array(word))
+        }
+        guard !out.isEmpty else { throw bad }
+        return out
     }
 
     /// `oob_allowed_prefixes`: blank- or comma-separated "+" and 1 to 6 digits, the first not 0;

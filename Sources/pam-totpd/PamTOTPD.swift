@@ -53,6 +53,7 @@ struct PamTOTPD: Command {
                 throw DaemonError("the socket must be an absolute path of at most \(ModuleOptions.maxSocketPathLength) bytes: \(socketPath)")
             }
             var limits = Self.limits()
+            limits.trustedUIDs = Self.trustedUIDs(site, logger: logger)
             let activated = Self.activatedSocket()
             if activated != nil { limits.idleExitSeconds = 60 }
             if activated == nil {
@@ -61,7 +62,7 @@ struct PamTOTPD: Command {
                 try Self.prepareDirectory(socketPath)
                 _ = try SocketClaim.claim(socketPath)
             }
-            let backend = try Self.backend(site: site, configPath: config, workers: limits.workers)
+            let backend = try Self.backend(site: site, configPath: config, workers: limits.workers, trustedUIDs: limits.trustedUIDs)
             try Self.serve(backend, limits: limits, socketPath: socketPath, activated: activated, logger: logger)
         } catch {
             printError(error.text)
@@ -101,18 +102,34 @@ struct PamTOTPD: Command {
         }
     }
 
-    static func backend(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> Backend {
+    /// The uids of `trusted_callers`, looked up once at start; a name with no account is left
+    /// out with a warning (it gains nothing until it exists and pam-totpd restarts).
+    static func trustedUIDs(_ site: ModuleOptions, logger: Logger) -> [UInt32] {
+        var uids: [UInt32] = []
+        for name in site.trustedCallers {
+            let text = String(decoding: name, as: UTF8.self)
+            if let pw = getpwnam(text), pw.pointee.pw_uid != 0 {
+                uids.append(UInt32(pw.pointee.pw_uid))
+                logger.info("trusted caller \(text) (uid \(pw.pointee.pw_uid)) may ask about any user (trusted_callers)")
+            } else {
+                logger.warning("trusted_callers: no such account \(text) (or it is root): left out")
+            }
+        }
+        return uids
+    }
+
+    static func backend(site: ModuleOptions, configPath: String?, workers: Int, trustedUIDs: [UInt32] = []) throws(DaemonError) -> Backend {
         switch site.backend {
         case .files:
             return Backend(DaemonService<Store>(site: site, openStore: Self.openStore,
-                                                sender: try Sending.sender(site: site, workers: workers)),
+                                                sender: try Sending.sender(site: site, workers: workers), trustedUIDs: trustedUIDs),
                            name: "store " + String(decoding: site.store, as: UTF8.self))
         case .postgresql:
             let store = try Self.fleetStore(site: site, configPath: configPath, workers: workers)
             let service = DaemonService<PostgresStore>(site: site, openStore: { (_: [UInt8]) throws(MFAError) -> PostgresStore in store },
                                                        auditTrail: { (user, since, after, limit) throws(MFAError) -> [AuditEvent] in
                                                            try store.auditTrail(user: user, since: since, after: after, limit: limit)
-                                                       })
+                                                       }, trustedUIDs: trustedUIDs)
             return Backend(service, name: "backend postgresql")
         }
     }

@@ -38,6 +38,9 @@ struct Limits {
     /// Under socket activation: exit after this long without a connection (systemd starts
     /// the daemon again on the next one). nil: never.
     var idleExitSeconds: Int64? = nil
+    /// `trusted_callers`' uids: charged like root (root's share of the connections, the queue
+    /// and the log lines), as they answer for many users (FreeRADIUS).
+    var trustedUIDs: [UInt32] = []
 }
 
 /// A count with limits (open connections, queued requests): `total` in all, of which callers
@@ -502,7 +505,7 @@ final class Server: @unchecked Sendable {
             var cred = PeerCred()
             var size = socklen_t(MemoryLayout<PeerCred>.size)
             guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0 else { CLibc.close(fd); continue }
-            let charged = Self.chargedUID(cred)
+            let charged = state.limits.trustedUIDs.contains(cred.uid) ? 0 : Self.chargedUID(cred)
             guard state.admit(uid: charged) else {
                 state.log(.warning, uid: charged,
                           "refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(charged)): too many open connections")
