@@ -29,7 +29,7 @@ public enum Destination {
         }
     }
 
-    /// An email address pam-totpd may pass as argv[1] to a mail program. Conservative on
+    /// An email address pam-totpd may hand to a mail program (PAM_TOTP_DESTINATION). Conservative on
     /// purpose (a sender is a program of the site's, often a shell script):
     /// - ASCII only, `local@domain`, exactly one "@", at most 254 bytes in all;
     /// - the local part: 1–64 bytes of RFC 5322 dot-atom text (letters, digits and

@@ -78,8 +78,9 @@ enum Sending {
             email = site.emailCommand
         }
 
-        /// Runs the program for `kind` with `destination` as its argument and the message on its
-        /// standard input; nil when it exited 0.
+        /// Runs the program for `kind` with `destination` in its environment
+        /// (`PAM_TOTP_DESTINATION`, never on its command line) and the message on its standard
+        /// input; nil when it exited 0.
         func send(_ kind: FactorKind, _ destination: [UInt8], _ code: [UInt8], minutes: Int64, host: [UInt8]) -> SendFailure? {
             let program: [UInt8]?
             var message: [UInt8]
@@ -101,8 +102,8 @@ enum Sending {
                 return SendFailure(Message(Array(bytes(kind.name))) + " codes are not sent: the configuration has no "
                                    + Message(Array(bytes(kind.name))) + "_command", started: false)
             }
-            let result = deliver(program: program, destination: destination, message: message, uid: uid, gid: gid,
-                                 timeoutMilliseconds: timeoutMilliseconds)
+            let result = deliver(program: program, kind: Array(bytes(kind.name)), destination: destination, message: message,
+                                 uid: uid, gid: gid, timeoutMilliseconds: timeoutMilliseconds)
             if result.isSent { return nil }
             var ran = true
             if case .couldNotStart = result.outcome { ran = false }

@@ -271,7 +271,7 @@ final class OutOfBandLoginTests: XCTestCase {
     /// A slow sender (a gateway that takes seconds) does not hold up the account's other
     /// logins: a second terminal is asked, at once, for the code on its way, and logs in with it.
     func testASlowSenderDoesNotHoldUpAnotherTerminal() throws {
-        try writeSender("slow-sms", "#!/bin/sh\nsleep 6\n{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        try writeSender("slow-sms", "#!/bin/sh\nsleep 6\n{ printf 'to %s\\n' \"$PAM_TOTP_DESTINATION\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
         try writeConfig(sms: "slow-sms")
         try daemon.start()
         let caller = try ThrowawayAccount(prefix: "tslow")
@@ -306,6 +306,65 @@ final class OutOfBandLoginTests: XCTestCase {
         first.waitUntilExit()
         _ = firstOutput.fileHandleForReading.readDataToEndOfFile()
         XCTAssertEqual(messages.components(separatedBy: "\n--\n").count - 1, 1, "one message for both terminals")
+    }
+
+    /// While pam-totpd's sender runs (a slow gateway, through a child process), no local user
+    /// learns the number from a command line: neither the sender's nor its child's holds it
+    /// (read as root from /proc/PID/cmdline, which every user may read); the sender's
+    /// environment does, which only its own uid and root may read (issue 36: it ran as
+    /// `PROGRAM DESTINATION` before).
+    func testTheNumberIsOnNoCommandLineWhileTheSenderRuns() throws {
+        try writeSender("slow-sms", "#!/bin/sh\nsleep 3\n{ printf 'to %s uid %s\\n' \"$PAM_TOTP_DESTINATION\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        try writeConfig(sms: "slow-sms")
+        try daemon.start()
+        try enrolPhone("nobody", uid: 65534)
+        let path = "/etc/pam.d/" + service
+        try (line().replacingOccurrences(of: "MODULE", with: moduleURL.path) + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
+        p.arguments = [service, "nobody", "authenticate"]
+        let input = Pipe(), output = Pipe()
+        (p.standardInput, p.standardOutput, p.standardError) = (input, output, output)
+        try p.run()
+        defer { if p.isRunning { p.terminate() }; p.waitUntilExit() }
+        let sender = try XCTUnwrap(getpwnam("pam-totp-sender")).pointee.pw_uid
+        var seen: [String: String] = [:]
+        var environ: [String: String] = [:]
+        var othersRead: [String] = []
+        for _ in 0..<100 where !seen.values.contains(where: { $0.hasPrefix("sleep") }) {
+            for pid in processes(of: sender) {
+                guard let cmdline = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { continue }
+                seen[pid] = String(decoding: cmdline.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
+                environ[pid] = FileManager.default.contents(atPath: "/proc/\(pid)/environ").map { String(decoding: $0, as: UTF8.self) }
+                // Another local user: nobody (not the delivery user, not root).
+                let other = try runCommand(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "cat", "/proc/\(pid)/environ"])
+                if other.status == 0 || other.stdout.contains(number) { othersRead.append(pid) }
+            }
+            usleep(50_000)
+        }
+        XCTAssertTrue(waitUntil(timeout: 15) { self.lastCode() != nil }, daemon.output)
+        try input.fileHandleForWriting.close()
+        XCTAssertTrue(seen.values.contains { $0.contains("/senders/slow-sms") }, "the sender was seen running: \(seen)")
+        XCTAssertTrue(seen.values.contains { $0.hasPrefix("sleep 3") }, "its child was seen running: \(seen)")
+        for (pid, cmdline) in seen {
+            XCTAssertFalse(cmdline.contains(number) || cmdline.contains(String(number.dropFirst())),
+                           "pid \(pid): the number is on a command line every local user can read: \(cmdline)")
+        }
+        XCTAssertTrue(environ.values.contains { $0.contains("PAM_TOTP_DESTINATION=\(number)\0") && $0.contains("PAM_TOTP_KIND=sms\0") },
+                      "the sender has the number in its environment: \(environ)")
+        XCTAssertEqual(othersRead, [], "another user read a sender's environment")
+        XCTAssertTrue(messages.hasPrefix("to \(number) uid \(sender)\n"), messages)
+    }
+
+    /// Live (not zombie) processes whose real uid is `uid`.
+    func processes(of uid: uid_t) -> [String] {
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.filter { $0.allSatisfy(\.isNumber) } ?? []
+        return pids.filter { pid in
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return false }
+            let lines = status.split(separator: "\n")
+            let uids = lines.first { $0.hasPrefix("Uid:") }?.split(whereSeparator: { $0 == "\t" || $0 == " " }) ?? []
+            return !(lines.first { $0.hasPrefix("State:") } ?? "").contains("Z") && uids.count > 1 && uids[1] == "\(uid)"
+        }
     }
 
     // MARK: Enrolment
