@@ -204,15 +204,26 @@ public struct PendingCode: Equatable, Sendable {
         let (expires, overflow) = now.addingReportingOverflow(lifetime)
         let pending = PendingCode(factorKey: UserState.key(for: factor), sentAt: now, expiresAt: overflow ? Int64.max : expires,
                                   digits: UInt8(n), attemptsLeft: UInt8(clamping: max(maxAttempts, 1)), salt: salt,
-                                  hash: SHA256.hash(salt + code))
+                                  hash: digest(salt: salt, code: code))
         return (code, pending)
     }
 
+    /// SHA-256 of `salt` then `code`, hashed from one buffer reserved whole and wiped after
+    /// (`salt + code` left a copy of the code in freed memory: issue 36).
+    static func digest(salt: [UInt8], code: [UInt8]) -> [UInt8] {
+        var input: [UInt8] = []
+        input.reserveCapacity(salt.count &+ code.count)
+        input.append(contentsOf: salt)
+        input.append(contentsOf: code)
+        defer { wipe(&input) }
+        return SHA256.hash(input)
+    }
+
     /// Whether `code` is the live pending code `pending` (nil: none; the same hashing is done
-    /// anyway). Constant time in the code's bytes.
+    /// anyway). Constant time in the code's bytes. No copy of `code` is left in freed memory.
     public static func matches(_ pending: PendingCode?, code: [UInt8], at now: Int64) -> Bool {
         let salt = pending?.salt ?? [UInt8](repeating: 0, count: saltSize)
-        let digest = SHA256.hash(salt + code)
+        let digest = digest(salt: salt, code: code)
         guard let p = pending else { return false }
         let same = constantTimeEqual(digest, p.hash)
         return same && p.isLive(at: now) && code.count == Int(p.digits)

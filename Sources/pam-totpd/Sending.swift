@@ -83,17 +83,25 @@ enum Sending {
         /// input; nil when it exited 0.
         func send(_ kind: FactorKind, _ destination: [UInt8], _ code: [UInt8], minutes: Int64, host: [UInt8]) -> SendFailure? {
             let program: [UInt8]?
-            var message: [UInt8]
+            // The message holds the code: built in one buffer reserved whole before the code is
+            // in it (no growth leaves a copy behind) and wiped after the send (issue 36).
+            var message: [UInt8] = []
             let m = UInt64(max(minutes, 0))
             switch kind {
             case .sms:
                 program = sms
-                message = smsText.render(code: code, host: host, minutes: m)
+                smsText.render(code: code, host: host, minutes: m, into: &message)
             case .email:
                 program = email
                 // The subject line, a blank line, the text: the sender writes the headers (docs/examples/email-sendmail).
-                message = literal("Subject: ") + subject.render(code: code, host: host, minutes: m)
-                    + [0x0A, 0x0A] + emailText.render(code: code, host: host, minutes: m) + [0x0A]
+                message.reserveCapacity(9 &+ subject.renderedLength(code: code, host: host, minutes: m) &+ 2
+                                        &+ emailText.renderedLength(code: code, host: host, minutes: m) &+ 1)
+                message.append(literal: "Subject: ")
+                subject.render(code: code, host: host, minutes: m, into: &message)
+                message.append(0x0A)
+                message.append(0x0A)
+                emailText.render(code: code, host: host, minutes: m, into: &message)
+                message.append(0x0A)
             case .totp, .hotp:
                 return SendFailure("not a kind that is sent", started: false)
             }
