@@ -252,7 +252,8 @@ final class SecretMemoryTests: XCTestCase {
         let senders = try SenderSpool(in: daemon.root)
         defer { senders.cleanup() }
         // pam-totpd's file sets the limits a caller without root gets: a new code each login.
-        try "store = \(daemon.store)\nsms_command = \(senders.senders)/sms\noob_resend_interval = 0\n"
+        let email = try senders.writeSender("email", try String(contentsOfFile: senders.senders + "/sms", encoding: .utf8))
+        try "store = \(daemon.store)\nsms_command = \(senders.senders)/sms\nemail_command = \(email)\noob_resend_interval = 0\n"
             .write(toFile: daemon.config, atomically: true, encoding: .utf8)
         let previousPipe = signal(SIGPIPE, SIG_IGN)  // a pamtester that ended before its answer
         defer { signal(SIGPIPE, previousPipe) }
@@ -267,6 +268,9 @@ final class SecretMemoryTests: XCTestCase {
             try s.write(user: Array(user.utf8), record: UserRecord(uid: uid, factors: [
                 try Factor(outOfBand: .sms, label: Array("mobile".utf8), destination: Array(number.utf8), created: 1_700_000_000)]))
         }
+        // An address: the email message is a subject, a blank line and the text, in one buffer.
+        try s.write(user: Array("daemon".utf8), record: UserRecord(uid: 1, factors: [
+            try Factor(outOfBand: .email, label: Array("mail".utf8), destination: Array("daemon@example.com".utf8), created: 1_700_000_000)]))
         func serviceFile(_ extra: String) throws {
             try "auth required \(moduleURL.path) config=\(daemon.config) store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0 \(extra)\n"
                 .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
@@ -277,13 +281,14 @@ final class SecretMemoryTests: XCTestCase {
         var found: [String: [String]] = [:]
         /// One pamtester login under the scanner: `answer` the code prompt once a code is there
         /// (nil: end the conversation); `between` runs after the code arrived, before the answer.
-        func login(_ name: String, as account: ThrowawayAccount?, answer: (String) -> String?, between: () throws -> Void = {}) throws {
+        func login(_ name: String, as account: ThrowawayAccount?, user: String = "nobody", answer: (String) -> String?,
+                   between: () throws -> Void = {}) throws {
             let report = emptyReport("pamtester-\(name)")
             let before = senders.count
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             p.arguments = (account?.setpriv ?? []) + ["env", "LD_PRELOAD=" + scanner, "DIGITS_REPORT=" + report,
-                                                      "pamtester", service, account?.name ?? "nobody", "authenticate"]
+                                                      "pamtester", service, account?.name ?? user, "authenticate"]
             let input = Pipe(), output = Pipe()
             (p.standardInput, p.standardOutput, p.standardError) = (input, output, output)
             let collected = OutputCollector()
@@ -319,6 +324,8 @@ final class SecretMemoryTests: XCTestCase {
         try serviceFile("")
         func wrong(_ code: String) -> String { wrongCode(code) }
         try login("root, right code", as: nil) { $0 }
+        try login("root, email, right code", as: nil, user: "daemon") { $0 }
+        try login("root, email, wrong code", as: nil, user: "daemon", answer: wrong)
         try login("root, wrong code", as: nil, answer: wrong)
         try login("caller, right code", as: caller) { $0 }
         try login("caller, wrong code", as: caller, answer: wrong)
