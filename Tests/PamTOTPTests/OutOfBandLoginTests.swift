@@ -4,6 +4,7 @@ import MFACrypto
 import MFAFileStore
 import MFAPolicy
 import MFASystem
+import MFAWire
 import TestSupport
 import XCTest
 
@@ -354,6 +355,43 @@ final class OutOfBandLoginTests: XCTestCase {
                       "the sender has the number in its environment: \(environ)")
         XCTAssertEqual(othersRead, [], "another user read a sender's environment")
         XCTAssertTrue(messages.hasPrefix("to \(number) uid \(sender)\n"), messages)
+    }
+
+    /// Two phones of one account whose labels collide in 64-bit FNV-1a (the pair in
+    /// OutOfBandTests; the same number, enrolled in the same second), through the real pam-totpd: a code
+    /// sent for the first is not taken for the second (before issue 36 the pending code was
+    /// bound by a key made from that hash: the daemon asked the second one to type the first
+    /// one's code, and accepted it as the second factor's).
+    func testPhonesWhoseLabelsCollideInFNVDoNotShareACode() throws {
+        try daemon.start()
+        let (a, b) = ("jyqyxvpsqvbnf", "3rqog63q3lcol")  // FNV-1a-64 both 0x27c85f66d71bd4bc (OutOfBandTests)
+        let s = try Store(path: Array(daemon.store.utf8))
+        // The second first in the record: a login tries it first.
+        try s.write(user: Array("nobody".utf8), record: UserRecord(uid: 65534, factors: [
+            try Factor(outOfBand: .sms, label: Array(b.utf8), destination: Array(number.utf8), created: 1_700_000_000),
+            try Factor(outOfBand: .sms, label: Array(a.utf8), destination: Array(number.utf8), created: 1_700_000_000)]))
+        var o = ModuleOptions()
+        o.store = Array(daemon.store.utf8)
+        o.maxFailures = 100
+        o.lockoutSeconds = 0
+        func ask(_ op: DaemonOperation, _ answer: String) throws -> DaemonReply {
+            let frame = try XCTUnwrap(DaemonRequest(operation: op, service: Array("oob".utf8), user: Array("nobody".utf8),
+                                                    options: o, answer: Array(answer.utf8)).encoded())
+            let fd = DaemonTests.connectTo(daemon.socketPath)
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            defer { close(fd) }
+            XCTAssertTrue(DaemonTests.send(fd, frame))
+            return try DaemonReply.decode(try XCTUnwrap(DaemonTests.readAll(fd, timeout: 20_000)))
+        }
+        guard case .sent(true, _, _, _) = try ask(.send, a) else { return XCTFail("a code for the first phone: \(daemon.output)") }
+        let code = try XCTUnwrap(lastCode())
+        // The second phone within oob_resend_interval: told to wait, not to type the first one's code.
+        let second = try ask(.send, b)
+        if case .sent = second { XCTFail("the second phone was answered with the first one's code: \(second)") }
+        XCTAssertEqual(senders.count, 1)
+        // The code typed back logs in as the factor it was sent for.
+        guard case .outcome(.success(let factor, _, _, _)) = try ask(.authenticate, code) else { return XCTFail("the code sent") }
+        XCTAssertEqual(String(decoding: factor, as: UTF8.self), a, "the code sent for \(a) was taken as \(String(decoding: factor, as: UTF8.self))'s")
     }
 
     /// Live (not zombie) processes whose real uid is `uid`.

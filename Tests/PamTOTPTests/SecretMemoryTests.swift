@@ -336,7 +336,7 @@ final class SecretMemoryTests: XCTestCase {
             try login("\(account == nil ? "root" : "caller"), expired code", as: account, answer: { $0 }) {
                 var state = try s.readState(user: user)
                 let p = try XCTUnwrap(state.pending)
-                state.pending = PendingCode(factorKey: p.factorKey, sentAt: p.sentAt - 1000, expiresAt: p.sentAt - 1, digits: p.digits,
+                state.pending = PendingCode(binding: p.binding, sentAt: p.sentAt - 1000, expiresAt: p.sentAt - 1, digits: p.digits,
                                             attemptsLeft: p.attemptsLeft, salt: p.salt, hash: p.hash)
                 try s.writeStateLocked(user: user, state: state)
             }
