@@ -498,7 +498,7 @@ final class DeliveryTests: XCTestCase {
     /// program it executed (execve, its whole process tree), one line each.
     func executedCommandLines(_ example: String, _ destination: String, _ message: String) throws -> (DeliveryResult, String) {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else {
-            throw XCTSkip("strace is not installed (make bench-deps)")
+            throw XCTSkip("strace is not installed (make test-deps)")
         }
         let log = try spool("strace-\(UUID().uuidString)")
         let traced = try script("traced-\(UUID().uuidString)",
