@@ -141,6 +141,9 @@ public func deliver(program: [UInt8], kind: [UInt8], destination: [UInt8], messa
     }
     var run = SenderRun(child: child, deadline: deadline)
     let outcome = run.wait(writing: message)
+    // The program may have printed the message (and so the code): its raw output is wiped, and
+    // the escaped copy is made in a buffer that never grows (issue 36).
+    defer { wipe(&run.kept) }
     return DeliveryResult(outcome: outcome, output: Message(escapedProgramOutput(run.kept, complete: run.total == run.kept.count,
                                                                                   limit: DeliveryResult.outputLimit)))
 }
@@ -227,6 +230,8 @@ struct SenderRun {
         var written = 0
         if message.isEmpty { closeInput() }
         var buffer = [UInt8](repeating: 0, count: 4096)
+        defer { wipe(&buffer) }  // what the program printed passed through it
+        kept.reserveCapacity(DeliveryResult.outputLimit)
         var outcome: DeliveryResult.Outcome? = nil
         while outcome == nil {
             // Without a pidfd (Linux before 5.3), the exit is looked for every 10 ms.
@@ -325,8 +330,11 @@ struct SenderRun {
 /// out (`complete` false: more was written than `raw` holds).
 func escapedProgramOutput(_ raw: [UInt8], complete: Bool, limit: Int) -> [UInt8] {
     var out: [UInt8] = []
-    out.reserveCapacity(min(limit, raw.count &* 2) &+ 12)
+    // Never more than `limit` bytes and the marker: reserved whole, so no growth leaves a copy
+    // of what the program printed (it may be the message) in freed memory.
+    out.reserveCapacity(raw.isEmpty ? 12 : max(limit, 0) &+ 12)
     var piece: [UInt8] = []
+    defer { wipe(&piece) }
     var i = 0
     var cut = !complete
     while i < raw.count {

@@ -112,6 +112,8 @@ enum Sending {
             }
             let result = deliver(program: program, kind: Array(bytes(kind.name)), destination: destination, message: message,
                                  uid: uid, gid: gid, timeoutMilliseconds: timeoutMilliseconds)
+            // What the program printed may repeat the message: read by nothing after this.
+            defer { wipeInPlace(result.output.bytes) }
             if result.isSent { return nil }
             var ran = true
             if case .couldNotStart = result.outcome { ran = false }
@@ -127,14 +129,22 @@ enum Sending {
     /// A number is also masked without its "+" (a gateway's "15105551234").
     static func scrubbed(_ output: [UInt8], kind: FactorKind, destination: [UInt8], code: [UInt8]) -> [UInt8] {
         let masked = Destination.mask(destination, kind: kind)
-        var out = replacing(output, destination, with: masked)
-        if kind == .sms { out = replacing(out, Array(destination.dropFirst()), with: Array(masked.dropFirst())) }
-        return replacing(out, code, with: literal("***"))
+        // The destination first (a code inside the number must not unmask part of it); the
+        // copies that still hold the code are wiped (issue 36).
+        var first = replacing(output, destination, with: masked)
+        var second = kind == .sms ? replacing(first, Array(destination.dropFirst()), with: Array(masked.dropFirst())) : []
+        let out = replacing(kind == .sms ? second : first, code, with: literal("***"))
+        wipe(&first)
+        wipe(&second)
+        return out
     }
 
     static func replacing(_ bytes: [UInt8], _ needle: [UInt8], with replacement: [UInt8]) -> [UInt8] {
         guard !needle.isEmpty, bytes.count >= needle.count else { return bytes }
         var out: [UInt8] = []
+        // Reserved whole (at most bytes.count / needle.count replacements): no growth leaves a
+        // partial copy behind.
+        out.reserveCapacity(bytes.count &+ (bytes.count / needle.count &+ 1) &* replacement.count)
         var i = 0
         while i < bytes.count {
             if i + needle.count <= bytes.count && bytes[i..<(i + needle.count)].elementsEqual(needle) {

@@ -253,7 +253,7 @@ final class SecretMemoryTests: XCTestCase {
         defer { senders.cleanup() }
         // pam-totpd's file sets the limits a caller without root gets: a new code each login.
         let email = try senders.writeSender("email", try String(contentsOfFile: senders.senders + "/sms", encoding: .utf8))
-        try "store = \(daemon.store)\nsms_command = \(senders.senders)/sms\nemail_command = \(email)\noob_resend_interval = 0\n"
+        try "store = \(daemon.store)\nsms_command = \(senders.senders)/sms\nemail_command = \(email)\noob_resend_interval = 0\noob_max_per_hour = 32\noob_max_per_day = 32\n"
             .write(toFile: daemon.config, atomically: true, encoding: .utf8)
         let previousPipe = signal(SIGPIPE, SIG_IGN)  // a pamtester that ended before its answer
         defer { signal(SIGPIPE, previousPipe) }
@@ -340,6 +340,28 @@ final class SecretMemoryTests: XCTestCase {
                                             attemptsLeft: p.attemptsLeft, salt: p.salt, hash: p.hash)
                 try s.writeStateLocked(user: user, state: state)
             }
+        }
+        // A sender that prints the message back (a gateway echoing what it got): on success, and
+        // on a failure, whose output pam-totpd logs with the code masked out.
+        for (name, status) in [("echoing sender", 0), ("echoing sender that fails", 3)] {
+            try senders.writeSender("sms", """
+                #!/bin/sh
+                message=$(cat)
+                { printf 'to %s uid %s\\n' "$PAM_TOTP_DESTINATION" "$(id -u)"; printf '%s' "$message"; printf '\\n--\\n'; } >> \(senders.path)
+                printf 'gateway got: %s\\n' "$message"
+                exit \(status)
+                """)
+            let before = senders.count
+            let report = emptyReport("pamtester-echo")
+            _ = try runCommand(["env", "LD_PRELOAD=" + scanner, "DIGITS_REPORT=" + report, "pamtester", service, "nobody", "authenticate"],
+                               input: "\n")
+            XCTAssertEqual(senders.count, before + 1, "\(name): \(daemon.output)")
+            usleep(300_000)
+            let code = try XCTUnwrap(senders.lastCode)
+            sent.insert(code)
+            found[name] = blocks(in: report, holding: sent)
+            found[name + " (pam-totpd)"] = blocks(in: daemonReport, holding: sent)
+            _ = emptyReport("daemon-digits")
         }
         let freed = found.filter { !$0.value.isEmpty }
         let total = freed.values.reduce(0) { $0 + $1.count }
