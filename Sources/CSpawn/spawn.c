@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -170,22 +171,26 @@ static int parent_fail(struct cspawn_child *child, int step, int error) {
     return -1;
 }
 
-int cspawn_start(const uint8_t *path, const uint8_t *destination, uint32_t uid, uint32_t gid,
-                 struct cspawn_child *child) {
+int cspawn_start(const uint8_t *path, const uint8_t *kind_variable, const uint8_t *destination_variable,
+                 uint32_t uid, uint32_t gid, struct cspawn_child *child) {
     child->pid = -1;
     child->input_fd = -1;
     child->output_fd = -1;
     child->pid_fd = -1;
     child->failed_step = 0;
     child->failed_errno = 0;
-    if (uid == 0 || gid == 0 || uid == UINT32_MAX || gid == UINT32_MAX || path == NULL || destination == NULL || path[0] != '/')
+    if (uid == 0 || gid == 0 || uid == UINT32_MAX || gid == UINT32_MAX || path == NULL || path[0] != '/' ||
+        kind_variable == NULL || strncmp((const char *)kind_variable, "PAM_TOTP_KIND=", 14) != 0 ||
+        destination_variable == NULL || strncmp((const char *)destination_variable, "PAM_TOTP_DESTINATION=", 21) != 0)
         return parent_fail(child, CSPAWN_STEP_VERIFY, EPERM);
 
-    // Everything the child needs, made before the fork (the child may not allocate).
+    // Everything the child needs, made before the fork (the child may not allocate). The
+    // destination is in the environment, never in argv: /proc/PID/cmdline is readable by every
+    // local user, /proc/PID/environ only by the process's own uid and root.
     static char path_variable[] = "PATH=/usr/local/bin:/usr/bin:/bin";
     static char lang_variable[] = "LANG=C.UTF-8";
-    char *const envp[] = {path_variable, lang_variable, NULL};
-    char *const argv[] = {(char *)path, (char *)destination, NULL};
+    char *const envp[] = {path_variable, lang_variable, (char *)kind_variable, (char *)destination_variable, NULL};
+    char *const argv[] = {(char *)path, NULL};
 
     int input[2] = {-1, -1}, output[2] = {-1, -1}, report[2] = {-1, -1};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, input) != 0)

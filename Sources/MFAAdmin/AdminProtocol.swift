@@ -152,7 +152,10 @@ public enum AdminRequest: Equatable, Sendable {
     }
 
     public static func decode(_ frame: [UInt8]) throws(MFAError) -> AdminRequest {
-        guard var r = DaemonProtocol.adminBody(frame, reply: false), let op = r.u8() else { throw .malformed("admin request") }
+        guard var r = DaemonProtocol.adminBody(frame, reply: false) else { throw .malformed("admin request") }
+        // The reader's copy of the body may hold a code typed back (confirmEnrolment): wiped (issue 36).
+        defer { wipeInPlace(r.data) }
+        guard let op = r.u8() else { throw .malformed("admin request") }
         let request: AdminRequest
         switch op {
         case 1, 7, 8:

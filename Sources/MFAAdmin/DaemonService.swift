@@ -249,7 +249,7 @@ public struct DaemonService<S: TOTPStore> {
             let code = sentCode
             defer { wipeInPlace(code) }
             let kind = Message(Array(bytes(factor.kind.name)))
-            let key = UserState.key(for: factor)
+            let key = PendingCode.binding(for: factor)
             switch Self.deliver(sender, store, user: user, factor: factor, code: code, key: key, sentAt: now, lifetime: options.oobLifetime) {
             case .sent: break
             case .noSlot(let voided):
@@ -287,7 +287,7 @@ public struct DaemonService<S: TOTPStore> {
         case .send(let code, _, _, _):
             defer { wipeInPlace(code) }
             guard let sender else { return (.refused("could not send a code; nothing was saved"), who + "no sender") }
-            let key = OutOfBand.enrolmentKey(for: factor)
+            let key = OutOfBand.enrolmentBinding(for: factor)
             switch Self.deliver(sender, store, user: user, factor: factor, code: code, key: key, sentAt: now, lifetime: site.oobLifetime) {
             case .sent: break
             case .noSlot(let voided):
@@ -309,7 +309,7 @@ public struct DaemonService<S: TOTPStore> {
     /// One delivery of a recorded code, for a login's send and an enrolment's alike: the
     /// daemon's per-minute slot, the sender, and the code voided when it did not go (its send
     /// uncounted when the program never ran).
-    static func deliver(_ sender: CodeSender, _ store: S, user: [UInt8], factor: Factor, code: [UInt8], key: UInt64, sentAt: Int64,
+    static func deliver(_ sender: CodeSender, _ store: S, user: [UInt8], factor: Factor, code: [UInt8], key: [UInt8], sentAt: Int64,
                         lifetime: Int64) -> Delivered {
         guard sender.takeSlot() else { return .noSlot(void(store, user: user, sentAt: sentAt, key: key, uncount: true)) }
         guard let failure = sender.send(factor.kind, factor.destination, code, (lifetime + 59) / 60) else { return .sent }
@@ -323,9 +323,9 @@ public struct DaemonService<S: TOTPStore> {
 
     /// Voids a code whose send failed; "" when done, else why not for the log line (a code
     /// that may have been delivered and is still valid is worth saying).
-    static func void(_ store: S, user: [UInt8], sentAt: Int64, key: UInt64, uncount: Bool) -> Message {
+    static func void(_ store: S, user: [UInt8], sentAt: Int64, key: [UInt8], uncount: Bool) -> Message {
         do throws(MFAError) {
-            try store.voidSentCode(user: user, sentAt: sentAt, factorKey: key, uncount: uncount)
+            try store.voidSentCode(user: user, sentAt: sentAt, binding: key, uncount: uncount)
             return ""
         } catch {
             return "; the code could not be voided: " + describe(error)

@@ -2,9 +2,11 @@ import CLibc
 import CSpawn
 import MFASystem
 
-// Sending a code (issue 19, "Delivery"): pam-totpd runs the configured program, `PROGRAM
-// DESTINATION`, with the message on its standard input, as an unprivileged system user, and
-// waits a bounded time. The fork and the child's side are C (Sources/CSpawn: the daemon is
+// Sending a code (issue 19, "Delivery"): pam-totpd runs the configured program with no
+// argument, the destination in its environment (`PAM_TOTP_DESTINATION`, and `PAM_TOTP_KIND`)
+// and the message on its standard input, as an unprivileged system user, and waits a bounded
+// time. Never the destination in argv: /proc/PID/cmdline is every local user's to read,
+// /proc/PID/environ only the process's own uid's and root's (issue 36). The fork and the child's side are C (Sources/CSpawn: the daemon is
 // multi-threaded, so nothing but system calls may run between fork and execve); this is the
 // parent's side: the checks, the message in, the output out, the deadline, the verdict.
 //
@@ -67,8 +69,10 @@ public enum DeliveryStartFailure: Equatable, Sendable {
     /// whoever can change it would read every code it sends.
     case insecureProgram(Message)
     /// The destination is empty, over 320 bytes, starts with "-", or holds a space or control
-    /// byte: it is one argument, never an option.
+    /// byte: it is one plain word, never an option (a sender may hand it to another program).
     case invalidDestination
+    /// The kind is not 1 to 16 lowercase ASCII letters ("sms", "email").
+    case invalidKind
     /// uid or gid 0 (root), or 4294967295 (which the set*id calls read as "unchanged").
     case invalidIdentity
     /// The time limit is not positive.
@@ -80,7 +84,8 @@ public enum DeliveryStartFailure: Equatable, Sendable {
         switch self {
         case .programNotAbsolute: return "the program must be an absolute path"
         case .insecureProgram(let why): return "the program " + why
-        case .invalidDestination: return "the destination is not one plain argument"
+        case .invalidDestination: return "the destination is not one plain word"
+        case .invalidKind: return "the kind is not a plain name"
         case .invalidIdentity: return "a sender never runs as root (uid and gid must be another account's)"
         case .invalidTimeout: return "the time limit must be positive"
         case .system(let step, let errno): return step + ": " + errno.text + " (errno " + errno.number + ")"
@@ -88,15 +93,17 @@ public enum DeliveryStartFailure: Equatable, Sendable {
     }
 }
 
-/// Runs `program destination` (argv exactly those two) with `message` on its standard input,
+/// Runs `program` (argv exactly that one: no argument) with `message` on its standard input,
 /// then end of file, as `uid`/`gid` with no supplementary groups, and waits at most
 /// `timeoutMilliseconds` (CLOCK_MONOTONIC) for it to exit.
 ///
 /// The program must be an absolute path to a regular file owned by root and not writable by
 /// group or others. It runs in a new session (its own process group), from /, with umask 022,
 /// no core dumps, signals at their defaults and none blocked, the environment exactly
-/// `PATH=/usr/local/bin:/usr/bin:/bin` and `LANG=C.UTF-8`, and descriptors 0 (a stream socket),
-/// 1 and 2 (one pipe) only. It is killed (SIGKILL) if the calling thread dies first.
+/// `PATH=/usr/local/bin:/usr/bin:/bin`, `LANG=C.UTF-8`, `PAM_TOTP_KIND=kind` and
+/// `PAM_TOTP_DESTINATION=destination` (never on a command line: any local user reads a
+/// process's arguments, only its own uid and root its environment), and descriptors 0 (a
+/// stream socket), 1 and 2 (one pipe) only. It is killed (SIGKILL) if the calling thread dies first.
 ///
 /// At the deadline the whole process group is killed and the program reaped: nothing is left
 /// running and no zombie. A program that exits in time ends the run even if something it
@@ -104,9 +111,9 @@ public enum DeliveryStartFailure: Equatable, Sendable {
 /// and is not in the pipe yet is not waited for. A program that does not read its input is no
 /// harm to the caller: the message goes over a socket with MSG_NOSIGNAL, so never SIGPIPE.
 /// No signal handler is installed; signals are blocked in the calling thread only around fork.
-public func deliver(program: [UInt8], destination: [UInt8], message: [UInt8], uid: UInt32, gid: UInt32,
+public func deliver(program: [UInt8], kind: [UInt8], destination: [UInt8], message: [UInt8], uid: UInt32, gid: UInt32,
                     timeoutMilliseconds: Int) -> DeliveryResult {
-    if let refused = deliveryRefusal(program: program, destination: destination, uid: uid, gid: gid,
+    if let refused = deliveryRefusal(program: program, kind: kind, destination: destination, uid: uid, gid: gid,
                                      timeoutMilliseconds: timeoutMilliseconds) {
         return DeliveryResult(outcome: .couldNotStart(refused), output: Message([]))
     }
@@ -115,10 +122,18 @@ public func deliver(program: [UInt8], destination: [UInt8], message: [UInt8], ui
     var child = cspawn_child()
     var path = program
     path.append(0)
-    var argument = destination
-    argument.append(0)
+    var kindVariable: [UInt8] = []
+    kindVariable.append(literal: "PAM_TOTP_KIND=")
+    kindVariable += kind
+    kindVariable.append(0)
+    var destinationVariable: [UInt8] = []
+    destinationVariable.append(literal: "PAM_TOTP_DESTINATION=")
+    destinationVariable += destination
+    destinationVariable.append(0)
     let started = path.withUnsafeBufferPointer { p in
-        argument.withUnsafeBufferPointer { d in cspawn_start(p.baseAddress, d.baseAddress, uid, gid, &child) }
+        kindVariable.withUnsafeBufferPointer { k in
+            destinationVariable.withUnsafeBufferPointer { d in cspawn_start(p.baseAddress, k.baseAddress, d.baseAddress, uid, gid, &child) }
+        }
     }
     guard started == 0 else {
         let failure = DeliveryStartFailure.system(step: spawnStepName(Int(child.failed_step)), errno: Errno(child.failed_errno))
@@ -126,15 +141,19 @@ public func deliver(program: [UInt8], destination: [UInt8], message: [UInt8], ui
     }
     var run = SenderRun(child: child, deadline: deadline)
     let outcome = run.wait(writing: message)
+    // The program may have printed the message (and so the code): its raw output is wiped, and
+    // the escaped copy is made in a buffer that never grows (issue 36).
+    defer { wipe(&run.kept) }
     return DeliveryResult(outcome: outcome, output: Message(escapedProgramOutput(run.kept, complete: run.total == run.kept.count,
                                                                                   limit: DeliveryResult.outputLimit)))
 }
 
 /// The checks made before anything is started; nil when all pass.
-func deliveryRefusal(program: [UInt8], destination: [UInt8], uid: UInt32, gid: UInt32,
+func deliveryRefusal(program: [UInt8], kind: [UInt8], destination: [UInt8], uid: UInt32, gid: UInt32,
                      timeoutMilliseconds: Int) -> DeliveryStartFailure? {
     guard !destination.isEmpty, destination.count <= 320, destination.first != 0x2D,
           !destination.contains(where: { $0 <= 0x20 || $0 == 0x7F }) else { return .invalidDestination }
+    guard !kind.isEmpty, kind.count <= 16, kind.allSatisfy({ $0 >= 0x61 && $0 <= 0x7A }) else { return .invalidKind }
     guard uid != 0, gid != 0, uid != UInt32.max, gid != UInt32.max else { return .invalidIdentity }
     guard timeoutMilliseconds > 0 else { return .invalidTimeout }
     return checkSenderProgram(program)
@@ -211,6 +230,8 @@ struct SenderRun {
         var written = 0
         if message.isEmpty { closeInput() }
         var buffer = [UInt8](repeating: 0, count: 4096)
+        defer { wipe(&buffer) }  // what the program printed passed through it
+        kept.reserveCapacity(DeliveryResult.outputLimit)
         var outcome: DeliveryResult.Outcome? = nil
         while outcome == nil {
             // Without a pidfd (Linux before 5.3), the exit is looked for every 10 ms.
@@ -309,8 +330,11 @@ struct SenderRun {
 /// out (`complete` false: more was written than `raw` holds).
 func escapedProgramOutput(_ raw: [UInt8], complete: Bool, limit: Int) -> [UInt8] {
     var out: [UInt8] = []
-    out.reserveCapacity(min(limit, raw.count &* 2) &+ 12)
+    // Never more than `limit` bytes and the marker: reserved whole, so no growth leaves a copy
+    // of what the program printed (it may be the message) in freed memory.
+    out.reserveCapacity(raw.isEmpty ? 12 : max(limit, 0) &+ 12)
     var piece: [UInt8] = []
+    defer { wipe(&piece) }
     var i = 0
     var cut = !complete
     while i < raw.count {

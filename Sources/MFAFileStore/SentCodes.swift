@@ -61,8 +61,8 @@ extension FileStore {
         try factor.validateNew()
         return try withLock(user: user) { () throws(MFAError) -> EnrolmentCheck in
             let (state, file) = try readStateForUpdate(user: user)
-            let key = OutOfBand.enrolmentKey(for: factor)
-            guard let p = state.pending, p.factorKey == key, p.sentAt == sentAt, p.isLive(at: now) else { return .expired }
+            let binding = OutOfBand.enrolmentBinding(for: factor)
+            guard let p = state.pending, p.binding == binding, p.sentAt == sentAt, p.isLive(at: now) else { return .expired }
             var next = state
             if PendingCode.matches(p, code: answer, at: now) {
                 next.pending = nil
@@ -73,21 +73,21 @@ extension FileStore {
             }
             next = Authenticator.failed(next, at: now, options: options)
             let left = Int(p.attemptsLeft) - 1
-            next.pending = left > 0 ? PendingCode(factorKey: p.factorKey, sentAt: p.sentAt, expiresAt: p.expiresAt, digits: p.digits,
+            next.pending = left > 0 ? PendingCode(binding: p.binding, sentAt: p.sentAt, expiresAt: p.expiresAt, digits: p.digits,
                                                   attemptsLeft: UInt8(left), salt: p.salt, hash: p.hash) : nil
             try writeStateLocked(user: user, state: next, file: file)
             return .wrong(attemptsLeft: max(left, 0))
         }
     }
 
-    /// The code sent at `sentAt` for the factor keyed `factorKey` was not delivered: it is
+    /// The code sent at `sentAt` for the factor `binding` names was not delivered: it is
     /// void. Its send still counts toward the account's limits when the program ran (a sender
     /// that timed out or failed may have handed the message on: counting it keeps the limits
     /// true); `uncount` only when it never ran. Nothing happens if another code or none is pending.
-    public func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError) {
+    public func voidSentCode(user: [UInt8], sentAt: Int64, binding: [UInt8], uncount: Bool) throws(MFAError) {
         try withLock(user: user) { () throws(MFAError) in
             let (state, file) = try readStateForUpdate(user: user)
-            guard let p = state.pending, p.sentAt == sentAt, p.factorKey == factorKey else { return }
+            guard let p = state.pending, p.sentAt == sentAt, p.binding == binding else { return }
             var next = state
             next.pending = nil
             if uncount, let i = next.sends.lastIndex(of: sentAt) { next.sends.remove(at: i) }

@@ -113,31 +113,40 @@ extension UserState {
 
     /// The out-of-band data of a slot (`oobBytes`):
     /// ```
-    ///  0  flags (u8: 1 a code is pending)  1  digits (u8)  2  attempts left (u8)  3  send count (u8)  4 zero (u32)
-    ///  8  factor key (u64)  16  sent at (i64)  24  expires at (i64)  32  salt (16 bytes)  48  SHA-256 (32 bytes)
-    /// 80  send times (i64 each, oldest first)
+    ///  0  flags (u8)  1  digits (u8)  2  attempts left (u8)  3  send count (u8)  4 zero (u32)
+    ///  8  zero (u64)  16  sent at (i64)  24  expires at (i64)  32  salt (16 bytes)  48  SHA-256 (32 bytes)
+    /// 80  flags 2: the code's binding (`PendingCode.binding`, 32 bytes)
+    ///     then the send times (i64 each, oldest first)
     /// ```
+    /// Flags: 0 no code pending; 2 a code is pending, bound to its factor by the 32 bytes at
+    /// 80. 1 is the layout before issue 36: a pending code bound by a 64-bit FNV-1a key at 8,
+    /// which could collide; such a slot is still read (its sends count), but its code is not
+    /// honoured (it lived `oob_lifetime` at most: the user asks for another).
     /// Empty when there is neither a pending code nor a recent send.
     static let oobHeaderSize = 80
-    static let maxOOBBytes = oobHeaderSize + 8 * maxSends
+    static let maxOOBBytes = oobHeaderSize + PendingCode.bindingSize + 8 * maxSends
 
     @_optimize(size)  // cold: a login with a phone or address only
     func oobBytes() -> [UInt8] {
         guard pending != nil || !sends.isEmpty else { return [] }
         let times = sends.suffix(Self.maxSends)
-        var out = [UInt8](repeating: 0, count: Self.oobHeaderSize + 8 * times.count)
+        let written = pending.flatMap { p in
+            p.salt.count == PendingCode.saltSize && p.hash.count == 32 && p.binding.count == PendingCode.bindingSize ? p : nil
+        }
+        let bound = written == nil ? 0 : PendingCode.bindingSize
+        var out = [UInt8](repeating: 0, count: Self.oobHeaderSize + bound + 8 * times.count)
         storeLE(&out, 3, UInt64(times.count), 1)
-        if let p = pending, p.salt.count == PendingCode.saltSize, p.hash.count == 32 {
-            storeLE(&out, 0, 1, 1)
+        if let p = written {
+            storeLE(&out, 0, 2, 1)
             storeLE(&out, 1, UInt64(p.digits), 1)
             storeLE(&out, 2, UInt64(p.attemptsLeft), 1)
-            storeLE(&out, 8, p.factorKey, 8)
             storeLE(&out, 16, UInt64(bitPattern: p.sentAt), 8)
             storeLE(&out, 24, UInt64(bitPattern: p.expiresAt), 8)
             for i in 0..<PendingCode.saltSize { out[32 + i] = p.salt[i] }
             for i in 0..<32 { out[48 + i] = p.hash[i] }
+            for i in 0..<PendingCode.bindingSize { out[Self.oobHeaderSize + i] = p.binding[i] }
         }
-        var at = Self.oobHeaderSize
+        var at = Self.oobHeaderSize + bound
         for t in times {
             storeLE(&out, at, UInt64(bitPattern: t), 8)
             at += 8
@@ -151,17 +160,23 @@ extension UserState {
         let s = b.startIndex
         guard b.count >= Self.oobHeaderSize else { return false }
         let flags = loadLE(b, s, 1), n = Int(loadLE(b, s + 3, 1))
-        guard flags <= 1, loadLE(b, s + 4, 4) == 0, n <= Self.maxSends, b.count == Self.oobHeaderSize + 8 * n else { return false }
-        if flags == 1 {
+        let bound = flags == 2 ? PendingCode.bindingSize : 0
+        guard flags <= 2, loadLE(b, s + 4, 4) == 0, n <= Self.maxSends, b.count == Self.oobHeaderSize + bound + 8 * n else { return false }
+        if flags != 0 {
             let digits = UInt8(truncatingIfNeeded: loadLE(b, s + 1, 1))
             guard digits >= 6 && digits <= 8 else { return false }
-            pending = PendingCode(factorKey: loadLE(b, s + 8, 8), sentAt: Int64(bitPattern: loadLE(b, s + 16, 8)),
-                                  expiresAt: Int64(bitPattern: loadLE(b, s + 24, 8)), digits: digits,
-                                  attemptsLeft: UInt8(truncatingIfNeeded: loadLE(b, s + 2, 1)),
-                                  salt: Array(b[(s + 32)..<(s + 48)]), hash: Array(b[(s + 48)..<(s + 80)]))
+            // flags 1 (before issue 36): a 64-bit key that could collide binds it: not honoured.
+            if flags == 2 {
+                guard loadLE(b, s + 8, 8) == 0 else { return false }
+                pending = PendingCode(binding: Array(b[(s + Self.oobHeaderSize)..<(s + Self.oobHeaderSize + bound)]),
+                                      sentAt: Int64(bitPattern: loadLE(b, s + 16, 8)),
+                                      expiresAt: Int64(bitPattern: loadLE(b, s + 24, 8)), digits: digits,
+                                      attemptsLeft: UInt8(truncatingIfNeeded: loadLE(b, s + 2, 1)),
+                                      salt: Array(b[(s + 32)..<(s + 48)]), hash: Array(b[(s + 48)..<(s + 80)]))
+            }
         }
         var times: [Int64] = []
-        var at = s + Self.oobHeaderSize
+        var at = s + Self.oobHeaderSize + bound
         for _ in 0..<n {
             times.append(Int64(bitPattern: loadLE(b, at, 8)))
             at += 8

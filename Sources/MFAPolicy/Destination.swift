@@ -29,7 +29,7 @@ public enum Destination {
         }
     }
 
-    /// An email address pam-totpd may pass as argv[1] to a mail program. Conservative on
+    /// An email address pam-totpd may hand to a mail program (PAM_TOTP_DESTINATION). Conservative on
     /// purpose (a sender is a program of the site's, often a shell script):
     /// - ASCII only, `local@domain`, exactly one "@", at most 254 bytes in all;
     /// - the local part: 1–64 bytes of RFC 5322 dot-atom text (letters, digits and
@@ -215,18 +215,33 @@ public struct MessageTemplate: Equatable, Sendable {
 
     /// The text with its escapes replaced. `code` and `host` go through `escapedForTerminal`,
     /// so the result is always printable text (a host name with a newline cannot add a mail
-    /// header); digits and a host name are unchanged by it.
+    /// header); digits and a host name are unchanged by it. The result holds the code: the
+    /// caller wipes it.
     public func render(code: [UInt8], host: [UInt8], minutes: UInt64) -> [UInt8] {
-        let code = escapedForTerminal(code), host = escapedForTerminal(host)
         var out: [UInt8] = []
-        out.reserveCapacity(text.count &+ code.count &+ host.count)
+        render(code: code, host: host, minutes: minutes, into: &out)
+        return out
+    }
+
+    /// `render`'s bytes, `renderedLength` of them, appended to `out`. `out` is grown once,
+    /// before any byte of the code is in it (a buffer that grows frees its old copy unwiped:
+    /// issue 36), and no other copy of the code is made unless it needs escaping (never for
+    /// digits; that copy is wiped).
+    public func render(code: [UInt8], host: [UInt8], minutes: UInt64, into out: inout [UInt8]) {
+        let plain = code.allSatisfy(ASCII.isDigit)
+        var escapedCode = plain ? [] : escapedForTerminal(code)
+        defer { wipe(&escapedCode) }
+        let host = escapedForTerminal(host), minutesText = decimalBytes(minutes)
+        let codeLength = plain ? code.count : escapedCode.count
+        let needed = out.count &+ length(code: codeLength, host: host.count, minutes: minutesText.count)
+        if out.capacity < needed { out.reserveCapacity(needed) }
         var percent = false
         for c in text {
             if percent {
                 switch c {
-                case 0x63: out += code
-                case 0x68: out += host
-                case 0x6D: out += decimalBytes(minutes)
+                case 0x63: out.append(contentsOf: plain ? code : escapedCode)
+                case 0x68: out.append(contentsOf: host)
+                case 0x6D: out.append(contentsOf: minutesText)
                 case ASCII.percent: out.append(ASCII.percent)
                 default:  // never in a checked template
                     out.append(ASCII.percent)
@@ -240,7 +255,39 @@ public struct MessageTemplate: Equatable, Sendable {
             }
         }
         if percent { out.append(ASCII.percent) }  // never in a checked template
-        return out
+    }
+
+    /// How many bytes `render` gives for these values (a caller putting several texts in one
+    /// buffer reserves it whole first).
+    public func renderedLength(code: [UInt8], host: [UInt8], minutes: UInt64) -> Int {
+        var codeLength = code.count
+        if !code.allSatisfy(ASCII.isDigit) {
+            var escaped = escapedForTerminal(code)
+            codeLength = escaped.count
+            wipe(&escaped)
+        }
+        return length(code: codeLength, host: escapedForTerminal(host).count, minutes: decimalBytes(minutes).count)
+    }
+
+    func length(code: Int, host: Int, minutes: Int) -> Int {
+        var n = 0, percent = false
+        for c in text {
+            if percent {
+                switch c {
+                case 0x63: n &+= code
+                case 0x68: n &+= host
+                case 0x6D: n &+= minutes
+                case ASCII.percent: n &+= 1
+                default: n &+= 2
+                }
+                percent = false
+            } else if c == ASCII.percent {
+                percent = true
+            } else {
+                n &+= 1
+            }
+        }
+        return percent ? n &+ 1 : n
     }
 
     /// `sms_text` when the configuration has none.

@@ -81,9 +81,10 @@ extension Factor {
         if kind.isOutOfBand {
             // The code pam-totpd sent for this factor, if one is outstanding: its salted hash,
             // compared in constant time; a match is "step" sentAt (what status shows as last use).
-            let pending = state.pending.flatMap { $0.factorKey == UserState.key(for: self) ? $0 : nil }
-            let code = forwardPass ? Array(answer.suffix(Int(pending?.digits ?? 6))) : answer
+            let pending = state.pending.flatMap { $0.isFor(self) ? $0 : nil }
+            var code = forwardPass ? Array(answer.suffix(Int(pending?.digits ?? 6))) : answer
             let ok = PendingCode.matches(pending, code: code, at: unixTime)
+            if forwardPass { wipe(&code) }  // its own copy of the code typed (issue 36)
             return FactorMatch(step: ok ? pending.map { UInt64(clamping: $0.sentAt) } : nil, replayed: false, driftBefore: 0, driftAfter: 0)
         }
         let key = HMACKey(algorithm: parameters.algorithm, key: secret)

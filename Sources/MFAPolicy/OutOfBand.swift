@@ -67,7 +67,7 @@ extension UserRecord {
     @_optimize(size)  // cold: a user whose only factors are sent codes
     public func hasLiveCode(_ state: UserState, kinds: UInt8, at now: Int64) -> Bool {
         guard let p = state.pending, p.isLive(at: now) else { return false }
-        return factors.contains { kinds & $0.kind.bit != 0 && $0.kind.isOutOfBand && UserState.key(for: $0) == p.factorKey }
+        return factors.contains { kinds & $0.kind.bit != 0 && $0.kind.isOutOfBand && p.isFor($0) }
     }
 }
 
@@ -129,7 +129,7 @@ public enum OutOfBand {
             return .refused("locked out: no code is sent")
         }
         var next = state.current(for: record)
-        if let p = next.pending, p.factorKey == UserState.key(for: factor), p.isLive(at: now),
+        if let p = next.pending, p.isFor(factor), p.isLive(at: now),
            secondsSince(p.sentAt, at: now) < options.oobResendInterval {
             return .pending(factor: factor, sentAt: p.sentAt, expiresAt: p.expiresAt)
         }
@@ -194,13 +194,13 @@ public enum OutOfBand {
         return nil
     }
 
-    /// A pending code for a factor being enrolled is kept under this key, never a saved
-    /// factor's: a login cannot use it, and the first state write after the enrolment drops it.
-    public static func enrolmentKey(for factor: Factor) -> UInt64 { UserState.key(for: factor) ^ 0x656E_726F_6C6D_656E }
+    /// A pending code for a factor being enrolled is bound to this, never a saved factor's
+    /// binding: a login cannot use it, and the first state write after the enrolment drops it.
+    public static func enrolmentBinding(for factor: Factor) -> [UInt8] { PendingCode.binding(for: factor, enrolment: true) }
 
     /// The plan for the code that proves a new out-of-band factor at enrolment (totp-enroll
     /// add-phone, add-email): the account's limits as for a login's send, the code kept under
-    /// `enrolmentKey`. Never `.pending`: each enrolment proves its destination with a new code.
+    /// `enrolmentBinding`. Never `.pending`: each enrolment proves its destination with a new code.
     public static func planEnrolment<G: RandomNumberGenerator>(record: UserRecord, state: UserState, factor: Factor, at now: Int64,
                                                                options: ModuleOptions, using generator: inout G) -> SendPlan {
         guard factor.kind.isOutOfBand else { return .refused("not a text-message or email factor") }
@@ -208,7 +208,7 @@ public enum OutOfBand {
         if let why = overLimit(next, at: now, options: options) ?? prefixRefusal(factor, options: options) { return .refused(why) }
         var (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,
                                                maxAttempts: options.oobMaxAttempts, at: now, using: &generator)
-        pending.factorKey = enrolmentKey(for: factor)
+        pending.binding = enrolmentBinding(for: factor)
         next.pending = pending
         next.recordSend(at: now)
         return .send(code: code, factor: factor, state: next, expiresAt: pending.expiresAt)

@@ -126,7 +126,7 @@ public struct UserState: Equatable, Sendable {
             }
         }
         lastSteps = kept
-        if let p = pending, !record.factors.contains(where: { $0.kind.isOutOfBand && Self.key(for: $0) == p.factorKey }) {
+        if let p = pending, !record.factors.contains(where: { $0.kind.isOutOfBand && p.isFor($0) }) {
             pending = nil
         }
     }
@@ -156,7 +156,11 @@ public struct UserState: Equatable, Sendable {
 /// answers, and at `expiresAt`.
 public struct PendingCode: Equatable, Sendable {
     public static let saltSize = 16
-    public var factorKey: UInt64
+    public static let bindingSize = 32
+    /// The factor the code was sent for (`binding(for:enrolment:)`): a SHA-256 of everything
+    /// that names it, so that no two factors share a code. (It was a 64-bit FNV-1a key of a
+    /// label users choose, which could be made to collide: issue 36.)
+    public var binding: [UInt8]
     public var sentAt: Int64
     public var expiresAt: Int64
     public var digits: UInt8
@@ -164,9 +168,9 @@ public struct PendingCode: Equatable, Sendable {
     public var salt: [UInt8]
     public var hash: [UInt8]
 
-    public init(factorKey: UInt64, sentAt: Int64, expiresAt: Int64, digits: UInt8, attemptsLeft: UInt8,
+    public init(binding: [UInt8], sentAt: Int64, expiresAt: Int64, digits: UInt8, attemptsLeft: UInt8,
                 salt: [UInt8], hash: [UInt8]) {
-        self.factorKey = factorKey
+        self.binding = binding
         self.sentAt = sentAt
         self.expiresAt = expiresAt
         self.digits = digits
@@ -202,17 +206,57 @@ public struct PendingCode: Equatable, Sendable {
             }
         }
         let (expires, overflow) = now.addingReportingOverflow(lifetime)
-        let pending = PendingCode(factorKey: UserState.key(for: factor), sentAt: now, expiresAt: overflow ? Int64.max : expires,
+        let pending = PendingCode(binding: binding(for: factor), sentAt: now, expiresAt: overflow ? Int64.max : expires,
                                   digits: UInt8(n), attemptsLeft: UInt8(clamping: max(maxAttempts, 1)), salt: salt,
-                                  hash: SHA256.hash(salt + code))
+                                  hash: digest(salt: salt, code: code))
         return (code, pending)
     }
 
+    /// The binding of a code sent for `factor` (`enrolment`: the code that proves a factor
+    /// being enrolled, which no saved factor's binding equals, so it never logs in): SHA-256 of
+    /// a tag, the kind, whether it is an enrolment's, then the label and the destination each
+    /// after its length (u16), then the creation time (i64, little-endian). The encoding is
+    /// one-to-one, so two factors that differ in any of these (two labels, a phone enrolled
+    /// again under an old label) get different bindings unless SHA-256 collides.
+    public static func binding(for factor: Factor, enrolment: Bool = false) -> [UInt8] {
+        var input: [UInt8] = []
+        input.reserveCapacity(32 &+ factor.label.count &+ factor.destination.count)
+        input.append(literal: "pam_totp pending code 1;")
+        input.append(factor.kind.bit)
+        input.append(enrolment ? 1 : 0)
+        for part in [factor.label, factor.destination] {
+            let n = min(part.count, 0xFFFF)
+            input.append(UInt8(truncatingIfNeeded: n))
+            input.append(UInt8(truncatingIfNeeded: n >> 8))
+            input.append(contentsOf: part.prefix(n))
+        }
+        var t = UInt64(bitPattern: factor.created)
+        for _ in 0..<8 {
+            input.append(UInt8(truncatingIfNeeded: t))
+            t >>= 8
+        }
+        return SHA256.hash(input)
+    }
+
+    /// Whether this code was sent for `factor` (a saved one: never an enrolment's code).
+    public func isFor(_ factor: Factor) -> Bool { binding == Self.binding(for: factor) }
+
+    /// SHA-256 of `salt` then `code`, hashed from one buffer reserved whole and wiped after
+    /// (`salt + code` left a copy of the code in freed memory: issue 36).
+    static func digest(salt: [UInt8], code: [UInt8]) -> [UInt8] {
+        var input: [UInt8] = []
+        input.reserveCapacity(salt.count &+ code.count)
+        input.append(contentsOf: salt)
+        input.append(contentsOf: code)
+        defer { wipe(&input) }
+        return SHA256.hash(input)
+    }
+
     /// Whether `code` is the live pending code `pending` (nil: none; the same hashing is done
-    /// anyway). Constant time in the code's bytes.
+    /// anyway). Constant time in the code's bytes. No copy of `code` is left in freed memory.
     public static func matches(_ pending: PendingCode?, code: [UInt8], at now: Int64) -> Bool {
         let salt = pending?.salt ?? [UInt8](repeating: 0, count: saltSize)
-        let digest = SHA256.hash(salt + code)
+        let digest = digest(salt: salt, code: code)
         guard let p = pending else { return false }
         let same = constantTimeEqual(digest, p.hash)
         return same && p.isLive(at: now) && code.count == Int(p.digits)

@@ -64,9 +64,9 @@ public protocol TOTPStore: AnyObject {
     func sendCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32?, label: [UInt8], at now: Int64,
                                             options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan
 
-    /// The code sent at `sentAt` for the factor keyed `factorKey` was not delivered: void it;
-    /// `uncount`: its send is not counted either (the program never ran).
-    func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError)
+    /// The code sent at `sentAt` for the factor `binding` names (`PendingCode.binding`) was not
+    /// delivered: void it; `uncount`: its send is not counted either (the program never ran).
+    func voidSentCode(user: [UInt8], sentAt: Int64, binding: [UInt8], uncount: Bool) throws(MFAError)
 
     /// Plans the code that proves a new out-of-band factor (`OutOfBand.planEnrolment`) and,
     /// for `.send`, records it before returning.
@@ -147,7 +147,7 @@ extension TOTPStore {
         .refused("text-message and email codes are not available with this store yet")
     }
 
-    public func voidSentCode(user: [UInt8], sentAt: Int64, factorKey: UInt64, uncount: Bool) throws(MFAError) {}
+    public func voidSentCode(user: [UInt8], sentAt: Int64, binding: [UInt8], uncount: Bool) throws(MFAError) {}
 
     public func confirmEnrolment<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, sentAt: Int64,
                                                            answer: [UInt8], at now: Int64, options: ModuleOptions,

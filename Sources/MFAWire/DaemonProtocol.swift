@@ -153,8 +153,10 @@ public struct DaemonRequest: Equatable, Sendable {
 
     /// Decodes one whole frame. Values are range-checked like the module's own options.
     public static func decode(_ frame: [UInt8]) throws(MFAError) -> DaemonRequest {
-        guard var r = DaemonProtocol.body(frame, reply: false),
-              let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
+        guard var r = DaemonProtocol.body(frame, reply: false) else { throw .malformed("request") }
+        // The reader's copy of the body holds the answer (a typed code): wiped, not just freed (issue 36).
+        defer { wipeInPlace(r.data) }
+        guard let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
               let flags = r.u8(), flags & ~7 == 0,
               let adjacent = r.u8(), let hotpWindow = r.u8(), let resync = r.u16(), let maxFailures = r.u8(),
               let lockout = r.u32(), let kinds = r.u8(), let oobDigits = r.u8(), let oobAttempts = r.u8(),

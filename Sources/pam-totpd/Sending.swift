@@ -78,21 +78,30 @@ enum Sending {
             email = site.emailCommand
         }
 
-        /// Runs the program for `kind` with `destination` as its argument and the message on its
-        /// standard input; nil when it exited 0.
+        /// Runs the program for `kind` with `destination` in its environment
+        /// (`PAM_TOTP_DESTINATION`, never on its command line) and the message on its standard
+        /// input; nil when it exited 0.
         func send(_ kind: FactorKind, _ destination: [UInt8], _ code: [UInt8], minutes: Int64, host: [UInt8]) -> SendFailure? {
             let program: [UInt8]?
-            var message: [UInt8]
+            // The message holds the code: built in one buffer reserved whole before the code is
+            // in it (no growth leaves a copy behind) and wiped after the send (issue 36).
+            var message: [UInt8] = []
             let m = UInt64(max(minutes, 0))
             switch kind {
             case .sms:
                 program = sms
-                message = smsText.render(code: code, host: host, minutes: m)
+                smsText.render(code: code, host: host, minutes: m, into: &message)
             case .email:
                 program = email
                 // The subject line, a blank line, the text: the sender writes the headers (docs/examples/email-sendmail).
-                message = literal("Subject: ") + subject.render(code: code, host: host, minutes: m)
-                    + [0x0A, 0x0A] + emailText.render(code: code, host: host, minutes: m) + [0x0A]
+                message.reserveCapacity(9 &+ subject.renderedLength(code: code, host: host, minutes: m) &+ 2
+                                        &+ emailText.renderedLength(code: code, host: host, minutes: m) &+ 1)
+                message.append(literal: "Subject: ")
+                subject.render(code: code, host: host, minutes: m, into: &message)
+                message.append(0x0A)
+                message.append(0x0A)
+                emailText.render(code: code, host: host, minutes: m, into: &message)
+                message.append(0x0A)
             case .totp, .hotp:
                 return SendFailure("not a kind that is sent", started: false)
             }
@@ -101,8 +110,10 @@ enum Sending {
                 return SendFailure(Message(Array(bytes(kind.name))) + " codes are not sent: the configuration has no "
                                    + Message(Array(bytes(kind.name))) + "_command", started: false)
             }
-            let result = deliver(program: program, destination: destination, message: message, uid: uid, gid: gid,
-                                 timeoutMilliseconds: timeoutMilliseconds)
+            let result = deliver(program: program, kind: Array(bytes(kind.name)), destination: destination, message: message,
+                                 uid: uid, gid: gid, timeoutMilliseconds: timeoutMilliseconds)
+            // What the program printed may repeat the message: read by nothing after this.
+            defer { wipeInPlace(result.output.bytes) }
             if result.isSent { return nil }
             var ran = true
             if case .couldNotStart = result.outcome { ran = false }
@@ -118,14 +129,22 @@ enum Sending {
     /// A number is also masked without its "+" (a gateway's "15105551234").
     static func scrubbed(_ output: [UInt8], kind: FactorKind, destination: [UInt8], code: [UInt8]) -> [UInt8] {
         let masked = Destination.mask(destination, kind: kind)
-        var out = replacing(output, destination, with: masked)
-        if kind == .sms { out = replacing(out, Array(destination.dropFirst()), with: Array(masked.dropFirst())) }
-        return replacing(out, code, with: literal("***"))
+        // The destination first (a code inside the number must not unmask part of it); the
+        // copies that still hold the code are wiped (issue 36).
+        var first = replacing(output, destination, with: masked)
+        var second = kind == .sms ? replacing(first, Array(destination.dropFirst()), with: Array(masked.dropFirst())) : []
+        let out = replacing(kind == .sms ? second : first, code, with: literal("***"))
+        wipe(&first)
+        wipe(&second)
+        return out
     }
 
     static func replacing(_ bytes: [UInt8], _ needle: [UInt8], with replacement: [UInt8]) -> [UInt8] {
         guard !needle.isEmpty, bytes.count >= needle.count else { return bytes }
         var out: [UInt8] = []
+        // Reserved whole (at most bytes.count / needle.count replacements): no growth leaves a
+        // partial copy behind.
+        out.reserveCapacity(bytes.count &+ (bytes.count / needle.count &+ 1) &* replacement.count)
         var i = 0
         while i < bytes.count {
             if i + needle.count <= bytes.count && bytes[i..<(i + needle.count)].elementsEqual(needle) {

@@ -685,6 +685,12 @@ final class Server: @unchecked Sendable {
             return (DaemonReply.outcome(.failed(.malformed("request"))).encoded(), nil)
         }
         let answered = state.handle(request, credentials, Int64(time(nil)))
+        if request.operation == .authenticate {
+            // The answers are codes the user typed (a sent one too), decoded for this request
+            // alone: wiped before they are freed (issue 36).
+            wipeInPlace(request.answer)
+            wipeInPlace(request.previous)
+        }
         func logged(_ reply: DaemonReply, _ line: Message) -> [UInt8] {
             if case .outcome(.failed(.daemon)) = reply {
                 state.log(.error, uid: charged, message: line)
@@ -718,6 +724,8 @@ final class Server: @unchecked Sendable {
             return AdminReply.failed(.malformed("admin request")).encoded()
         }
         let (reply, line) = state.handleAdmin(request, credentials, Int64(time(nil)))
+        // The code typed back at an enrolment, decoded for this request alone (issue 36).
+        if case .confirmEnrolment(_, _, _, _, let answer) = request { wipeInPlace(answer) }
         switch reply {
         case .failed(.daemon), .refused: state.log(.warning, uid: charged, message: line)
         default: state.log(.notice, uid: charged, message: line)

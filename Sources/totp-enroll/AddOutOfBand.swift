@@ -94,8 +94,8 @@ struct OutOfBandEnrolment {
         }
         let again = "run totp-enroll \(kind == .sms ? "add-phone" : "add-email") again"
         while true {
-            guard let line = promptLine("Code sent to \(masked): ") else { throw CLIError("no code entered; nothing was saved") }
-            var answer = Array(line.utf8).filter { $0 != 0x20 }
+            writeStderr("Code sent to \(masked): ")
+            guard var answer = Self.readCode() else { throw CLIError("no code entered; nothing was saved") }
             defer { wipe(&answer) }
             var rng = SystemRandomNumberGenerator()
             // Checked, counted and (if right) saved in one step under the user's lock (fleet
@@ -125,9 +125,37 @@ struct OutOfBandEnrolment {
         }
     }
 
+    /// The code typed back: one line of standard input without its spaces and line end; nil at
+    /// end of input before any byte. Read a byte at a time into a buffer reserved whole (no
+    /// growth leaves a copy behind) that the caller wipes; nothing else holds it (no String):
+    /// a code must not stay in freed memory (issue 36). Bytes past `maxCodeLine` are dropped.
+    static func readCode() -> [UInt8]? {
+        var line: [UInt8] = []
+        line.reserveCapacity(maxCodeLine)
+        var byte: UInt8 = 0
+        var sawAny = false
+        defer { byte = 0 }
+        while true {
+            let n = read(0, &byte, 1)
+            if n < 0 && clibc_errno() == EINTR { continue }
+            guard n == 1 else { break }
+            sawAny = true
+            if byte == 0x0A { break }
+            if byte != 0x20 && byte != 0x0D && line.count < maxCodeLine { line.append(byte) }
+        }
+        guard sawAny else {
+            wipe(&line)
+            return nil
+        }
+        return line
+    }
+
+    static let maxCodeLine = 256
+
     /// Fleet mode: pam-totpd asks the database (admin request `confirmEnrolment`).
     static func confirmThroughDaemon(_ request: AdminRequest, socket: [UInt8]) throws(MFAError) -> EnrolmentCheck {
-        guard let frame = request.encoded() else { throw .invalidParameters("the request does not fit in a frame") }
+        guard var frame = request.encoded() else { throw .invalidParameters("the request does not fit in a frame") }
+        defer { wipe(&frame) }  // it holds the code typed back
         let reply = try AdminReply.decode(try DaemonConnection.exchange(frame, socket: socket, replyMagic: DaemonProtocol.adminReplyMagic))
         switch reply {
         case .number(let n):

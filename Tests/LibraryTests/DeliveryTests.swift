@@ -65,9 +65,11 @@ final class DeliveryTests: XCTestCase {
         return path
     }
 
+    /// Runs `program` as pam-totpd does; the kind is "email" for an address, else "sms".
     func run(_ program: String, _ destination: String, _ message: String, timeout: Int = 10_000,
-             uid: UInt32? = nil, gid: UInt32? = nil) -> DeliveryResult {
-        deliver(program: Array(program.utf8), destination: Array(destination.utf8), message: Array(message.utf8),
+             uid: UInt32? = nil, gid: UInt32? = nil, kind: String? = nil) -> DeliveryResult {
+        deliver(program: Array(program.utf8), kind: Array((kind ?? (destination.contains("@") ? "email" : "sms")).utf8),
+                destination: Array(destination.utf8), message: Array(message.utf8),
                 uid: uid ?? self.uid, gid: gid ?? self.gid, timeoutMilliseconds: timeout)
     }
 
@@ -103,7 +105,7 @@ final class DeliveryTests: XCTestCase {
         spool=SPOOL
         {
             printf 'argc=%s\\n' "$#"
-            printf 'arg1=%s\\n' "$1"
+            printf 'cmdline=%s\\n' "$(tr '\\0' ' ' < /proc/$$/cmdline)"
             printf 'uid=%s\\n' "$(id -u)"
             printf 'gid=%s\\n' "$(id -g)"
             printf 'groups=%s\\n' "$(id -G)"
@@ -122,7 +124,7 @@ final class DeliveryTests: XCTestCase {
         } >> "$spool"
         """
 
-    func testTheProgramRunsAsTheAccountWithOnlyItsArgumentEnvironmentAndInput() throws {
+    func testTheProgramRunsAsTheAccountWithOnlyItsEnvironmentAndInput() throws {
         let spool = try spool()
         let sender = try script("sender", Self.recordingSender.replacingOccurrences(of: "SPOOL", with: spool))
         // What the daemon may have that the program must not inherit: supplementary groups, a
@@ -157,8 +159,8 @@ final class DeliveryTests: XCTestCase {
         func field(_ key: String) -> String? {
             lines.first { $0.hasPrefix(key + ":") }.map { $0.dropFirst(key.count + 1).trimmingCharacters(in: .whitespaces) }
         }
-        XCTAssertEqual(value("argc"), "1")
-        XCTAssertEqual(value("arg1"), "+15105551234")
+        XCTAssertEqual(value("argc"), "0", "no argument: the destination is in the environment (issue 36)")
+        XCTAssertEqual(value("cmdline"), "/bin/sh \(sender) ", "the command line holds the program only")
         XCTAssertEqual(value("uid"), "\(uid)")
         XCTAssertEqual(value("gid"), "\(gid)")
         XCTAssertEqual(value("groups"), "\(gid)", "no supplementary group of the daemon's")
@@ -180,7 +182,8 @@ final class DeliveryTests: XCTestCase {
             guard let s = lines.firstIndex(of: start), let e = lines[s...].firstIndex(of: end) else { return ["missing \(start)"] }
             return Array(lines[(s + 1)..<e])
         }
-        XCTAssertEqual(section("--environ", "--fds"), ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"])
+        XCTAssertEqual(section("--environ", "--fds"), ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "PAM_TOTP_KIND=sms",
+                                                       "PAM_TOTP_DESTINATION=+15105551234"])
         // 0, 1, 2, and the directory ls reads: nothing of the test process's (fd 100 above).
         XCTAssertEqual(section("--fds", "--stdin").sorted(), ["0", "1", "2", "3"])
         // The message exactly, then end of file (cat returned).
@@ -343,6 +346,9 @@ final class DeliveryTests: XCTestCase {
             XCTAssertEqual(run(sender, destination, "x").outcome, .couldNotStart(.invalidDestination), destination)
         }
         XCTAssertEqual(run(sender, "+15105551234", "x", timeout: 0).outcome, .couldNotStart(.invalidTimeout))
+        for kind in ["", "SMS", "sms x", "a=b", String(repeating: "s", count: 17)] {
+            XCTAssertEqual(run(sender, "+15105551234", "x", kind: kind).outcome, .couldNotStart(.invalidKind), kind)
+        }
         // Whoever may change the program would read every code: root's, written by root only.
         XCTAssertEqual(chmod(sender, 0o775), 0)
         XCTAssertEqual(run(sender, "+15105551234", "x").outcome, .couldNotStart(.insecureProgram("is writable by its group or by others")))
@@ -361,14 +367,14 @@ final class DeliveryTests: XCTestCase {
     /// Many at once from many threads (pam-totpd's workers): each gets its own input and output,
     /// none sees another's descriptors (each would hold the others' pipes open otherwise).
     func testConcurrentDeliveriesKeepTheirOwnInputAndOutput() throws {
-        let sender = try script("echo", "#!/bin/sh\nprintf '%s:' \"$1\"\ncat\nls /proc/self/fd | tr '\\n' ' '\n")
+        let sender = try script("echo", "#!/bin/sh\nprintf '%s:' \"$PAM_TOTP_DESTINATION\"\ncat\nls /proc/self/fd | tr '\\n' ' '\n")
         let count = 16
         nonisolated(unsafe) let results = UnsafeMutableBufferPointer<DeliveryResult?>.allocate(capacity: count)
         results.initialize(repeating: nil)
         defer { results.deallocate() }
         let (uid, gid) = (self.uid, self.gid)
         DispatchQueue.concurrentPerform(iterations: count) { i in
-            results[i] = deliver(program: Array(sender.utf8), destination: Array("+1510555\(1000 + i)".utf8),
+            results[i] = deliver(program: Array(sender.utf8), kind: Array("sms".utf8), destination: Array("+1510555\(1000 + i)".utf8),
                                  message: Array("message \(i)".utf8), uid: uid, gid: gid, timeoutMilliseconds: 10_000)
         }
         for i in 0..<count {
@@ -396,11 +402,13 @@ final class DeliveryTests: XCTestCase {
         return try script(name, lines.joined(separator: "\n"))
     }
 
-    func testTheExamplesAreShellScriptsThatCheckTheirArgument() throws {
+    func testTheExamplesAreShellScriptsThatCheckTheirDestination() throws {
         for name in ["email-sendmail", "sms-gammu", "sms-http-curl"] {
             let text = try example(name)
             XCTAssertTrue(text.hasPrefix("#!/bin/sh\n# pam-totpd sender: "), name)
             XCTAssertTrue(text.contains("\nset -eu\n"), name)
+            XCTAssertTrue(text.contains("PAM_TOTP_DESTINATION"), name)
+            XCTAssertFalse(text.contains("$1"), "\(name): pam-totpd gives no argument")
             let path = packageRoot.appendingPathComponent("docs/examples/\(name)").path
             XCTAssertEqual(try runCommand(["sh", "-n", path]).status, 0, name)
             XCTAssertNotEqual(access(path, X_OK), -1, "\(name) is executable")
@@ -408,11 +416,106 @@ final class DeliveryTests: XCTestCase {
             let bad = name.hasPrefix("sms") ? "-15105551234" : "-oQ@x"
             // deliver() refuses a leading "-" itself; run the script directly with other bad input.
             for destination in [bad, name.hasPrefix("sms") ? "+0123456789" : "alice,bob@example.com",
-                                name.hasPrefix("sms") ? "+1234" : "alice"] {
-                let r = try runCommand(["setpriv", "--reuid", "\(uid)", "--regid", "\(gid)", "--clear-groups", copy, destination],
+                                name.hasPrefix("sms") ? "+1234" : "alice", ""] {
+                let r = try runCommand(["setpriv", "--reuid", "\(uid)", "--regid", "\(gid)", "--clear-groups",
+                                        "env", "-i", "PAM_TOTP_DESTINATION=\(destination)", copy],
                                        input: "Subject\nbody 123456\n")
                 XCTAssertEqual(r.status, 65, "\(name) \(destination): \(r.stderr)")
             }
+            // An argument is a caller that is not pam-totpd (or an old contract): refused.
+            let r = try runCommand(["setpriv", "--reuid", "\(uid)", "--regid", "\(gid)", "--clear-groups",
+                                    "env", "-i", "PAM_TOTP_DESTINATION=+15105551234", copy, "+15105551234"], input: "x\n")
+            XCTAssertEqual(r.status, 64, "\(name): \(r.stderr)")
+        }
+    }
+
+    // MARK: - No destination on a command line (issue 36)
+
+    /// The command lines of every live process of the delivery account (/proc/PID/cmdline,
+    /// NULs as spaces), by pid.
+    func commandLines(of uid: UInt32) -> [String: String] {
+        var lines: [String: String] = [:]
+        for pid in liveProcesses(of: uid) {
+            guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { continue }
+            lines[pid] = String(decoding: data.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
+        }
+        return lines
+    }
+
+    /// While a slow sender runs (a gateway that takes seconds, through a child process), every
+    /// local user can read its command line and its child's: neither holds the destination.
+    /// Its environment does, which only its own uid and root may read. Before issue 36 the
+    /// sender ran as `PROGRAM DESTINATION`: the number was in /proc/PID/cmdline.
+    func testWhileASlowSenderRunsNoCommandLineHoldsTheDestination() throws {
+        let spool = try spool()
+        let sender = try script("slow", """
+            #!/bin/sh
+            echo "$$" >> \(spool)
+            sleep 3
+            cat > /dev/null
+            """)
+        for (kind, destination) in [("sms", "+15105551234"), ("email", "alice@example.com")] {
+            XCTAssertEqual(truncate(spool, 0), 0)
+            nonisolated(unsafe) var result: DeliveryResult?
+            let done = DispatchSemaphore(value: 0)
+            let (uid, gid) = (self.uid, self.gid)
+            Thread.detachNewThread {
+                result = deliver(program: Array(sender.utf8), kind: Array(kind.utf8), destination: Array(destination.utf8),
+                                 message: Array("code 492817".utf8), uid: uid, gid: gid, timeoutMilliseconds: 10_000)
+                done.signal()
+            }
+            // The sender and its sleep, seen while they run.
+            var seen: [String: String] = [:]
+            for _ in 0..<40 {
+                seen.merge(commandLines(of: uid)) { a, _ in a }
+                if seen.values.contains(where: { $0.hasPrefix("sleep") }) { break }
+                usleep(50_000)
+            }
+            let leader = try read(spool).split(separator: "\n").first.map(String.init) ?? "?"
+            let environ = FileManager.default.contents(atPath: "/proc/\(leader)/environ").map { String(decoding: $0, as: UTF8.self) } ?? ""
+            // Another local user (not root, not the delivery account) may not read it.
+            let other = try runCommand(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "cat", "/proc/\(leader)/environ"])
+            let otherCmdline = try runCommand(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "cat", "/proc/\(leader)/cmdline"])
+            XCTAssertEqual(done.wait(timeout: .now() + 15), .success)
+            XCTAssertEqual(result?.outcome, .sent)
+            XCTAssertTrue(seen.values.contains { $0.contains("/slow") }, "the sender was seen running: \(seen)")
+            XCTAssertTrue(seen.values.contains { $0.hasPrefix("sleep 3") }, "its child was seen running: \(seen)")
+            let digits = String(destination.dropFirst())
+            for (pid, line) in seen {
+                XCTAssertFalse(line.contains(destination) || (kind == "sms" && line.contains(digits)),
+                               "\(kind): pid \(pid)'s command line holds the destination: \(line)")
+            }
+            XCTAssertEqual(otherCmdline.status, 0, "a command line is every local user's to read")
+            XCTAssertFalse(otherCmdline.stdout.contains(destination))
+            XCTAssertTrue(environ.contains("PAM_TOTP_DESTINATION=\(destination)\0"), "root reads it in the environment: \(environ)")
+            XCTAssertTrue(environ.contains("PAM_TOTP_KIND=\(kind)\0"), environ)
+            XCTAssertNotEqual(other.status, 0, "another user read the sender's environment: \(other.stdout)")
+            XCTAssertFalse(other.stdout.contains(destination))
+        }
+    }
+
+    /// Runs `example` (a configured copy) under strace as pam-totpd would: the argv of every
+    /// program it executed (execve, its whole process tree), one line each.
+    func executedCommandLines(_ example: String, _ destination: String, _ message: String) throws -> (DeliveryResult, String) {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else {
+            throw XCTSkip("strace is not installed (make test-deps)")
+        }
+        let log = try spool("strace-\(UUID().uuidString)")
+        let traced = try script("traced-\(UUID().uuidString)",
+                                "#!/bin/sh\nexec /usr/bin/strace -f -qq -e trace=execve -e signal=none -s 4096 -o \(log) \(example)\n")
+        let result = run(traced, destination, message)
+        return (result, try read(log))
+    }
+
+    /// Every program an example runs, with its arguments: none holds the destination (strace
+    /// sees each execve, however short-lived; /proc only what runs when it looks).
+    func assertNoCommandLineHolds(_ destination: String, _ trace: String, _ name: String, file: StaticString = #filePath, line: UInt = #line) {
+        let execs = trace.split(separator: "\n").filter { $0.contains("execve(") }
+        XCTAssertGreaterThan(execs.count, 1, "\(name): strace saw the programs: \(trace)", file: file, line: line)
+        for exec in execs {
+            XCTAssertFalse(exec.contains(destination) || (destination.hasPrefix("+") && exec.contains(destination.dropFirst())),
+                           "\(name) ran a program with the destination on its command line: \(exec)", file: file, line: line)
+            XCTAssertFalse(exec.contains("492817"), "\(name) ran a program with the code on its command line: \(exec)", file: file, line: line)
         }
     }
 
@@ -468,9 +571,11 @@ final class DeliveryTests: XCTestCase {
         let sender = try configured("email-sendmail", ["SENDMAIL": wrapper, "FROM": "'Sign-in codes <pam-totp@test.invalid>'"])
 
         // As pam-totpd sends it (Sources/pam-totpd/Sending.swift): "Subject: ", a blank line, the text.
-        let result = run(sender, "alice@example.com",
+        let (result, trace) = try executedCommandLines(sender, "alice@example.com",
                          "Subject: Your sign-in code for testhost\n\nYour sign-in code for testhost is 492817. It expires in 5 minutes.\n")
         XCTAssertEqual(result.outcome, .sent, result.summary.string + ": " + result.output.string)
+        assertNoCommandLineHolds("alice@example.com", trace, "email-sendmail")
+        XCTAssertTrue(trace.contains("\"-t\", \"-i\""), "sendmail -t: the recipient from the To: header: \(trace)")
         let mailPath = mailDir + "/1.eml"
         XCTAssertTrue(waitFor { FileManager.default.fileExists(atPath: mailPath) }, "no mail arrived")
         let mail = try read(mailPath).replacingOccurrences(of: "\r\n", with: "\n")
@@ -530,12 +635,17 @@ final class DeliveryTests: XCTestCase {
         XCTAssertEqual(chmod(credentials, 0o640), 0)
         let sender = try configured("sms-http-curl", ["CREDENTIALS": credentials, "PROTOCOLS": "'=http'"])
 
-        let result = run(sender, "+15105551234", "492817 is your sign-in code for testhost. It expires in 5 minutes.\n")
+        let (result, trace) = try executedCommandLines(sender, "+15105551234",
+                                                       "492817 is your sign-in code for testhost. It expires in 5 minutes.\n")
         XCTAssertEqual(result.outcome, .sent, result.summary.string + ": " + result.output.string)
         XCTAssertEqual(result.output.string, #"accepted\n"#)
+        assertNoCommandLineHolds("+15105551234", trace, "sms-http-curl")
+        // Quotes and backslashes in the text reach the gateway as they were.
+        XCTAssertEqual(run(sender, "+15105551234", #"492817 is "your" code\here"#).outcome, .sent)
         let auth = "Basic " + Data("acct:s3cret".utf8).base64EncodedString()
         XCTAssertEqual(try read(requests),
-                       "/send \(auth)\nto=%2B15105551234&text=492817+is+your+sign-in+code+for+testhost.+It+expires+in+5+minutes.\n")
+                       "/send \(auth)\nto=%2B15105551234&text=492817+is+your+sign-in+code+for+testhost.+It+expires+in+5+minutes.\n"
+                       + "/send \(auth)\nto=%2B15105551234&text=492817+is+%22your%22+code%5Chere\n")
 
         // The shipped setting allows HTTPS only: the same gateway over http is refused by curl.
         let shipped = try configured("sms-http-curl", ["CREDENTIALS": credentials])
@@ -544,20 +654,39 @@ final class DeliveryTests: XCTestCase {
         XCTAssertTrue(https.output.string.contains("Protocol"), https.output.string)
     }
 
-    func testSMSThroughGammuSmsdInjectTakesTheTextOnItsInput() throws {
-        // gammu-smsd needs a modem; what the example must get right is its call of
-        // gammu-smsd-inject: the number as an argument, the text on standard input, never argv.
-        let spool = try spool()
-        let inject = try script("gammu-smsd-inject", """
-            #!/bin/sh
-            for a in "$@"; do printf '[%s]' "$a" >> \(spool); done
-            printf '\\n' >> \(spool)
-            cat >> \(spool)
-            """)
-        let sender = try configured("sms-gammu", ["INJECT": inject, "CONFIG": "/etc/gammu-smsdrc"])
-        let result = run(sender, "+15105551234", "492817 is your sign-in code.\n")
+    func testSMSForGammuSmsdIsQueuedInItsOutboxWithTheNumberOnNoCommandLine() throws {
+        // gammu-smsd needs a modem (OutOfBandPeerTests runs the real one on its dummy phone);
+        // what the example must get right is the queued file: gammu-smsd's files service takes
+        // the number from its name and the text from its content (UTF-16 with a byte order mark).
+        let outbox = dir.appendingPathComponent("outbox").path
+        XCTAssertEqual(mkdir(outbox, 0o2770), 0)
+        XCTAssertEqual(chown(outbox, 0, gid), 0)
+        XCTAssertEqual(chmod(outbox, 0o2770), 0)
+        let sender = try configured("sms-gammu", ["OUTBOX": outbox])
+        let (result, trace) = try executedCommandLines(sender, "+15105551234", "492817 is your sign-in code für testhost.\n")
         XCTAssertEqual(result.outcome, .sent, result.output.string)
-        XCTAssertEqual(try read(spool), "[-c][/etc/gammu-smsdrc][TEXT][+15105551234][-len][400]\n492817 is your sign-in code.")
+        assertNoCommandLineHolds("+15105551234", trace, "sms-gammu")
+        let files = try FileManager.default.contentsOfDirectory(atPath: outbox)
+        XCTAssertEqual(files.count, 1, "one file, no temporary one left: \(files)")
+        let name = try XCTUnwrap(files.first)
+        // OUT<priority><date>_<time>_<serial>_<number>_<note>.txt
+        let fields = name.split(separator: "_")
+        XCTAssertTrue(name.hasPrefix("OUTA") && name.hasSuffix(".txt") && fields.count == 5, name)
+        if fields.count == 5 { XCTAssertEqual(fields[3], "+15105551234", name) }
+        let data = try XCTUnwrap(FileManager.default.contents(atPath: outbox + "/" + name))
+        XCTAssertEqual(Array(data.prefix(2)), [0xFE, 0xFF])
+        XCTAssertEqual(String(data: data.dropFirst(2), encoding: .utf16BigEndian), "492817 is your sign-in code für testhost.")
+        var st = stat()
+        XCTAssertEqual(stat(outbox + "/" + name, &st), 0)
+        XCTAssertEqual(st.st_uid, uid)
+        XCTAssertEqual(st.st_mode & 0o7777, 0o640, "not for other users: its name and text hold the number and the code")
+        // A second message at once: another name, both kept.
+        XCTAssertEqual(run(sender, "+15105551234", "code 123456").outcome, .sent)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outbox).count, 2)
+        // An outbox it cannot write to: not sent, said why.
+        XCTAssertEqual(chmod(outbox, 0o2750), 0)
+        let refused = run(sender, "+15105551234", "code 123456")
+        XCTAssertEqual(refused.outcome, .failed(exitStatus: 78), refused.output.string)
     }
 
     /// Starts a server that prints its port on its first line.

@@ -208,6 +208,30 @@ final class DestinationTests: XCTestCase {
         XCTAssertTrue(isPrintableText(rendered))
     }
 
+    /// `render(into:)` grows its buffer once, to `renderedLength`, before the code is in it: a
+    /// buffer that grows frees its old copy of the code unwiped (issue 36).
+    func testRenderingReservesItsBufferBeforeTheCode() throws {
+        let templates = ["%c is your code for %h (valid %m min, 100%% yours)", "%m%m%m%m %c %c %c %h%h", "%c", "x%%c%c%%"]
+        for template in templates {
+            let t = try MessageTemplate(b(template), needsCode: true)
+            for (code, host, minutes) in [(b("123456"), b("web1.example.com"), UInt64(5)), (b("12345678"), b("h\u{1B}x"), UInt64.max),
+                                          ([0x31, 0x0A, 0xFF], b("host"), UInt64(0))] {
+                let whole = t.render(code: code, host: host, minutes: minutes)
+                XCTAssertEqual(t.renderedLength(code: code, host: host, minutes: minutes), whole.count, template)
+                var out = b("Subject: ")
+                t.render(code: code, host: host, minutes: minutes, into: &out)
+                XCTAssertEqual(out, b("Subject: ") + whole, template)
+                XCTAssertGreaterThanOrEqual(out.capacity, out.count)
+                // Reserved whole: the buffer the code went into is the one returned.
+                var reserved: [UInt8] = []
+                reserved.reserveCapacity(t.renderedLength(code: code, host: host, minutes: minutes))
+                let before = reserved.withUnsafeBufferPointer { $0.baseAddress }
+                t.render(code: code, host: host, minutes: minutes, into: &reserved)
+                XCTAssertEqual(reserved.withUnsafeBufferPointer { $0.baseAddress }, before, "\(template): the buffer grew")
+            }
+        }
+    }
+
     func testTemplatesRefused() {
         let escapes = "a message template may use only %c (the code), %h (the host name), %m (the minutes it is valid) and %% (a percent sign)"
         XCTAssertEqual(templateError("%c %x"), escapes)

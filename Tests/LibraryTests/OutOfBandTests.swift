@@ -86,6 +86,95 @@ final class OutOfBandTests: XCTestCase {
         XCTAssertEqual(state.sends, [t0 + 90_000])
     }
 
+    /// Two labels with the same 64-bit FNV-1a hash (found by a distinguished-point search,
+    /// 2^32 hashes): before issue 36 a pending code was bound to its factor by a key made
+    /// from that hash, so two phones of one account with these labels (the same number, enrolled
+    /// in the same second, as an import can make them) had one key, and a code sent for one was
+    /// taken for the other. Now the binding is a SHA-256 of the whole factor.
+    static let collidingLabels = ("jyqyxvpsqvbnf", "3rqog63q3lcol")  // both 0x27c85f66d71bd4bc
+
+    func testLabelsWhoseFNVKeysCollideDoNotShareAPendingCode() throws {
+        let (a, b) = Self.collidingLabels
+        XCTAssertNotEqual(a, b)
+        XCTAssertEqual(fnv1a64(Array(a.utf8)[...]), fnv1a64(Array(b.utf8)[...]), "the labels collide in FNV-1a-64")
+        let first = try phone(a), second = try phone(b)
+        XCTAssertEqual(UserState.key(for: first), UserState.key(for: second), "the old key could not tell them apart")
+        XCTAssertNotEqual(PendingCode.binding(for: first), PendingCode.binding(for: second))
+        let record = UserRecord(uid: 1001, id: 1, factors: [first, second])
+        var o = ModuleOptions()
+        o.oobResendInterval = 0
+        var rng = SplitMix64(seed: 12)
+        guard case .send(let code, let sentFor, let state, _) = OutOfBand.plan(record: record, state: UserState(), label: Array(a.utf8),
+                                                                              at: t0, options: o, using: &rng) else {
+            return XCTFail("send to the first")
+        }
+        XCTAssertEqual(sentFor.label, Array(a.utf8))
+        let pending = try XCTUnwrap(state.pending)
+        XCTAssertTrue(pending.isFor(first))
+        XCTAssertFalse(pending.isFor(second), "the code sent for one factor is bound to it alone")
+        // The code typed back matches through the factor it was sent for, never the other.
+        let verifier = try TOTPVerifier(adjacentIntervals: 1), window = try HOTPWindow()
+        XCTAssertNotNil(try first.check(answer: code, at: t0 + 5, verifier: verifier, hotp: window, state: state, forwardPass: false).step)
+        XCTAssertNil(try second.check(answer: code, at: t0 + 5, verifier: verifier, hotp: window, state: state, forwardPass: false).step,
+                     "a code sent for one factor was taken for the other")
+        // Asking for the other: a new code for it, not "the code already sent" for the first.
+        o.oobResendInterval = 60
+        guard case .refused = OutOfBand.plan(record: record, state: state, label: Array(b.utf8), at: t0 + 1, options: o, using: &rng) else {
+            return XCTFail("the other factor within oob_resend_interval was told to use the first one's code")
+        }
+        o.oobResendInterval = 0
+        guard case .send(_, let other, let next, _) = OutOfBand.plan(record: record, state: state, label: Array(b.utf8), at: t0 + 1,
+                                                                     options: o, using: &rng) else { return XCTFail("send to the other") }
+        XCTAssertEqual(other.label, Array(b.utf8))
+        XCTAssertTrue(try XCTUnwrap(next.pending).isFor(second))
+        // The binding survives the state file, and a pruned record drops a code bound to no factor.
+        var file = [UInt8](repeating: 0, count: UserState.fileSize)
+        file.replaceSubrange(0..<UserState.slotSize, with: state.slotBytes())
+        XCTAssertEqual(UserState.parse(file: file)?.pending, pending)
+        var pruned = state
+        pruned.prune(to: UserRecord(uid: 1001, id: 1, factors: [second]))
+        XCTAssertNil(pruned.pending, "the first factor removed: its code goes, the other's binding does not keep it")
+        // An enrolment's code for either is bound apart from both.
+        XCTAssertNotEqual(OutOfBand.enrolmentBinding(for: first), PendingCode.binding(for: first))
+        XCTAssertNotEqual(OutOfBand.enrolmentBinding(for: first), OutOfBand.enrolmentBinding(for: second))
+    }
+
+    /// A slot written before issue 36 (flags 1: the code bound by a 64-bit key at offset 8) is
+    /// still read: its sends count; its code, which that key bound, is not honoured.
+    func testAStateSlotWithTheOldKeyIsReadWithoutItsCode() throws {
+        var state = UserState()
+        state.failures = 3
+        state.recordSend(at: t0 - 10)
+        state.recordSend(at: t0)
+        var oob = [UInt8](repeating: 0, count: 80 + 16)
+        oob[0] = 1  // a code pending, the old layout
+        oob[1] = 6
+        oob[2] = 3
+        oob[3] = 2
+        for i in 0..<8 { oob[8 + i] = UInt8(truncatingIfNeeded: UserState.key(for: try phone()) >> UInt64(8 * i)) }
+        for i in 0..<8 {
+            oob[80 + i] = UInt8(truncatingIfNeeded: UInt64(t0 - 10) >> UInt64(8 * i))
+            oob[88 + i] = UInt8(truncatingIfNeeded: UInt64(t0) >> UInt64(8 * i))
+        }
+        var slot = UserState().slotBytes()
+        for i in 0..<8 { slot[24 + i] = i == 0 ? 3 : 0 }  // failures
+        slot[6] = UInt8(oob.count)
+        slot[7] = 0
+        slot.replaceSubrange(56..<(56 + oob.count), with: oob)
+        let checksum = fnv1a64(slot[0..<(56 + oob.count)])
+        for i in 0..<8 { slot[UserState.slotSize - 8 + i] = UInt8(truncatingIfNeeded: checksum >> UInt64(8 * i)) }
+        var file = [UInt8](repeating: 0, count: UserState.fileSize)
+        file.replaceSubrange(0..<UserState.slotSize, with: slot)
+        let read = try XCTUnwrap(UserState.parse(file: file), "an old slot is still read")
+        XCTAssertEqual(read.failures, 3)
+        XCTAssertEqual(read.sends, [t0 - 10, t0])
+        XCTAssertNil(read.pending, "a code bound by the old key is not honoured")
+        // Written again: the new layout, no code.
+        var rewritten = [UInt8](repeating: 0, count: UserState.fileSize)
+        rewritten.replaceSubrange(0..<UserState.slotSize, with: read.slotBytes())
+        XCTAssertEqual(UserState.parse(file: rewritten), read)
+    }
+
     // MARK: The send policy
 
     func testSendPolicyLimitsPerAccount() throws {
@@ -360,7 +449,7 @@ final class OutOfBandTests: XCTestCase {
         var rng = SplitMix64(seed: 9)
         var state = UserState()
         state.sends = [Int64.min, Int64.max]
-        state.pending = PendingCode(factorKey: UserState.key(for: record.factors[0]), sentAt: Int64.min, expiresAt: Int64.max, digits: 6,
+        state.pending = PendingCode(binding: PendingCode.binding(for: record.factors[0]), sentAt: Int64.min, expiresAt: Int64.max, digits: 6,
                                     attemptsLeft: 3, salt: [UInt8](repeating: 0, count: 16), hash: [UInt8](repeating: 0, count: 32))
         guard case .refused(let why) = OutOfBand.plan(record: record, state: state, label: Array("phone".utf8), at: t0,
                                                      options: ModuleOptions(), using: &rng) else { return XCTFail("a send in the future") }
@@ -385,7 +474,7 @@ final class OutOfBandTests: XCTestCase {
         }
         let state = try store.readState(user: Array("carol".utf8))
         let pending = try XCTUnwrap(state.pending)
-        XCTAssertEqual(pending.factorKey, OutOfBand.enrolmentKey(for: factor))
+        XCTAssertEqual(pending.binding, OutOfBand.enrolmentBinding(for: factor))
         XCTAssertTrue(PendingCode.matches(pending, code: code, at: t0 + 1))
         // Saved: the enrolment's code is no login code for it.
         try store.enroll(user: Array("carol".utf8), accountUID: 1003, factor: factor, importedCodes: nil, using: &rng)

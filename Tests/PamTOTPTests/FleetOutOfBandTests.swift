@@ -33,9 +33,9 @@ final class FleetOutOfBandTests: XCTestCase {
         XCTAssertEqual(chmod(root.path, 0o755), 0)
         senders = try SenderSpool(in: root)
         // It repeats the number without its + (as gateways do): still masked in every log line.
-        try senders.writeSender("failing-sms", "#!/bin/sh\necho \"gateway says no to ${1#+}\" >&2\nexit 3\n")
+        try senders.writeSender("failing-sms", "#!/bin/sh\necho \"gateway says no to ${PAM_TOTP_DESTINATION#+}\" >&2\nexit 3\n")
         try senders.writeSender("slow-sms", "#!/bin/sh\necho started >> \(root.path)/spool/started\nsleep 4\n"
-                                + "{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(senders.path)\n")
+                                + "{ printf 'to %s\\n' \"$PAM_TOTP_DESTINATION\"; cat; printf '\\n--\\n'; } >> \(senders.path)\n")
 
         cluster = try PostgresCluster()
         try cluster.psql("CREATE DATABASE \(db)")

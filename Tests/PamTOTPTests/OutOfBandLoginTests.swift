@@ -4,6 +4,7 @@ import MFACrypto
 import MFAFileStore
 import MFAPolicy
 import MFASystem
+import MFAWire
 import TestSupport
 import XCTest
 
@@ -311,7 +312,7 @@ final class OutOfBandLoginTests: XCTestCase {
     /// A slow sender (a gateway that takes seconds) does not hold up the account's other
     /// logins: a second terminal is asked, at once, for the code on its way, and logs in with it.
     func testASlowSenderDoesNotHoldUpAnotherTerminal() throws {
-        try writeSender("slow-sms", "#!/bin/sh\nsleep 6\n{ printf 'to %s\\n' \"$1\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        try writeSender("slow-sms", "#!/bin/sh\nsleep 6\n{ printf 'to %s\\n' \"$PAM_TOTP_DESTINATION\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
         try writeConfig(sms: "slow-sms")
         try daemon.start()
         let caller = try ThrowawayAccount(prefix: "tslow")
@@ -346,6 +347,102 @@ final class OutOfBandLoginTests: XCTestCase {
         first.waitUntilExit()
         _ = firstOutput.fileHandleForReading.readDataToEndOfFile()
         XCTAssertEqual(messages.components(separatedBy: "\n--\n").count - 1, 1, "one message for both terminals")
+    }
+
+    /// While pam-totpd's sender runs (a slow gateway, through a child process), no local user
+    /// learns the number from a command line: neither the sender's nor its child's holds it
+    /// (read as root from /proc/PID/cmdline, which every user may read); the sender's
+    /// environment does, which only its own uid and root may read (issue 36: it ran as
+    /// `PROGRAM DESTINATION` before).
+    func testTheNumberIsOnNoCommandLineWhileTheSenderRuns() throws {
+        try writeSender("slow-sms", "#!/bin/sh\nsleep 3\n{ printf 'to %s uid %s\\n' \"$PAM_TOTP_DESTINATION\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        try writeConfig(sms: "slow-sms")
+        try daemon.start()
+        try enrolPhone("nobody", uid: 65534)
+        let path = "/etc/pam.d/" + service
+        try (line().replacingOccurrences(of: "MODULE", with: moduleURL.path) + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
+        p.arguments = [service, "nobody", "authenticate"]
+        let input = Pipe(), output = Pipe()
+        (p.standardInput, p.standardOutput, p.standardError) = (input, output, output)
+        try p.run()
+        defer { if p.isRunning { p.terminate() }; p.waitUntilExit() }
+        let sender = try XCTUnwrap(getpwnam("pam-totp-sender")).pointee.pw_uid
+        var seen: [String: String] = [:]
+        var environ: [String: String] = [:]
+        var othersRead: [String] = []
+        for _ in 0..<100 where !seen.values.contains(where: { $0.hasPrefix("sleep") }) {
+            for pid in processes(of: sender) {
+                guard let cmdline = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { continue }
+                seen[pid] = String(decoding: cmdline.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
+                environ[pid] = FileManager.default.contents(atPath: "/proc/\(pid)/environ").map { String(decoding: $0, as: UTF8.self) }
+                // Another local user: nobody (not the delivery user, not root).
+                let other = try runCommand(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "cat", "/proc/\(pid)/environ"])
+                if other.status == 0 || other.stdout.contains(number) { othersRead.append(pid) }
+            }
+            usleep(50_000)
+        }
+        XCTAssertTrue(waitUntil(timeout: 15) { self.lastCode() != nil }, daemon.output)
+        try input.fileHandleForWriting.close()
+        XCTAssertTrue(seen.values.contains { $0.contains("/senders/slow-sms") }, "the sender was seen running: \(seen)")
+        XCTAssertTrue(seen.values.contains { $0.hasPrefix("sleep 3") }, "its child was seen running: \(seen)")
+        for (pid, cmdline) in seen {
+            XCTAssertFalse(cmdline.contains(number) || cmdline.contains(String(number.dropFirst())),
+                           "pid \(pid): the number is on a command line every local user can read: \(cmdline)")
+        }
+        XCTAssertTrue(environ.values.contains { $0.contains("PAM_TOTP_DESTINATION=\(number)\0") && $0.contains("PAM_TOTP_KIND=sms\0") },
+                      "the sender has the number in its environment: \(environ)")
+        XCTAssertEqual(othersRead, [], "another user read a sender's environment")
+        XCTAssertTrue(messages.hasPrefix("to \(number) uid \(sender)\n"), messages)
+    }
+
+    /// Two phones of one account whose labels collide in 64-bit FNV-1a (the pair in
+    /// OutOfBandTests; the same number, enrolled in the same second), through the real pam-totpd: a code
+    /// sent for the first is not taken for the second (before issue 36 the pending code was
+    /// bound by a key made from that hash: the daemon asked the second one to type the first
+    /// one's code, and accepted it as the second factor's).
+    func testPhonesWhoseLabelsCollideInFNVDoNotShareACode() throws {
+        try daemon.start()
+        let (a, b) = ("jyqyxvpsqvbnf", "3rqog63q3lcol")  // FNV-1a-64 both 0x27c85f66d71bd4bc (OutOfBandTests)
+        let s = try Store(path: Array(daemon.store.utf8))
+        // The second first in the record: a login tries it first.
+        try s.write(user: Array("nobody".utf8), record: UserRecord(uid: 65534, factors: [
+            try Factor(outOfBand: .sms, label: Array(b.utf8), destination: Array(number.utf8), created: 1_700_000_000),
+            try Factor(outOfBand: .sms, label: Array(a.utf8), destination: Array(number.utf8), created: 1_700_000_000)]))
+        var o = ModuleOptions()
+        o.store = Array(daemon.store.utf8)
+        o.maxFailures = 100
+        o.lockoutSeconds = 0
+        func ask(_ op: DaemonOperation, _ answer: String) throws -> DaemonReply {
+            let frame = try XCTUnwrap(DaemonRequest(operation: op, service: Array("oob".utf8), user: Array("nobody".utf8),
+                                                    options: o, answer: Array(answer.utf8)).encoded())
+            let fd = DaemonTests.connectTo(daemon.socketPath)
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            defer { close(fd) }
+            XCTAssertTrue(DaemonTests.send(fd, frame))
+            return try DaemonReply.decode(try XCTUnwrap(DaemonTests.readAll(fd, timeout: 20_000)))
+        }
+        guard case .sent(true, _, _, _) = try ask(.send, a) else { return XCTFail("a code for the first phone: \(daemon.output)") }
+        let code = try XCTUnwrap(lastCode())
+        // The second phone within oob_resend_interval: told to wait, not to type the first one's code.
+        let second = try ask(.send, b)
+        if case .sent = second { XCTFail("the second phone was answered with the first one's code: \(second)") }
+        XCTAssertEqual(senders.count, 1)
+        // The code typed back logs in as the factor it was sent for.
+        guard case .outcome(.success(let factor, _, _, _)) = try ask(.authenticate, code) else { return XCTFail("the code sent") }
+        XCTAssertEqual(String(decoding: factor, as: UTF8.self), a, "the code sent for \(a) was taken as \(String(decoding: factor, as: UTF8.self))'s")
+    }
+
+    /// Live (not zombie) processes whose real uid is `uid`.
+    func processes(of uid: uid_t) -> [String] {
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.filter { $0.allSatisfy(\.isNumber) } ?? []
+        return pids.filter { pid in
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return false }
+            let lines = status.split(separator: "\n")
+            let uids = lines.first { $0.hasPrefix("Uid:") }?.split(whereSeparator: { $0 == "\t" || $0 == " " }) ?? []
+            return !(lines.first { $0.hasPrefix("State:") } ?? "").contains("Z") && uids.count > 1 && uids[1] == "\(uid)"
+        }
     }
 
     // MARK: Enrolment

@@ -10,10 +10,10 @@ import XCTest
 /// Text-message codes end to end against real peers (issue 19):
 ///
 /// - through gammu-smsd: the shipped example sender (docs/examples/sms-gammu, its settings
-///   lines pointed at the test's configuration) run by pam-totpd as `pam-totp-sender`, queueing
-///   with gammu-smsd-inject into a real gammu-smsd (files service) whose phone is gammu's dummy
-///   driver; the code is read back from the message gammu-smsd reports transmitted (its
-///   SentSMSPath), and logs in through the real libpam;
+///   line pointed at the test's outbox) run by pam-totpd as `pam-totp-sender`, queueing a file
+///   in the outbox of a real gammu-smsd (files service) whose phone is gammu's dummy driver;
+///   the code is read back from the message gammu-smsd reports transmitted (its SentSMSPath),
+///   and logs in through the real libpam;
 /// - through a real OpenSSH sshd and `ssh` client driven by `expect` over keyboard-interactive:
 ///   an app user with a backup phone presses Enter at the first prompt, gets the text (a spool
 ///   sender, as in OutOfBandLoginTests), types the code and the remote command runs.
@@ -78,6 +78,16 @@ final class OutOfBandPeerTests: XCTestCase {
     }
 
     // MARK: - gammu-smsd on its dummy phone
+
+    /// A queued text file as the files service moved it to SentSMSPath: the number from its
+    /// name (OUT<priority><date>_<time>_<serial>_<number>_<note>.txt), the text UTF-16 after a
+    /// byte order mark (what docs/examples/sms-gammu writes).
+    static func textFile(name: String, data: Data) -> SMSBackup.Entry? {
+        let fields = name.split(separator: "_")
+        guard name.hasSuffix(".txt"), fields.count == 5, Array(data.prefix(2)) == [0xFE, 0xFF],
+              let text = String(data: data.dropFirst(2), encoding: .utf16BigEndian) else { return nil }
+        return SMSBackup.Entry(number: String(fields[3]), state: "Sent", text: text)
+    }
 
     /// A gammu .smsbackup file (what the files service keeps in SentSMSPath), one entry per
     /// `[SMSBackupNNN]` section: its number, state and text, the text decoded from its `TextNN`
@@ -178,12 +188,12 @@ final class OutOfBandPeerTests: XCTestCase {
                       read(smsdLog))
         XCTAssertTrue(smsd.isRunning, "gammu-smsd exited: \(read(smsdLog))")
 
-        // The example as shipped, its two settings lines pointed at this gammu-smsd.
+        // The example as shipped, its settings line pointed at this gammu-smsd's outbox.
         let senders = daemon.root.appendingPathComponent("senders")
         XCTAssertEqual(mkdir(senders.path, 0o755), 0)
         var lines = try String(contentsOf: packageRoot.appendingPathComponent("docs/examples/sms-gammu"), encoding: .utf8)
             .components(separatedBy: "\n")
-        for (key, value) in ["INJECT": "/usr/bin/gammu-smsd-inject", "CONFIG": smsdrc] {
+        for (key, value) in ["OUTBOX": outbox.path] {
             let i = try XCTUnwrap(lines.firstIndex { $0.hasPrefix(key + "=") }, "sms-gammu has no \(key)= line")
             lines[i] = key + "=" + value
         }
@@ -205,7 +215,12 @@ final class OutOfBandPeerTests: XCTestCase {
             guard prompts.last == "Code sent to +1******1234: " else { return nil }
             guard waitUntil(timeout: 15, { !files(sent).isEmpty }) else { return nil }
             usleep(200_000)  // renamed in whole, but let a slow disk settle
-            message = files(sent).first.map { SMSBackup(read(sent.appendingPathComponent($0).path)) }
+            message = files(sent).first.map { name in
+                var backup = SMSBackup("")
+                let data = FileManager.default.contents(atPath: sent.appendingPathComponent(name).path) ?? Data()
+                if let entry = Self.textFile(name: name, data: data) { backup.entries = [entry] }
+                return backup
+            }
             return message?.text.flatMap { lastCode(in: $0) }.map { Array($0.utf8) }
         }
         let context = { [self] in "\n--- pam-totpd ---\n\(daemon.output)\n--- gammu-smsd ---\n\(read(smsdLog))" }
@@ -272,7 +287,7 @@ final class OutOfBandPeerTests: XCTestCase {
         XCTAssertEqual(mkdir(spoolDir.path, 0o700), 0)
         XCTAssertEqual(chown(spoolDir.path, senderUID, senderGID), 0)
         let spool = spoolDir.appendingPathComponent("messages").path
-        let program = try program(senders, "sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$1\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
+        let program = try program(senders, "sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$PAM_TOTP_DESTINATION\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(spool)\n")
 
         // sshd on the shipped password stack, its pam_totp line also given pam-totpd's socket;
         // pam-totpd on that stack's store (where the user's app factor was enrolled).

@@ -18,7 +18,7 @@ final class SenderSpool {
         guard mkdir(senders, 0o755) == 0, mkdir(spool, 0o700) == 0, let pw = getpwnam("pam-totp-sender"),
               chown(spool, pw.pointee.pw_uid, pw.pointee.pw_gid) == 0 else { throw POSIXError(.EIO) }
         path = spool + "/messages"
-        try writeSender("sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$1\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(path)\n")
+        try writeSender("sms", "#!/bin/sh\n{ printf 'to %s uid %s\\n' \"$PAM_TOTP_DESTINATION\" \"$(id -u)\"; cat; printf '\\n--\\n'; } >> \(path)\n")
     }
 
     func cleanup() {

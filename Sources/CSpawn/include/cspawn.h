@@ -39,17 +39,19 @@ struct cspawn_child {
     int failed_errno;
 };
 
-/// Runs `path destination` (argv exactly those two; `path` absolute, both NUL-terminated) as
-/// `uid`/`gid` with no supplementary groups, in a new session (its pid is its process group),
-/// with the environment exactly PATH=/usr/local/bin:/usr/bin:/bin and LANG=C.UTF-8, the working
+/// Runs `path` (argv exactly that one; absolute, NUL-terminated) as `uid`/`gid` with no
+/// supplementary groups, in a new session (its pid is its process group), with the environment
+/// exactly PATH=/usr/local/bin:/usr/bin:/bin, LANG=C.UTF-8, `kind_variable` and
+/// `destination_variable` (NUL-terminated "PAM_TOTP_KIND=..." and "PAM_TOTP_DESTINATION=...":
+/// the destination never on a command line, which every local user can read), the working
 /// directory /, umask 022, no core dumps, every signal at its default and none blocked, and no
 /// descriptor but 0, 1 and 2. Returns 0 once the program has been executed (the child reports
 /// any failure before execve over a close-on-exec pipe, and is then reaped here), or -1 with
 /// `failed_step` and `failed_errno` set and nothing left open or running. uid or gid 0 (root)
-/// or UINT32_MAX (which the set*id calls read as "unchanged"), and a relative path, are
-/// refused (-1, CSPAWN_STEP_VERIFY, EPERM) without forking.
-int cspawn_start(const uint8_t *path, const uint8_t *destination, uint32_t uid, uint32_t gid,
-                 struct cspawn_child *child);
+/// or UINT32_MAX (which the set*id calls read as "unchanged"), a relative path, and variables
+/// without their names, are refused (-1, CSPAWN_STEP_VERIFY, EPERM) without forking.
+int cspawn_start(const uint8_t *path, const uint8_t *kind_variable, const uint8_t *destination_variable,
+                 uint32_t uid, uint32_t gid, struct cspawn_child *child);
 
 /// waitpid(pid) on EINTR again. `block`: 0 WNOHANG. Returns 1 when reaped, with `*signaled` 0
 /// and the exit status in `*value`, or `*signaled` 1 and the signal; 0 while it still runs
