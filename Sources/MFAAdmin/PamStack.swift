@@ -259,10 +259,13 @@ public struct PamStack: Equatable, Sendable {
                     problems.append(Problem(file: file, line: number, message: literal("a control whose '[' is not closed")))
                     continue
                 }
-                guard let controlWord = rest.first, let target = rest.dropFirst().first?.word else {
+                // The module is a plain word (libpam takes a bracketed one for no module at all).
+                guard let controlWord = rest.first, controlWord.bracketed || !controlWord.word.isEmpty,
+                      let moduleWord = rest.dropFirst().first, !moduleWord.bracketed, !moduleWord.word.isEmpty else {
                     problems.append(Problem(file: file, line: number, message: literal("an incomplete line (a type, a control and a module are needed)")))
                     continue
                 }
+                let target = moduleWord.word
                 let controlLower = PamStack.lowercased(controlWord.word)
                 if !controlWord.bracketed && (equals(controlLower, "include") || equals(controlLower, "substack")) {
                     let isSub = equals(controlLower, "substack")

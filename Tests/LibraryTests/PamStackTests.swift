@@ -82,6 +82,15 @@ final class PamStackTests: XCTestCase {
         XCTAssertEqual(stack.problems.map { $0.line }, [7, 8], "the unclosed bracket and the incomplete line")
     }
 
+    /// Found by the fuzzer (make fuzz, pamstack): a bracketed word where the module goes made
+    /// an entry with an empty module. It is an incomplete line, as an empty bracket is.
+    func testABracketedModuleIsAnIncompleteLine() {
+        let (stack, _) = read(["/p/svc": "auth s []oubstack b\nauth required [x] pam_totp.so\nauth required pam_totp.so\n"])
+        XCTAssertEqual(stack.entries.map(describe), ["svc:3 required pam_totp.so"])
+        XCTAssertEqual(stack.problems.map { $0.line }, [1, 2])
+        XCTAssertTrue(stack.entries.allSatisfy { !$0.module.isEmpty && !$0.control.isEmpty })
+    }
+
     func testMissingFilesAreProblemsAndTheServiceFallsBackToOther() {
         let (stack, _) = read(["/p/svc": "auth include nowhere\nauth required pam_totp.so\n"])
         XCTAssertEqual(stack.entries.map(describe), ["svc:1 include nowhere", "svc:2 required pam_totp.so"])
