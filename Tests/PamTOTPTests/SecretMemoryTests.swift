@@ -251,9 +251,11 @@ final class SecretMemoryTests: XCTestCase {
         defer { daemon.cleanup() }
         let senders = try SenderSpool(in: daemon.root)
         defer { senders.cleanup() }
-        // pam-totpd's file sets the limits a caller without root gets: a new code each login.
+        // pam-totpd's file sets the limits a caller without root gets: a new code each login
+        // (and one number may get them all: the per-destination limits raised too).
         let email = try senders.writeSender("email", try String(contentsOfFile: senders.senders + "/sms", encoding: .utf8))
-        try "store = \(daemon.store)\nsms_command = \(senders.senders)/sms\nemail_command = \(email)\noob_resend_interval = 0\noob_max_per_hour = 32\noob_max_per_day = 32\n"
+        try ("store = \(daemon.store)\nsms_command = \(senders.senders)/sms\nemail_command = \(email)\noob_resend_interval = 0\noob_max_per_hour = 32\noob_max_per_day = 32\n"
+            + "oob_destination_max_per_hour = 100\noob_destination_max_per_day = 100\n")
             .write(toFile: daemon.config, atomically: true, encoding: .utf8)
         let previousPipe = signal(SIGPIPE, SIG_IGN)  // a pamtester that ended before its answer
         defer { signal(SIGPIPE, previousPipe) }
