@@ -102,9 +102,11 @@ extension UserRecord {
             factors.append(factor)
             return true
         } else if equals(keyword, "serial") {
-            // The factor's own serial: right after its line, once, what a stored label may be.
+            // The factor's own serial: right after its line, once, what a stored label may be;
+            // a device's only (a phone or an address has none, and none would be written back).
             guard afterFactor, n == 2, let serial = Percent.decode(f.field(1, of: line)),
-                  (try? Factor.validate(label: serial)) != nil, let last = factors.indices.last else {
+                  (try? Factor.validate(label: serial)) != nil, let last = factors.indices.last,
+                  !factors[last].kind.isOutOfBand else {
                 throw .corruptRecord("bad serial line")
             }
             factors[last].serial = serial
