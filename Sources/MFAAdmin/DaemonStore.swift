@@ -101,7 +101,7 @@ public final class DaemonStore: TOTPStore {
             switch try DaemonReply.decode(try exchange(frame, unixTime, &sent)) {
             case .outcome(let outcome): return outcome
             case .refused(let why): return .failed(.daemon(why))
-            case .enrolled, .sent, .notSent: return .failed(Self.unexpected())
+            case .enrolled, .sent, .notSent, .firstFactor: return .failed(Self.unexpected())
             }
         } catch {
             return .failed(error)

@@ -682,6 +682,8 @@ final class Server: @unchecked Sendable {
             return (DaemonReply.outcome(.failed(.malformed("request"))).encoded(), nil)
         }
         let answered = state.handle(request, credentials, Int64(time(nil)))
+        // Enrolment at first login: the new factor's secret, where every copy made of it shares it.
+        wipeInPlace(request.newSecret)
         func logged(_ reply: DaemonReply, _ line: Message) -> [UInt8] {
             if case .outcome(.failed(.daemon)) = reply {
                 state.log(.error, uid: charged, message: line)
