@@ -246,6 +246,23 @@ final class FleetEnrolAtLoginTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors"), "0")
     }
 
+    /// The secret leaves the module only in its request to pam-totpd, and no freed block of the
+    /// module's process still holds it (ConversationWipeTests' free() scanner, in fleet mode):
+    /// after a wrong code and after an enrolment that saved the factor.
+    func testTheModuleFreesNoUnwipedSecret() throws {
+        let source = fixture.root.appendingPathComponent("enrol_driver.c")
+        let driver = fixture.root.appendingPathComponent("enrol_driver").path
+        try ConversationWipeTests.enrolDriverSource.write(to: source, atomically: true, encoding: .utf8)
+        let cc = try runCommand(["cc", "-O1", "-Wall", "-rdynamic", "-o", driver, source.path, "-lpam"])
+        XCTAssertEqual(cc.status, 0, cc.stderr)
+        let wrong = try runCommand([driver, fixture.confdir.path, "host1", "nobody", "000000"])
+        XCTAssertEqual(wrong.stdout, "secret 20 freed-unwiped 0 rc 7\n", "a wrong code: " + wrong.stderr)
+        awayFromStepBoundary(margin: 5)
+        let right = try runCommand([driver, fixture.confdir.path, "host1", "nobody", "right"])
+        XCTAssertEqual(right.stdout, "secret 20 freed-unwiped 0 rc 0\n", "an enrolment: " + right.stderr)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors WHERE user_name = 'nobody'"), "1", "the factor was saved")
+    }
+
     func hexBytes(_ s: String) -> [UInt8] {
         var out: [UInt8] = []
         var i = s.startIndex
