@@ -263,6 +263,42 @@ final class FleetEnrolAtLoginTests: XCTestCase {
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors WHERE user_name = 'nobody'"), "1", "the factor was saved")
     }
 
+    /// Through a real sshd in fleet mode (the shipped password-then-code stack, its module line
+    /// pointed at host 1's configuration), over keyboard-interactive, as a user with no factor:
+    /// the ssh client prints the QR code, which is scanned; a wrong code saves nothing, the
+    /// right one logs in and saves the factor in the database.
+    func testThroughARealSSHD() throws {
+        let world = try SSHDWorld()
+        defer { world.cleanup() }
+        let server = try world.server("sshd", moduleArguments: "config=\(hosts[0].config) enroll_at_login=2999-12-31", tag: "fleet-enrol")
+        let user = try XCTUnwrap(world.users[.unenrolled])
+        let script = fixture.root.appendingPathComponent("driver.py")
+        try pamtesterDriver.write(to: script, atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        environment["PAMTOTP_PASSWORD"] = user.password
+        environment["LC_ALL"] = "C.UTF-8"  // the client prints UTF-8 (the half blocks) only in a UTF-8 locale
+        func ssh(_ mode: String) throws -> CommandResult {
+            try runCommand(["python3", script.path, mode, "ssh", "-F", "/dev/null", "-p", String(server.port),
+                            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                            "-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=keyboard-interactive",
+                            "-o", "NumberOfPasswordPrompts=1", "-o", "ConnectTimeout=5",
+                            user.name + "@127.0.0.1", SSHDServer.remoteCommand], environment: environment)
+        }
+        let wrong = try ssh("wrong")
+        XCTAssertTrue(wrong.stdout.contains("URI otpauth://totp/"), "the QR code shown by ssh scans:\n" + wrong.stdout + "\n" + server.log())
+        XCTAssertFalse(wrong.stdout.contains(SSHDServer.remoteOutput), wrong.stdout)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.factors"), "0", "a wrong code saves nothing")
+
+        awayFromStepBoundary(margin: 8)
+        let right = try ssh("right")
+        XCTAssertTrue(right.stdout.contains(SSHDServer.remoteOutput), "logged in after enrolling:\n" + right.stdout + "\n" + server.log())
+        let scanned = try XCTUnwrap(right.stdout.split(separator: "\n").first { $0.hasPrefix("URI ") }).dropFirst(4)
+        let secret = try OTPAuthURI(parsing: Array(scanned.utf8)).secret
+        XCTAssertEqual(try sql("SELECT encode(secret, 'hex') FROM pam_totp.factors WHERE user_name = '\(user.name)'"), hex(secret))
+        XCTAssertEqual(try sql("SELECT uid FROM pam_totp.users WHERE name = '\(user.name)'"),
+                       String(getpwnam(user.name).map { $0.pointee.pw_uid } ?? 0))
+    }
+
     func hexBytes(_ s: String) -> [UInt8] {
         var out: [UInt8] = []
         var i = s.startIndex
