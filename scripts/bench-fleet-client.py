@@ -24,7 +24,7 @@ def frame(user, answer):
     for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True),
                         (b"", True)):
         body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
-    return b"PTQ3" + struct.pack(">H", len(body)) + body
+    return b"PTQ4" + struct.pack(">H", len(body)) + body
 
 def connect():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -36,8 +36,8 @@ int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, const char **ar
     if (pam_get_user(pamh, &user, NULL) != PAM_SUCCESS || user == NULL) return PAM_AUTH_ERR;
     if (pam_prompt(pamh, PAM_PROMPT_ECHO_OFF, &answer, "Verification code: ") != PAM_SUCCESS || answer == NULL)
         return PAM_AUTH_ERR;
-    /* "PTQ3", a length, then op 2 (authenticate), 20 bytes of options, service, user, store, answer, previous. */
-    memcpy(frame, "PTQ3", 4);
+    /* "PTQ4", a length, then op 2 (authenticate), 20 bytes of options, service, user, store, answer, previous. */
+    memcpy(frame, "PTQ4", 4);
     memset(frame + n, 0, 22);
     frame[n] = 2;
     frame[n + 2] = 5;

@@ -718,6 +718,58 @@ BEGIN
   END IF;
 END $$;
 
+-- Enrolment at first login (enroll_at_login; docs/FLEET.md): a TOTP factor a host made and
+-- showed its user through the login's conversation, saved only if p_answer is its code within
+-- the host's window (p_window, capped by settings.max_window) on the database's clock, and only
+-- while p_user still has no factor, checked under the user's row lock: of two first
+-- enrolments at once, from any hosts, the first to commit wins and the other adds nothing.
+-- Write-only, as enroll: the secret goes in and never comes out; the proving step is used. A
+-- first factor needs no proof (trust on first use) and records the proof for its role, as
+-- enroll's does. Returns 'enrolled', 'wrong' (nothing saved and nothing counted: no stored
+-- secret was guessed at, the host made this one and showed it to the user) or 'had-factor'
+-- (nothing added). Raises for a record of this name bound to another account. p_secret and
+-- p_answer NULL: the checks only, before the host shows anything ('may-enrol' or
+-- 'had-factor'; nothing changed).
+CREATE FUNCTION pam_totp_api.enroll_first(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
+                                          p_period integer, p_secret bytea, p_answer text, p_window integer) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE
+  f pam_totp.factors%ROWTYPE;
+  m record;
+  win integer;
+  clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM pam_totp_api.require_exact_names(p_user);
+  IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR p_algorithm IS NULL OR p_digits IS NULL OR p_period IS NULL
+     OR (p_secret IS NULL) <> (p_answer IS NULL) THEN
+    RAISE EXCEPTION 'enroll_first: bad arguments' USING ERRCODE = 'P0001';
+  END IF;
+  IF p_secret IS NULL THEN
+    IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN RETURN 'had-factor'; END IF;
+    PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+    RETURN 'may-enrol';
+  END IF;
+  win := least(greatest(coalesce(p_window, 0), 0), (SELECT s.max_window FROM pam_totp.settings s));
+  -- The new factor, in memory only until its code verified: check_factor's TOTP case, no step used yet.
+  f.user_name := p_user; f.kind := 'totp'; f.label := p_label; f.algorithm := p_algorithm; f.digits := p_digits;
+  f.period := p_period; f.secret := p_secret; f.last_step := -1; f.drift := 0;
+  m := pam_totp_api.check_factor(f, p_answer, NULL, clock, win, 0, 0, false);
+  IF m.step IS NULL THEN RETURN 'wrong'; END IF;
+  INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
+  PERFORM 1 FROM pam_totp.users WHERE name = p_user FOR UPDATE;
+  IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN RETURN 'had-factor'; END IF;
+  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
+  INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind)
+  VALUES (p_user, p_label, p_algorithm, p_digits, p_period, clock, m.step, p_secret, 'totp');
+  PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
+                                    upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s, at login');
+  UPDATE pam_totp.users SET proof_role = session_user,
+                            proof_until = clock + (SELECT s.proof_seconds FROM pam_totp.settings s)
+   WHERE name = p_user;
+  RETURN 'enrolled';
+END $$;
+
 -- Replaces the user's recovery codes (hashed by the caller: PBKDF2-HMAC-SHA-256). With
 -- p_codes (an import's plain codes), codes of the old set that were used stay used (an import
 -- never revives one). Returns -1 if no set was there before, else the number left out.
@@ -1188,6 +1240,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.list_factors(text),
   pam_totp_api.check_enrollable(text, bigint, text, bytea),
   pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text),
+  pam_totp_api.enroll_first(text, bigint, text, text, integer, integer, bytea, text, integer),
   pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
   pam_totp_api.remove_factor(text, bigint, text, boolean),
   pam_totp_api.enrolled(text),

@@ -123,6 +123,11 @@ struct MakeSeeds {
             DaemonRequest(operation: .lookup, service: Array("i3lock".utf8), user: Array("alice".utf8), options: ModuleOptions(), answer: []),
             DaemonRequest(operation: .authenticate, service: Array("sshd".utf8), user: Array("alice".utf8), options: o, answer: Array("12345678".utf8)),
             DaemonRequest(operation: .send, service: Array("sshd".utf8), user: Array("alice".utf8), options: ModuleOptions(), answer: Array("phone".utf8)),
+            // Enrolment at first login: the checks (no secret), then the factor with the code typed.
+            DaemonRequest(operation: .mayEnrolAtLogin, service: Array("sshd".utf8), user: Array("alice".utf8), options: ModuleOptions(),
+                          answer: [], newLabel: Array("alice@host1".utf8)),
+            DaemonRequest(operation: .enrolAtLogin, service: Array("login".utf8), user: Array("alice".utf8), options: ModuleOptions(),
+                          answer: Array("123456".utf8), newLabel: Array("alice@host1".utf8), newSecret: Array("12345678901234567890".utf8)),
         ]
         for (i, r) in requests.enumerated() { if let f = r.encoded() { save(f, corpus + "/protocol", "gen-request-\(i + 1)") } }
         let replies: [DaemonReply] = [
@@ -134,6 +139,7 @@ struct MakeSeeds {
                                                    FactorHint(kind: .email, label: Array("mail".utf8), masked: Array("a***@example.com".utf8))])),
             .sent(fresh: true, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: Array("+1******1234".utf8)),
             .notSent("a code was sent 3 s ago: wait 27 s before asking for another"),
+            .firstFactor(.mayEnrol), .firstFactor(.enrolled), .firstFactor(.hadFactor),
         ]
         for (i, r) in replies.enumerated() { save(r.encoded(), corpus + "/protocol", "gen-reply-\(i + 1)") }
 

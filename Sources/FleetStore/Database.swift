@@ -570,6 +570,35 @@ public final class PostgresStore: TOTPStore {
         } catch { throw Self.mappedChange(error) }
     }
 
+    /// Enrolment at first login (`enroll_first`, sql/api.sql): the code checked against the new
+    /// secret on the database's clock, and the factor saved only while the user has no factor,
+    /// under the user's row lock, in one statement. The secret goes in and never comes out.
+    public func enrollAtLogin(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8], answer: [UInt8]?, at now: Int64,
+                              options: ModuleOptions) throws(MFAError) -> FirstFactor {
+        try Factor.validateNew(label: label)
+        var proof: [PQValue] = [.null, .null]  // the checks only
+        if let answer {
+            guard secret.count >= 10 && secret.count <= 128 else { throw .invalidParameters("secret must be 10 to 128 bytes") }
+            guard let text = try? Self.text(answer) else { return .wrongCode }
+            proof = [.bytea(secret), .text(text)]
+        }
+        let p = OTPParameters.default
+        let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
+                                 .text(p.algorithm.name), .text(String(p.digits)), .text(String(p.period))]
+            + proof + [.text(String(options.adjacentIntervals))]
+        let rows: [[String?]]
+        do throws(PQError) {
+            rows = try pool.write("SELECT pam_totp_api.enroll_first($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
+        } catch { throw Self.mappedChange(error) }
+        switch (rows.first?.first ?? nil) ?? "" {
+        case "may-enrol" where answer == nil: return .mayEnrol
+        case "enrolled" where answer != nil: return .enrolled
+        case "wrong" where answer != nil: return .wrongCode
+        case "had-factor": return .hadFactor
+        default: throw MFAError.daemon("database: malformed reply")
+        }
+    }
+
     /// enroll's p_serial: the factor's serial number, or NULL for none (valid UTF-8 once
     /// `validateNew` passed; a file import's is read as its labels are).
     static func serial(_ factor: Factor) -> PQValue {

@@ -158,6 +158,14 @@ public struct DaemonService<S: TOTPStore> {
         do throws(MFAError) { resolved = try lookupAccount() } catch {
             return Answered((.outcome(.failed(error)), who + "account look-up failed"))
         }
+        // Enrolment at first login carries a new factor: only a root caller's module offers it
+        // (sshd, login, su), never a program of the user's own (a screen locker), which would
+        // add a factor with the password alone, skipping the stack it runs under. Nor a trusted
+        // caller's (trusted_callers): they may ask about anyone, never add a factor.
+        if request.operation.carriesFactor && !peer.isRoot {
+            return Answered((.refused("enrolment at login through pam-totpd needs a root caller"),
+                             who + "refused: enrolment at login needs a root caller"))
+        }
         if !mayAskAboutAnyone(peer) {
             // A caller without root asks only about the account whose uid is its own.
             guard let resolved, resolved.uid == peer.uid else {
@@ -167,6 +175,7 @@ public struct DaemonService<S: TOTPStore> {
         }
         let user = resolved?.name ?? request.user
         let options = effectiveOptions(request, peer: peer)
+        if request.operation.carriesFactor { return Answered(enrolAtLogin(request, user: user, account: resolved, options: options, at: now, who: who)) }
         if request.operation == .send { return send(request, user: user, account: resolved, options: options, at: now, who: who) }
         return Answered(handleNow(request, user: user, options: options, at: now, who: who, account: lookupAccount, peer: peer))
     }
@@ -206,6 +215,34 @@ public struct DaemonService<S: TOTPStore> {
             return (.enrolled(hints), who + "lookup: enrolled")
         case .unenrolled, .otherAccount: return (.outcome(.unenrolled), who + "lookup: not enrolled")
         case .failed(let e): return (.outcome(.failed(e)), who + "lookup failed")
+        }
+    }
+
+    /// Enrolment at first login (ops 4 and 5, root callers only: `handleDeferring`): whether the
+    /// store accepts the request's new factor for the account (nothing changed), or the factor
+    /// saved if the answer is its code and the user still has no factor (`TOTPStore.enrollAtLogin`).
+    /// The secret is never logged.
+    func enrolAtLogin(_ request: DaemonRequest, user: [UInt8], account: Account?, options: ModuleOptions, at now: Int64,
+                      who: Message) -> (reply: DaemonReply, log: Message) {
+        let label = " (factor " + printable(request.newLabel) + ")"
+        guard let account else {
+            return (.outcome(.failed(.invalidParameters("no such account"))), who + "enrolment at login: no such account")
+        }
+        let check = request.operation == .mayEnrolAtLogin
+        do throws(MFAError) {
+            try FileStore<LiveSystemCalls>.validate(user: user)
+            let result = try openStore(options.store).enrollAtLogin(user: user, accountUID: account.uid, label: request.newLabel,
+                                                                    secret: request.newSecret, answer: check ? nil : request.answer,
+                                                                    at: now, options: options)
+            switch result {
+            case .mayEnrol: return (.firstFactor(result), who + "enrolment at login may be offered" + label)
+            case .enrolled: return (.firstFactor(result), who + "enrolled at login" + label)
+            case .wrongCode: return (.firstFactor(result), who + "enrolment at login: the code did not verify; nothing saved" + label)
+            case .hadFactor:
+                return (.firstFactor(result), who + "enrolment at login: the user has a factor; nothing " + (check ? "offered" : "added") + label)
+            }
+        } catch {
+            return (.outcome(.failed(error)), who + "enrolment at login failed" + label + ": " + describe(error))
         }
     }
 

@@ -89,6 +89,29 @@ public final class DaemonStore: TOTPStore {
         return .enrolled(DaemonEnrolled(user: user))
     }
 
+    /// Enrolment at first login through pam-totpd: the module's own ops 4 and 5 (root callers
+    /// only; totp-enroll does not use it, the store contract does).
+    public func enrollAtLogin(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8], answer: [UInt8]?, at now: Int64,
+                              options: ModuleOptions) throws(MFAError) -> FirstFactor {
+        var o = options
+        o.store = storePath
+        guard var frame = DaemonRequest(operation: answer == nil ? .mayEnrolAtLogin : .enrolAtLogin, service: service, user: user,
+                                        options: o, answer: answer ?? [], newLabel: label,
+                                        newSecret: answer == nil ? [] : secret).encoded() else { throw .invalidParameters("the answer is too long") }
+        defer { wipe(&frame) }
+        var sent = false
+        let replyFrame: [UInt8]
+        do throws(MFAError) { replyFrame = try exchange(frame, now, &sent) } catch {
+            throw sent && answer != nil ? Self.unconfirmed(error) : error
+        }
+        switch try DaemonReply.decode(replyFrame) {
+        case .firstFactor(let result): return result
+        case .outcome(.failed(let e)): throw e
+        case .refused(let why): throw .daemon(why)
+        default: throw Self.unexpected()
+        }
+    }
+
     public func authenticate(answer: [UInt8], previous: [UInt8]?, at unixTime: Int64, options: ModuleOptions,
                              process: UInt32, enrolled: DaemonEnrolled) -> AuthOutcome {
         var o = options
@@ -101,7 +124,7 @@ public final class DaemonStore: TOTPStore {
             switch try DaemonReply.decode(try exchange(frame, unixTime, &sent)) {
             case .outcome(let outcome): return outcome
             case .refused(let why): return .failed(.daemon(why))
-            case .enrolled, .sent, .notSent: return .failed(Self.unexpected())
+            case .enrolled, .sent, .notSent, .firstFactor: return .failed(Self.unexpected())
             }
         } catch {
             return .failed(error)

@@ -88,13 +88,41 @@ extension FileStore {
         try enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: importedCodes, onlyIfNone: false, using: &generator)
     }
 
-    /// Enrolment at first login: `enroll`, but only while the user has no factor, checked
-    /// under the lock. The check made before the QR code was shown is not enough: a factor
-    /// enrolled meanwhile (totp-enroll, another login) would otherwise get a second one from
-    /// whoever holds only the password and kept the enrolment prompt open.
-    public func enrollFirst<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
-                                                      using generator: inout G) throws(MFAError) {
-        try enroll(user: user, accountUID: accountUID, factor: factor, importedCodes: nil, onlyIfNone: true, using: &generator)
+    /// Enrolment at first login (`TOTPStore.enrollAtLogin`): the code is checked against the
+    /// new secret first (nothing is locked for that), then the factor is saved with that step
+    /// used, only while the user has no factor, checked under the lock. The check made before
+    /// the QR code was shown is not enough: a factor enrolled meanwhile (totp-enroll, another
+    /// login) would otherwise get a second one from whoever holds only the password and kept
+    /// the enrolment prompt open.
+    @_optimize(size)  // cold: not on a login's path
+    public func enrollAtLogin(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8], answer: [UInt8]?, at now: Int64,
+                              options: ModuleOptions) throws(MFAError) -> FirstFactor {
+        try Factor.validateNew(label: label)
+        guard let answer else {  // the checks only, before anything is shown: no lock, nothing written
+            return try hasFactorOrCheck(user: user, accountUID: accountUID, label: label) ? .hadFactor : .mayEnrol
+        }
+        let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
+        guard let step = try verifier.verify(answer: answer, key: HMACKey(algorithm: .sha1, key: secret), parameters: .default,
+                                             at: now) else { return .wrongCode }
+        let factor = try Factor(label: label, parameters: .default, created: now, enrolledStep: step, secret: secret)
+        var generator = SystemRandomNumberGenerator()
+        // 0: the user has a factor (withLock's specialisation for Int, which enroll has too).
+        let saved = try withLock(user: user) { () throws(MFAError) -> Int in
+            if try hasFactorOrCheck(user: user, accountUID: accountUID, label: label) { return 0 }
+            return try enrollLocked(user: user, accountUID: accountUID, factor: factor, importedCodes: nil, onlyIfNone: true,
+                                    using: &generator) + 1
+        }
+        return saved == 0 ? .hadFactor : .enrolled
+    }
+
+    /// Enrolment at first login: true if the user has a factor; else throws unless a factor
+    /// `label` may be added (`checkAddable`: the record's account).
+    func hasFactorOrCheck(user: [UInt8], accountUID: UInt32, label: [UInt8]) throws(MFAError) -> Bool {
+        guard let existing = try read(user: user) else { return false }
+        defer { existing.wipeSecretsInPlace() }
+        if !existing.factors.isEmpty { return true }
+        try Self.checkAddable(to: existing, accountUID: accountUID, label: label, secret: nil)
+        return false
     }
 
     @discardableResult

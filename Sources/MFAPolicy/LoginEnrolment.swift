@@ -3,8 +3,8 @@ import MFASystem
 
 /// Enrolment at first login (`enroll_at_login`, docs/ARCHITECTURE.md, section 5.5): what the module
 /// shows and checks, without the PAM conversation. A new secret, its `otpauth://` URI and
-/// grouped key; the QR code drawn in Unicode half blocks from a module matrix; the answer
-/// checked over the window, giving the factor to save with its step recorded as used.
+/// grouped key; the QR code drawn in Unicode half blocks from a module matrix. The store checks
+/// the answer and saves the factor (`TOTPStore.enrollAtLogin`).
 public struct LoginEnrolment {
     public var secret: [UInt8]
     public let label: [UInt8]
@@ -40,16 +40,6 @@ public struct LoginEnrolment {
         return out
     }
 
-    /// The factor to save when `answer` is a valid code in the window at `unixTime` (its step
-    /// becomes the enrolment step, so that code cannot log in again); nil otherwise. Every
-    /// step is computed (TOTPVerifier).
-    @_optimize(size)  // cold: not on a login's path
-    public func factor(answer: [UInt8], at unixTime: Int64, verifier: TOTPVerifier) throws(MFAError) -> Factor? {
-        let key = HMACKey(algorithm: .sha1, key: secret)
-        guard let step = try verifier.verify(answer: answer, key: key, parameters: .default, at: unixTime) else { return nil }
-        return try Factor(label: label, parameters: .default, created: unixTime, enrolledStep: step, secret: secret)
-    }
-
     /// The QR code as lines of text: two module rows per line with Unicode half blocks and a
     /// 4-module quiet zone, light modules drawn (`qrencode -t UTF8`). `modules` holds
     /// width × width bytes, bit 0 set for a dark module.
@@ -77,4 +67,17 @@ public struct LoginEnrolment {
         }
         return lines
     }
+}
+
+/// What enrolment at first login came to (`TOTPStore.enrollAtLogin`; pam-totpd's reply kind 12).
+public enum FirstFactor: UInt8, Equatable, Sendable {
+    /// The checks passed: the user may enrol the factor (nothing changed; pam-totpd's op 4).
+    case mayEnrol = 0
+    /// Saved, with the proving step used.
+    case enrolled = 1
+    /// The code did not verify: nothing saved.
+    case wrongCode = 2
+    /// The user has a factor (enrolled while the prompt was open, from this host or another):
+    /// nothing added.
+    case hadFactor = 3
 }

@@ -33,6 +33,17 @@ public protocol TOTPStore: AnyObject {
     /// The checks `enroll` will make, before anything is shown or a code is asked for.
     func checkEnrollable(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError)
 
+    /// Enrolment at first login: saves a TOTP factor `label` of `secret` (made by the module and
+    /// shown to the user; SHA-1, 6 digits, 30 s: `OTPParameters.default`) with the step of
+    /// `answer` used, only if `answer` is its code in the window of `options.adjacentIntervals`
+    /// at `now` (a database: on its own clock) and only while the user has no factor — one step
+    /// under the user's lock, so of two first enrolments at once the first wins and the second
+    /// adds nothing (`.hadFactor`). Nothing is saved unless it returns `.enrolled`; it throws
+    /// when the factor cannot be saved (another account's record). `answer` nil: only the
+    /// checks, before anything is shown (`.mayEnrol` or `.hadFactor`; `secret` unused).
+    func enrollAtLogin(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8], answer: [UInt8]?, at now: Int64,
+                       options: ModuleOptions) throws(MFAError) -> FirstFactor
+
     /// Adds a proven factor (and, for an import, recovery codes) in one commit.
     @discardableResult
     func enroll<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor,
@@ -139,6 +150,12 @@ extension TOTPStore {
 }
 
 extension TOTPStore {
+    /// A store without enrolment at first login.
+    public func enrollAtLogin(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8], answer: [UInt8]?, at now: Int64,
+                              options: ModuleOptions) throws(MFAError) -> FirstFactor {
+        throw .invalidParameters("enrolment at login is not available with this store")
+    }
+
     /// A store without sent codes: typed codes only.
     public func hints(_ enrolled: Enrolled, kinds: UInt8) -> FactorHints { FactorHints() }
 

@@ -8,15 +8,17 @@ import MFASystem
 // the daemon share one encoder and one bounded decoder (fuzzed: Fuzz/ target "protocol").
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
-//   request  "PTQ3": op u8 (1 lookup, 2 authenticate, 3 send a code) · flags u8 (1 nullok,
-//            2 forward_pass, 4 debug) · adjacent_intervals u8 · hotp_window u8 ·
-//            hotp_resync_window u16 · max_failures u8 · lockout u32 · factor_kinds u8 ·
-//            oob_digits u8 · oob_max_attempts u8 · oob_lifetime u16 · oob_resend_interval u16 ·
-//            oob_max_per_hour u8 · oob_max_per_day u8 · service (u8 length + bytes) · user
-//            (u8 + bytes) · store (u16 + bytes) · answer (u16 + bytes; send: the factor's
-//            label) · previous answer (u16 + bytes; empty: none; the login's answer before,
-//            told "resync")
-//   reply    "PTR3": kind u8, then by kind —
+//   request  "PTQ4": op u8 (1 lookup, 2 authenticate, 3 send a code, 4 may this user enrol at
+//            login, 5 enrol at login) · flags u8 (1 nullok, 2 forward_pass, 4 debug) ·
+//            adjacent_intervals u8 · hotp_window u8 · hotp_resync_window u16 · max_failures u8 ·
+//            lockout u32 · factor_kinds u8 · oob_digits u8 · oob_max_attempts u8 ·
+//            oob_lifetime u16 · oob_resend_interval u16 · oob_max_per_hour u8 · oob_max_per_day u8 ·
+//            service (u8 length + bytes) · user (u8 + bytes) · store (u16 + bytes) · answer
+//            (u16 + bytes; send: the factor's label; 5: the code typed) · previous answer (u16 +
+//            bytes; empty: none; the login's answer before, told "resync"); ops 4 and 5 only,
+//            the new factor (SHA-1, 6 digits, 30 s: what enrolment at login makes): label (u8 +
+//            bytes) · secret (u8 + bytes: empty for 4, 10 to 64 bytes for 5)
+//   reply    "PTR4": kind u8, then by kind —
 //            0 success: step u64 · digits u8 · label (u8 + bytes)
 //            1 recovery code: remaining u16
 //            2 wrong code: replayed u8 · failures u32 · locked until i64 (0: none)
@@ -30,6 +32,8 @@ import MFASystem
 //            10 sent (send): fresh u8 (0: the earlier code is still valid) · sent at i64 ·
 //              expires at i64 · masked destination (u8 + bytes)
 //            11 not sent (send): message for the user (u16 + bytes)
+//            12 first factor (ops 4, 5): u8 (0 may enrol, 1 enrolled, 2 wrong code: nothing
+//              saved, 3 the user has a factor: nothing added)
 //            error = kind u8 · errno i32 · message (u16 + bytes)
 // Nothing else is accepted: unknown magic, op, kind or flag bits, a length beyond the frame,
 // or bytes left over are all `malformed`.
@@ -39,11 +43,11 @@ public enum DaemonProtocol {
     /// The largest frame either side sends or accepts.
     public static let maxFrameSize = 4096
     public static let maxAnswerLength = 1024
-    /// Version 2 (HOTP's window, resync's reach and the previous answer): a module and a
-    /// daemon of different versions refuse each other's frames (the login is denied, and
-    /// pam-totpd logs a malformed request) rather than misread a field.
-    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x33] }  // "PTQ3"
-    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x33] }    // "PTR3"
+    /// Version 4 (enrolment at first login: ops 4 and 5, reply kind 12; 3 added sent codes, 2
+    /// HOTP's fields): a module and a daemon of different versions refuse each other's frames
+    /// (the login is denied, and pam-totpd logs a malformed request) rather than misread a field.
+    public static var requestMagic: [UInt8] { [0x50, 0x54, 0x51, 0x34] }  // "PTQ4"
+    public static var replyMagic: [UInt8] { [0x50, 0x54, 0x52, 0x34] }    // "PTR4"
 
     /// The whole frame's length from its first `headerSize` bytes, or nil if they do not
     /// start a frame of the expected kind within `maxFrameSize`.
@@ -89,6 +93,15 @@ public enum DaemonOperation: UInt8, Sendable {
     case authenticate = 2
     /// Send a code to the factor named by the request's answer field (text message, email).
     case send = 3
+    /// Enrolment at first login (root callers only): may the user enrol a factor of the
+    /// request's `newLabel` (no secret is sent for this)? Nothing is changed.
+    case mayEnrolAtLogin = 4
+    /// Enrolment at first login (root callers only): save the request's new factor (`newLabel`,
+    /// `newSecret`) if the answer is its code and the user still has no factor, as one step.
+    case enrolAtLogin = 5
+
+    /// The two that carry a new factor.
+    public var carriesFactor: Bool { rawValue >= 4 }
 }
 
 /// What the module asks pam-totpd.
@@ -103,15 +116,22 @@ public struct DaemonRequest: Equatable, Sendable {
     public var answer: [UInt8]
     /// The login's answer before `answer`, told `resyncNeeded` (a token's resync); empty: none.
     public var previous: [UInt8]
+    /// Ops 4 and 5 (enrolment at first login): the new factor's label, and (op 5 only) its
+    /// secret: the module made it, and it leaves the module in that one request. Its
+    /// parameters are enrolment at login's: SHA-1, 6 digits, 30 s (`OTPParameters.default`).
+    public var newLabel: [UInt8]
+    public var newSecret: [UInt8]
 
     public init(operation: DaemonOperation, service: [UInt8], user: [UInt8], options: ModuleOptions, answer: [UInt8],
-                previous: [UInt8] = []) {
+                previous: [UInt8] = [], newLabel: [UInt8] = [], newSecret: [UInt8] = []) {
         self.operation = operation
         self.service = service
         self.user = user
         self.options = options
         self.answer = answer
         self.previous = previous
+        self.newLabel = newLabel
+        self.newSecret = newSecret
     }
 
     /// The frame, or nil if a field is too long to send (a name over 255 bytes, a store
@@ -146,6 +166,10 @@ public struct DaemonRequest: Equatable, Sendable {
         Writer.long(options.store, &b)
         Writer.long(answer, &b)
         Writer.long(previous, &b)
+        if operation.carriesFactor {
+            Writer.short(newLabel, &b)
+            Writer.short(newSecret, &b)
+        }
         let out = DaemonProtocol.frame(DaemonProtocol.requestMagic, b)
         wipe(&b)
         return out
@@ -162,7 +186,19 @@ public struct DaemonRequest: Equatable, Sendable {
               let lockout = r.u32(), let kinds = r.u8(), let oobDigits = r.u8(), let oobAttempts = r.u8(),
               let oobLifetime = r.u16(), let oobResend = r.u16(), let oobHour = r.u8(), let oobDay = r.u8(),
               let service = r.short(), let user = r.short(), let store = r.long(),
-              let answer = r.long(), let previous = r.long(), r.atEnd else { throw .malformed("request") }
+              let answer = r.long(), let previous = r.long() else { throw .malformed("request") }
+        // Ops 4 and 5: the new factor (a name a factor may have; the secret only with op 5,
+        // as long as a factor's may be, 10 to 64 bytes).
+        var newLabel: [UInt8] = []
+        var newSecret: [UInt8] = []
+        if operation.carriesFactor {
+            guard let label = r.short(), (try? Factor.validate(label: label)) != nil, let secret = r.short(),
+                  operation == .enrolAtLogin ? secret.count >= 10 && secret.count <= 64 : secret.isEmpty else {
+                throw .malformed("request factor")
+            }
+            (newLabel, newSecret) = (label, secret)
+        }
+        guard r.atEnd else { throw .malformed("request") }
         var o = ModuleOptions()
         guard Int(adjacent) <= TOTPVerifier.maxAdjacentIntervals, HOTPWindow.sizeRange.contains(Int(hotpWindow)),
               HOTPWindow.resyncRange.contains(Int(resync)), previous.count <= DaemonProtocol.maxAnswerLength,
@@ -191,7 +227,8 @@ public struct DaemonRequest: Equatable, Sendable {
         o.oobMaxPerHour = Int(oobHour)
         o.oobMaxPerDay = Int(oobDay)
         o.store = store
-        return DaemonRequest(operation: operation, service: service, user: user, options: o, answer: answer, previous: previous)
+        return DaemonRequest(operation: operation, service: service, user: user, options: o, answer: answer, previous: previous,
+                             newLabel: newLabel, newSecret: newSecret)
     }
 }
 
@@ -208,6 +245,8 @@ public enum DaemonReply: Equatable, Sendable {
     /// The caller may not ask about this user (a caller without root asks only for its own
     /// account), or was turned away; the message says why, for the module's log line.
     case refused(Message)
+    /// Ops 4 and 5: what enrolment at first login came to.
+    case firstFactor(FirstFactor)
 
     public func encoded() -> [UInt8] {
         var b: [UInt8] = []
@@ -249,6 +288,8 @@ public enum DaemonReply: Equatable, Sendable {
             b.append(11); Writer.long(Array(why.bytes.prefix(1024)), &b)
         case .refused(let why):
             b.append(8); Writer.long(Array(why.bytes.prefix(1024)), &b)
+        case .firstFactor(let result):
+            b.append(12); b.append(result.rawValue)
         }
         // Every field above is bounded far below the frame size.
         return DaemonProtocol.frame(DaemonProtocol.replyMagic, b) ?? DaemonProtocol.replyMagic + [0, 1, 5]
@@ -305,6 +346,9 @@ public enum DaemonReply: Equatable, Sendable {
         case 9:
             guard let failures = r.u32() else { throw .malformed("reply") }
             reply = .outcome(.resyncNeeded(failures: failures))
+        case 12:
+            guard let result = r.u8().flatMap(FirstFactor.init(rawValue:)) else { throw .malformed("reply") }
+            reply = .firstFactor(result)
         default:
             throw .malformed("reply")
         }
@@ -343,7 +387,9 @@ package struct Reader {
     package mutating func u16() -> UInt16? { uint(2).map { UInt16(truncatingIfNeeded: $0) } }
     package mutating func u32() -> UInt32? { uint(4).map { UInt32(truncatingIfNeeded: $0) } }
     package mutating func u64() -> UInt64? { uint(8) }
+    @inline(never)
     package mutating func short() -> [UInt8]? { u8().flatMap { bytes(Int($0)) } }
+    @inline(never)
     package mutating func long() -> [UInt8]? { u16().flatMap { bytes(Int($0)) } }
 
     package mutating func error() -> MFAError? {
@@ -376,12 +422,14 @@ package enum Writer {
     package static func u64(_ v: UInt64, _ out: inout [UInt8]) {
         for i in (0..<8).reversed() { out.append(UInt8(truncatingIfNeeded: v >> UInt64(i * 8))) }
     }
-    /// At most 255 bytes (callers bound it).
+    /// At most 255 bytes (callers bound it). Not inlined: called for most fields of every frame.
+    @inline(never)
     package static func short(_ bytes: [UInt8], _ out: inout [UInt8]) {
         let b = bytes.prefix(255)
         out.append(UInt8(truncatingIfNeeded: b.count)); out.append(contentsOf: b)
     }
-    /// At most 65535 bytes (callers bound it).
+    /// At most 65535 bytes (callers bound it). Not inlined: called for most fields of every frame.
+    @inline(never)
     package static func long(_ bytes: [UInt8], _ out: inout [UInt8]) {
         let b = bytes.prefix(65535)
         u16(UInt16(truncatingIfNeeded: b.count), &out); out.append(contentsOf: b)

@@ -4,6 +4,7 @@ import MFACrypto
 import MFAFileStore
 import MFAPolicy
 import MFASystem
+import MFAWire
 
 // Enrolment at first login (`enroll_at_login=YYYY-MM-DD`, docs/ARCHITECTURE.md, section 5.5): a user
 // with no factor, logging in as root-run services do (sshd, login, su, sudo), is shown a QR
@@ -11,24 +12,21 @@ import MFASystem
 // the factor (its step used) and the module succeeds; anything else saves nothing and fails.
 // libqrencode is dlopen'ed only here (clibc_qr_encode), so every other login keeps its cost.
 
-/// The PAM code of a first-login enrolment, or nil when none is offered (past the last day, no
-/// such account, or the record cannot take a factor): the login then goes on as for any
-/// unenrolled user.
+/// The PAM code of a first-login enrolment, or nil when none is offered (no such account, or
+/// the store will not take a factor): the login then goes on as for any unenrolled user. Called
+/// before the last day only (`verify`). `store`: the login's (LoginStore: in process as root,
+/// or pam-totpd in fleet mode, which takes it from root callers only).
 @_optimize(size)  // cold: not on a login's path
-func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, until: Int64) -> Int32? {
-    let now = Int64(time(nil))
+func enrolAtLogin(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], options: ModuleOptions, until: Int64) -> Int32? {
     let who = "user " + printable(user)
-    guard now < until else {
-        if options.debug { log(pamh, LOG_DEBUG, "enroll_at_login ended: not offered to " + who) }
-        return nil
-    }
     guard let account = try? lookupAccount(user) else { return nil }
     var rng = SystemRandomNumberGenerator()
     var enrolment = LoginEnrolment(user: account.name, host: hostName(), using: &rng)
-    let store: Store
+    defer { enrolment.wipeSecret() }
     do throws(MFAError) {
-        store = try Store(path: options.store)
-        try store.checkEnrollable(user: account.name, accountUID: account.uid, label: enrolment.label, secret: enrolment.secret)
+        guard try store.enrollAtLogin(account: account, label: enrolment.label, secret: [], answer: nil, options: options) == .mayEnrol else {
+            throw .invalidParameters("a factor was enrolled meanwhile")
+        }
     } catch {
         log(pamh, LOG_WARNING, "enroll_at_login not offered to " + who + ": " + describe(error))
         return nil
@@ -37,28 +35,30 @@ func enrolAtLogin(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, 
 
     let shown = present(pamh, enrolment, until: until, who: who)
     guard shown, var answer = prompt(pamh, "Verification code from your app: ") else {
-        enrolment.wipeSecret()
         log(pamh, LOG_ERR, "conversation failed during enrolment at login for " + who)
         return PAM_CONV_ERR
     }
     defer { wipe(&answer) }
-    let code = answer.filter { $0 != 0x20 }
+    var code = answer.filter { $0 != 0x20 }
+    defer { wipe(&code) }
+    let result: FirstFactor
     do throws(MFAError) {
-        let verifier = try TOTPVerifier(adjacentIntervals: options.adjacentIntervals)
-        guard var factor = try enrolment.factor(answer: code, at: Int64(time(nil)), verifier: verifier) else {
-            enrolment.wipeSecret()
-            log(pamh, LOG_NOTICE, "enrolment at login for " + who + " failed: the code did not verify; nothing saved")
-            return PAM_AUTH_ERR
-        }
-        defer { wipe(&factor.secret) }
-        enrolment.wipeSecret()
-        try store.enrollFirst(user: account.name, accountUID: account.uid, factor: factor, using: &rng)
-        log(pamh, LOG_NOTICE, who + " enrolled factor " + printable(factor.label) + " at login (enroll_at_login)")
+        result = try store.enrollAtLogin(account: account, label: enrolment.label, secret: enrolment.secret, answer: code, options: options)
+    } catch {
+        log(pamh, LOG_ERR, "enrolment at login for " + who + " failed, nothing saved: " + describe(error))
+        return PAM_AUTH_ERR
+    }
+    switch result {
+    case .enrolled:
+        log(pamh, LOG_NOTICE, who + " enrolled factor " + printable(enrolment.label) + " at login (enroll_at_login)")
         _ = showInfo(pamh, [literal("Enrolled. From now on log in with a code from your app; run totp-enroll recovery-codes for recovery codes.")])
         return PAM_SUCCESS
-    } catch {
-        enrolment.wipeSecret()
-        log(pamh, LOG_ERR, "enrolment at login for " + who + " failed, nothing saved: " + describe(error))
+    case .hadFactor:
+        log(pamh, LOG_NOTICE, "enrolment at login for " + who + " added nothing: a factor was enrolled meanwhile")
+        _ = showInfo(pamh, [literal("A factor was enrolled for you meanwhile (another login or totp-enroll): nothing was added. Log in with that one.")])
+        return PAM_AUTH_ERR
+    case .wrongCode, .mayEnrol:
+        log(pamh, LOG_NOTICE, "enrolment at login for " + who + " failed: the code did not verify; nothing saved")
         return PAM_AUTH_ERR
     }
 }

@@ -52,8 +52,41 @@ enum LoginStore {
         return .files(login)
     }
 
-    /// Enrolment at first login writes the store itself: in process only.
-    var mayEnrolAtLogin: Bool { if case .files = self { return true }; return false }
+    /// Enrolment at first login is for root callers (sshd, login, su): in process with files;
+    /// in fleet mode through pam-totpd, which takes it from root callers only. Never for a
+    /// caller without root (a screen locker), whose requests pam-totpd answers for files too.
+    /// Before `options.enrollAtLoginUntil`, and never with forward_pass (one question only).
+    @_optimize(size)  // cold: only with enroll_at_login
+    @inline(never)
+    func offersEnrolment(_ options: ModuleOptions) -> Bool {
+        guard let until = options.enrollAtLoginUntil, !options.forwardPass, Int64(time(nil)) < until else { return false }
+        if case .files = self { return true }
+        return options.backend == .postgresql && clibc_geteuid() == 0
+    }
+
+    /// Enrolment at first login (`TOTPStore.enrollAtLogin`): `answer` nil, the checks before
+    /// anything is shown (no secret leaves this process for them); else the factor saved if
+    /// `answer` is its code and the user still has no factor — in process, or by pam-totpd in
+    /// its database: the secret leaves this process only in that one request (its frame wiped).
+    @_optimize(size)  // cold: not on a login's path
+    @inline(never)
+    func enrollAtLogin(account: Account, label: [UInt8], secret: [UInt8], answer: [UInt8]?,
+                       options: ModuleOptions) throws(MFAError) -> FirstFactor {
+        switch self {
+        case .files:
+            return try Store(path: options.store).enrollAtLogin(user: account.name, accountUID: account.uid, label: label, secret: secret,
+                                                                answer: answer, at: Int64(time(nil)), options: options)
+        case .daemon(let service):
+            let request = DaemonRequest(operation: answer == nil ? .mayEnrolAtLogin : .enrolAtLogin, service: service, user: account.name,
+                                        options: options, answer: answer ?? [], newLabel: label, newSecret: answer == nil ? [] : secret)
+            switch askDaemon(request, socket: options.socket) {
+            case .firstFactor(let result) where (result == .mayEnrol) == (answer == nil) || result == .hadFactor: return result
+            case .outcome(.failed(let error)): throw error
+            case .refused(let why): throw .daemon(why)
+            default: throw .malformed("pam-totpd's reply to an enrolment at login")
+            }
+        }
+    }
 
     /// Before the prompt. The file store has looked already (it costs no round trip; a failed
     /// look-up still prompts, and is told after, like a wrong code); pam-totpd is asked only
@@ -81,7 +114,7 @@ enum LoginStore {
             case .outcome(.unenrolled): return .unenrolled
             case .outcome(let other): return .decided(other)
             case .refused(let why): return .refused(why)
-            case .sent, .notSent: return .decided(.failed(.malformed("a sent code where a look-up was due")))
+            case .sent, .notSent, .firstFactor: return .decided(.failed(.malformed("a sent code where a look-up was due")))
             }
         }
     }
@@ -102,7 +135,7 @@ enum LoginStore {
                              socket: options.socket) {
             case .outcome(let outcome): return .outcome(outcome)
             case .refused(let why): return .refused(why)
-            case .enrolled, .sent, .notSent: return .outcome(.failed(.malformed("an enrolment where a verdict was due")))
+            case .enrolled, .sent, .notSent, .firstFactor: return .outcome(.failed(.malformed("an enrolment where a verdict was due")))
             }
         }
     }

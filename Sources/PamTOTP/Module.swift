@@ -68,9 +68,11 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
     // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no
     // account enumeration).
     let skippable = options.nullok && !options.forwardPass
+    // Enrolment at first login may be offered (a root caller, before its last day): an unenrolled user is told so.
+    let offersEnrolment = options.enrollAtLoginUntil != nil && store.offersEnrolment(options)
     var unenrolled = false
     var hints = FactorHints()
-    switch store.enrolment(user: user, options: options, mayMatter: skippable) {
+    switch store.enrolment(user: user, options: options, mayMatter: skippable || offersEnrolment) {
     case .enrolled(let offered): hints = offered
     case .unknown: break
     case .unenrolled: unenrolled = true
@@ -78,8 +80,8 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
     case .refused(let why): return .decided(refused(pamh, user: user, why))
     }
     // Enrolment at first login, where policy offers it (the deadline; sections bound it to groups).
-    if unenrolled, store.mayEnrolAtLogin, let until = options.enrollAtLoginUntil, !options.forwardPass,
-       let code = enrolAtLogin(pamh, user: user, options: options, until: until) {
+    if unenrolled, offersEnrolment, let until = options.enrollAtLoginUntil,
+       let code = enrolAtLogin(pamh, store, user: user, options: options, until: until) {
         return .decided(code)
     }
     if unenrolled && skippable { _ = ignored(pamh, user: user, options: options); return .notAsked }

@@ -691,6 +691,8 @@ final class Server: @unchecked Sendable {
             wipeInPlace(request.answer)
             wipeInPlace(request.previous)
         }
+        // Enrolment at first login: the new factor's secret, where every copy made of it shares it.
+        wipeInPlace(request.newSecret)
         func logged(_ reply: DaemonReply, _ line: Message) -> [UInt8] {
             if case .outcome(.failed(.daemon)) = reply {
                 state.log(.error, uid: charged, message: line)

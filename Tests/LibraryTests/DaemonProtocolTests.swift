@@ -66,6 +66,7 @@ final class DaemonProtocolTests: XCTestCase {
             .sent(fresh: false, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: []),
             .notSent("a code was sent 3 s ago: wait 27 s before asking for another"),
             .refused("a caller without root may only ask about its own account"),
+            .firstFactor(.mayEnrol), .firstFactor(.enrolled), .firstFactor(.wrongCode), .firstFactor(.hadFactor),
         ]
         for reply in replies {
             let frame = reply.encoded()
@@ -87,7 +88,7 @@ final class DaemonProtocolTests: XCTestCase {
             var longer = frame
             longer[5] &+= 1
             XCTAssertThrowsError(try decode(longer + [0]), "a longer body with a bad field layout")
-            for version: UInt8 in [0x32, 0x34] {  // the version before sent codes, and a later one
+            for version: UInt8 in [0x33, 0x35] {  // the version before enrolment at login, and a later one
                 var magic = frame
                 magic[3] = version
                 XCTAssertThrowsError(try decode(magic), "version \(version - 0x30) magic")
@@ -120,8 +121,88 @@ final class DaemonProtocolTests: XCTestCase {
         r.answer = [UInt8](repeating: 0x31, count: DaemonProtocol.maxAnswerLength + 1)
         XCTAssertNil(r.encoded(), "an answer over the limit is not sent")
         // A header announcing more than the largest frame.
-        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ3".utf8) + [0xFF, 0xFF], reply: false))
-        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ3".utf8) + [0x10], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ4".utf8) + [0xFF, 0xFF], reply: false))
+        XCTAssertNil(DaemonProtocol.frameLength(header: Array("PTQ4".utf8) + [0x10], reply: false))
+    }
+
+    /// Ops 4 and 5 (enrolment at first login) carry the new factor's label, and op 5 its secret
+    /// (SHA-1, 6 digits, 30 s); both round-trip, and what a factor may not be is refused.
+    func testEnrolmentAtLoginRequestsRoundTripAndAreBounded() throws {
+        let label = Array("alice@host1".utf8), secret = Array("12345678901234567890".utf8)
+        var check = request(.mayEnrolAtLogin, answer: "")
+        check.newLabel = label
+        var enrol = request(.enrolAtLogin)
+        enrol.newLabel = label
+        enrol.newSecret = secret
+        for r in [check, enrol] {
+            let frame = try XCTUnwrap(r.encoded())
+            XCTAssertEqual(DaemonProtocol.frameLength(header: frame.prefix(6), reply: false), frame.count)
+            XCTAssertEqual(try DaemonRequest.decode(frame), r)
+            for n in 0..<frame.count { XCTAssertThrowsError(try DaemonRequest.decode(Array(frame.prefix(n))), "cut at \(n)") }
+        }
+        // The other ops carry no factor: fields set on them are not sent.
+        var lookup = request(.lookup)
+        lookup.newLabel = label
+        lookup.newSecret = secret
+        XCTAssertEqual(try DaemonRequest.decode(try XCTUnwrap(lookup.encoded())), request(.lookup))
+        // No secret with op 4; one of 10 to 64 bytes with op 5; a label a factor may have.
+        var bad = check
+        bad.newSecret = secret
+        XCTAssertThrowsError(try DaemonRequest.decode(try XCTUnwrap(bad.encoded())), "a secret with the checks")
+        for (l, s) in [(label, Array(secret.prefix(9))), (label, [UInt8](repeating: 1, count: 65)), ([], secret),
+                       (Array("a\u{1}b".utf8), secret), ([UInt8](repeating: 0x61, count: 65), secret)] {
+            bad = enrol
+            bad.newLabel = l
+            bad.newSecret = s
+            XCTAssertThrowsError(try DaemonRequest.decode(try XCTUnwrap(bad.encoded())), "label \(l.count) secret \(s.count)")
+        }
+        var reply = DaemonReply.firstFactor(.enrolled).encoded()
+        reply[reply.count - 1] = 4
+        XCTAssertThrowsError(try DaemonReply.decode(reply), "an unknown result")
+    }
+
+    /// Enrolment at first login through pam-totpd: root callers only (sshd, login, su) — a
+    /// caller without root (a screen locker) is refused even for its own account, and nothing
+    /// is saved; for root, the checks, a wrong code (nothing saved), a right one (saved, the
+    /// step used) and a second enrolment (nothing added).
+    func testEnrolmentAtLoginIsForRootCallersOnly() throws {
+        let f = try Fixture()
+        let t: Int64 = 1_700_000_010
+        let secret = Array("abcdefghijabcdefghij".utf8)
+        let right = try TOTP.code(secret: secret, parameters: .default, at: t)
+        func enrol(_ user: String, _ op: DaemonOperation, answer: [UInt8], peer: UInt32) -> DaemonReply {
+            var o = ModuleOptions()
+            o.store = Array(f.store.utf8)
+            let request = DaemonRequest(operation: op, service: Array("sshd".utf8), user: Array(user.utf8), options: o, answer: answer,
+                                        newLabel: Array("carol@host1".utf8), newSecret: op == .enrolAtLogin ? secret : [])
+            return f.service.handle(request, peer: PeerCredentials(uid: peer, pid: 77), at: t, account: f.accounts).reply
+        }
+        for op in [DaemonOperation.mayEnrolAtLogin, .enrolAtLogin] {
+            guard case .refused = enrol("carol", op, answer: op == .enrolAtLogin ? right : [], peer: 1003) else {
+                return XCTFail("carol's own screen locker, op \(op)")
+            }
+        }
+        let store = try Store(path: Array(f.store.utf8))
+        XCTAssertNil(try store.read(user: Array("carol".utf8)), "nothing saved for a caller without root")
+        XCTAssertEqual(enrol("carol", .mayEnrolAtLogin, answer: [], peer: 0), .firstFactor(.mayEnrol))
+        XCTAssertEqual(enrol("alice", .mayEnrolAtLogin, answer: [], peer: 0), .firstFactor(.hadFactor), "alice has a factor")
+        XCTAssertEqual(enrol("carol", .enrolAtLogin, answer: Array("000000".utf8), peer: 0), .firstFactor(.wrongCode))
+        XCTAssertNil(try store.read(user: Array("carol".utf8)), "a wrong code saves nothing")
+        XCTAssertEqual(enrol("carol", .enrolAtLogin, answer: right, peer: 0), .firstFactor(.enrolled))
+        let record = try XCTUnwrap(try store.read(user: Array("carol".utf8)))
+        XCTAssertEqual(record.factors.map(\.secret), [secret])
+        XCTAssertEqual(record.factors.first?.enrolledStep, UInt64(t / 30), "the proving step is used")
+        XCTAssertEqual(record.uid, 1003)
+        let next = try TOTP.code(secret: Array("0123456789abcdefghij".utf8), parameters: .default, at: t)
+        let other = DaemonRequest(operation: .enrolAtLogin, service: Array("sshd".utf8), user: Array("carol".utf8),
+                                  options: { var o = ModuleOptions(); o.store = Array(f.store.utf8); return o }(), answer: next,
+                                  newLabel: Array("carol@host2".utf8), newSecret: Array("0123456789abcdefghij".utf8))
+        XCTAssertEqual(f.service.handle(other, peer: PeerCredentials(uid: 0, pid: 78), at: t, account: f.accounts).reply,
+                       .firstFactor(.hadFactor), "a second first enrolment adds nothing")
+        XCTAssertEqual(try store.read(user: Array("carol".utf8))?.factors.count, 1)
+        guard case .outcome(.failed) = enrol("nobody-here", .mayEnrolAtLogin, answer: [], peer: 0) else {
+            return XCTFail("no such account")
+        }
     }
 
     // MARK: DaemonService

@@ -50,6 +50,36 @@ class StoreContract<S: TOTPStore> {
         try forwardPass()
         try oneStepLogin()
         try everyEnrolledUser()
+        try enrolmentAtLogin()
+    }
+
+    /// Enrolment at first login (`enrollAtLogin`): the checks change nothing; a wrong code saves
+    /// nothing; the right one saves the factor with its step used; once the user has a factor,
+    /// another adds nothing and the checks say so. On the store's clock (a database's own), so
+    /// at the real time here.
+    func enrolmentAtLogin() throws {
+        let s = try makeStore()
+        let now = Int64(time(nil))
+        let label = Array("carol@host1".utf8)
+        func enrol(_ answer: [UInt8]?, secret: [UInt8]? = nil, label: [UInt8]? = nil) throws -> FirstFactor {
+            try s.enrollAtLogin(user: user, accountUID: uid, label: label ?? Array("carol@host1".utf8),
+                                secret: answer == nil ? [] : secret ?? self.secret, answer: answer, at: now, options: options)
+        }
+        XCTAssertEqual(try enrol(nil), .mayEnrol)
+        XCTAssertNil(try s.status(user: user), "the checks change nothing")
+        XCTAssertEqual(try enrol(try code(at: now + 40 * 30)), .wrongCode)
+        XCTAssertNil(try s.status(user: user), "a wrong code saves nothing")
+        let right = try code(at: now)
+        XCTAssertEqual(try enrol(right), .enrolled)
+        let status = try XCTUnwrap(try s.status(user: user))
+        XCTAssertEqual(status.record.factors.map(\.label), [label])
+        XCTAssertEqual(status.record.uid, uid)
+        guard case .wrongCode(replayed: true, _, _) = try login(s, right, at: now) else { return XCTFail("the proving code is used") }
+        let other = Array("abcdefghijabcdefghij".utf8)
+        XCTAssertEqual(try enrol(try code(at: now, secret: other), secret: other, label: Array("carol@host2".utf8)), .hadFactor)
+        XCTAssertEqual(try enrol(nil), .hadFactor)
+        XCTAssertEqual(try s.status(user: user)?.record.factors.count, 1, "nothing added")
+        XCTAssertTrue(try s.purge(user: user))
     }
 
     /// `users()` (totp-enroll status --all): every enrolled name, in byte order, and nothing else.

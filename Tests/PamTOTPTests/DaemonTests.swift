@@ -89,7 +89,7 @@ final class DaemonTests: XCTestCase {
         let hostile: [(String, [UInt8])] = [
             ("garbage", (0..<200).map { _ in UInt8.random(in: 0...255) }),
             ("wrong magic", Array("GET / HTTP/1.0\r\n\r\n".utf8)),
-            ("oversized length", Array("PTQ3".utf8) + [0xFF, 0xFF] + [UInt8](repeating: 0x41, count: 100)),
+            ("oversized length", Array("PTQ4".utf8) + [0xFF, 0xFF] + [UInt8](repeating: 0x41, count: 100)),
             ("a reply frame", DaemonReply.enrolled(FactorHints()).encoded()),
             ("trailing bytes", valid + [0]),
             ("bad body", Array(valid.prefix(6)) + [UInt8](repeating: 0xFF, count: valid.count - 6)),

@@ -296,7 +296,17 @@ for _ in range(6):
     else:
         break
 transcript += read_until([b"\x00never"], 20)
-_, status = os.waitpid(pid, 0)
+# Bounded: a program still waiting at a prompt nobody answered (no enrolment offered) is killed.
+end = time.time() + 10
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.time() > end:
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+        break
+    time.sleep(0.2)
 sys.stdout.write(transcript.decode("utf-8", "replace"))
 sys.stdout.write("\nURI %s\nEXIT %d\n" % (uri, os.waitstatus_to_exitcode(status)))
 """#

@@ -313,10 +313,11 @@ final class FleetSQLTests: XCTestCase {
               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('host_a', p.oid, 'EXECUTE') ORDER BY p.proname
             """).split(separator: "\n").map(String.init)
-        // A host logs in (login, or its two steps) and enrols with proof; the imports, which
-        // set any state, are the admin's (a host changes a user's state only by logging in).
+        // A host logs in (login, or its two steps) and enrols with proof (or, first, at login:
+        // enroll_first); the imports, which set any state, are the admin's (a host changes a
+        // user's state only by logging in).
         let hostFunctions = ["check_enrollable", "confirm_enrolment", "confirm_enrolment_begin", "confirm_enrolment_finish", "enroll",
-                             "enrolled", "enrolled_uid", "list_factors", "login",
+                             "enroll_first", "enrolled", "enrolled_uid", "list_factors", "login",
                              "login_begin", "login_finish", "remove_factor", "replace_recovery", "send_code", "send_enrolment_code",
                              "user_status"]
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) }, hostFunctions)
