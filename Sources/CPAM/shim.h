@@ -86,12 +86,21 @@ static inline int cpam_pass_begin(pam_handle_t *pamh) {
         (void)pam_set_item(pamh, PAM_OLDAUTHTOK, CPAM_PASS_MARK);
     return 0;
 }
-// The PAM code a line of this pam_authenticate left for exactly this key; -1 for none.
-static inline int cpam_verdict_code(pam_handle_t *pamh, const unsigned char *key, size_t key_length) {
-    if (!cpam_pass_marked(pamh)) return -1;
+// The PAM code a line of this pam_authenticate left for this key, which is the base (backend,
+// store, socket, service, user: `base_length` bytes), a NUL, then the line's strength (the
+// settings that make a code harder to pass: kinds, window, failures, lockout); -1 for none.
+// `any`: whatever was left for the base (the after_password line reads its forward_pass line's
+// word). Otherwise a failure binds whatever the strength (it can only deny); a success only a
+// line of the same strength (a stricter line asks for its own code); PAM_IGNORE never (a
+// later line decides by its own nullok and exempt).
+static inline int cpam_verdict_code(pam_handle_t *pamh, const unsigned char *key, size_t key_length, size_t base_length, int any) {
+    if (!cpam_pass_marked(pamh) || !key || base_length >= key_length || key[base_length] != 0) return -1;
     const struct cpam_verdict *v = cpam_verdict_get(pamh);
-    int same = v && key && key_length && v->key_length == key_length && memcmp(v->key, key, key_length) == 0;
-    return same ? v->code : -1;
+    if (!v || v->key_length <= base_length || v->key[base_length] != 0 || memcmp(v->key, key, base_length) != 0) return -1;
+    if (any) return v->code;
+    if (v->code == PAM_IGNORE) return -1;
+    if (v->code != PAM_SUCCESS) return v->code;
+    return v->key_length == key_length && memcmp(v->key, key, key_length) == 0 ? v->code : -1;
 }
 // The verdict of the line that decided: kept only in a marked pam_authenticate (otherwise no
 // later line could tell it from an earlier pass's). Replaces any verdict left for another key.

@@ -529,14 +529,19 @@ $$;
 -- Why p_user may not be sent another code to p_kind p_destination now (NULL: it may), with the
 -- same texts as MFAPolicy's OutOfBand.overLimit where they match: the account's resend interval,
 -- hour and day; the country prefixes text messages may go to; the destination's hour and day,
--- whatever the account (made-up user names bring no new allowance); then, under a lock every
--- send takes (so two hosts cannot both take the last slot), the asking host role's minute and
--- hour (one host cannot spend the fleet's budget) and the fleet's minute.
+-- whatever the account (made-up user names bring no new allowance); the asking host role's
+-- minute and hour (one host cannot spend the fleet's budget) and the fleet's minute; all under a
+-- lock every send takes, so two sends cannot both take the last slot.
 CREATE FUNCTION pam_totp_api.send_refusal(p_user text, p_clock bigint, p_kind text, p_destination text) RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE cfg pam_totp.settings%ROWTYPE; last_ bigint; dkey bytea := pam_totp_api.destination_key(p_kind, p_destination);
 BEGIN
+  -- The settings row, locked first: no login role may lock it (an advisory lock's key is
+  -- anyone's to hold), and every send takes it after its user's row, so the order is always the
+  -- same. Under it the counts that span accounts (the destination's, the host's, the fleet's)
+  -- cannot be raced: two made-up users' sends to one number are counted one after the other.
+  PERFORM 1 FROM pam_totp.settings FOR UPDATE;
   SELECT * INTO cfg FROM pam_totp.settings;
   SELECT max(s.at) INTO last_ FROM pam_totp.sends s WHERE s.user_name = p_user;
   IF last_ IS NOT NULL AND p_clock - last_ < cfg.oob_resend_interval THEN
@@ -561,9 +566,6 @@ BEGIN
     RETURN 'at most ' || cfg.oob_destination_max_per_day || ' codes are sent to one ' || CASE p_kind WHEN 'sms' THEN 'number' ELSE 'address' END
            || ' a day: use your app or a recovery code, or try tomorrow';
   END IF;
-  -- The settings row, locked: no login role may lock it (an advisory lock's key is anyone's to
-  -- hold), and every send takes it after its user's row, so the order is always the same.
-  PERFORM 1 FROM pam_totp.settings FOR UPDATE;
   IF (SELECT count(*) FROM pam_totp.sends s WHERE s.host = session_user AND s.at > p_clock - 60) >= cfg.oob_host_max_per_minute
      OR (SELECT count(*) FROM pam_totp.sends s WHERE s.host = session_user AND s.at > p_clock - 3600) >= cfg.oob_host_max_per_hour THEN
     RETURN 'too many codes are being sent from this host: try again later';

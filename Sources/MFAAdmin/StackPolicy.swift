@@ -4,8 +4,9 @@ import MFASystem
 /// What a stack's pam_totp lines do for one user in one `pam_authenticate`
 /// (docs/ARCHITECTURE.md, section 4, rule 18, "one login, one verdict"; `totp-enroll policy`): a
 /// line that does not ask decides nothing (an exempt user, or one without a factor under
-/// `nullok` without `forward_pass`: PAM_IGNORE, and the next line decides by its own settings);
-/// the first line that asks decides, and every later line returns its result unasked.
+/// `nullok`: PAM_IGNORE, and the next line decides by its own settings); the first line that asks
+/// an enrolled user (or denies one) decides, and every later line returns its result unasked (a
+/// later line stricter than it asks for its own code after a success; ARCHITECTURE rule 20).
 public enum StackOutcome: Equatable, Sendable {
     /// The user is asked for a code (or offered enrolment at login).
     case ask
@@ -80,7 +81,8 @@ public struct LineRole: Equatable, Sendable {
                                     + ModuleOptions.utcText(until) + literal(")"))
             }
             if options.nullok && options.forwardPass {
-                return LineRole(decides: true, outcome: .pass,
+                // Asked, but an ignore binds no later line: the next line decides by its own nullok.
+                return LineRole(decides: false, outcome: .pass,
                                 reason: literal("asked for the password and a code in one question (forward_pass); ") + user
                                     + literal(" has no factor and nullok applies: the whole answer goes on as the password (PAM_IGNORE)"))
             }

@@ -90,7 +90,7 @@ public struct ModuleOptions: Equatable, Sendable {
     public var oobDestinationMaxPerDay: Int = 20
     public var oobAllowedPrefixes: [[UInt8]] = []
     /// pam-totpd only (its file): system accounts (`trusted_callers = freerad`) that may ask
-    /// about any user, as root may, with root's share of the daemon's capacity; their requests
+    /// about any user, as root may, with four times a user's share of the daemon's capacity; their requests
     /// get the site's limits, as any caller without root, and never the admin operations.
     public var trustedCallers: [[UInt8]] = []
     /// Where each policy setting came from, in the order applied (the last one of a setting is

@@ -10,13 +10,16 @@ import MFASystem
 // own `auth required pam_totp.so` line, identical or not. Within one pam_authenticate, the first
 // line that asks the user (or denies them) decides for that user, store and service: it leaves
 // its PAM code in the handle (pam_set_data; the block is cpam_verdict_* in CPAM/shim.h), and
-// every later line with the same key prompts for nothing, counts nothing, logs no acceptance,
-// spends no code, and returns that code — a success, a failure or PAM_IGNORE alike.
+// every later line for the same user, store and service prompts for nothing, counts nothing,
+// logs no acceptance, spends no code, and returns that code: a failure always (it can only
+// deny); a success when the later line is of the same strength (factor kinds, window, token
+// windows, failures, lockout, exempt: a stricter line asks for its own code, so an app code the
+// profile's line took never passes a line that allows only what it allows).
 //
-// A line that did not ask decides nothing: an un-enrolled user under nullok, or an exempt
-// user without forward_pass, gets PAM_IGNORE and the next line decides by its own settings (a
-// strict line after the profile's nullok line still denies an un-enrolled user; `totp-enroll
-// check` reports such a stack). Which pam_authenticate a verdict belongs to is marked in
+// PAM_IGNORE binds no later line: an un-enrolled user under nullok or an exempt user gets it,
+// asked (forward_pass) or not, and the next line decides by its own nullok and exempt (a strict
+// line after the profile's nullok line still denies an un-enrolled user; `totp-enroll check`
+// reports such a stack). Which pam_authenticate a verdict belongs to is marked in
 // PAM_OLDAUTHTOK, which libpam clears before and after every pam_authenticate (shim.h): a
 // screen locker that keeps its handle is asked again at its next pam_authenticate.
 //
@@ -42,14 +45,15 @@ func beginPass(_ pamh: OpaquePointer) {
     _ = cpam_pass_begin(pamh)
 }
 
-/// What a line before this one in the same pam_authenticate decided for the same key, made
-/// once per pam_sm_authenticate in one allocation: the backend, then the store, the daemon's
-/// socket, the PAM service and the user, separated by NULs (none of them can hold one), so equal
-/// keys mean equal fields.
-func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> [UInt8] {
+/// What a verdict is for, made once per pam_sm_authenticate in one allocation: the base — the
+/// backend, the store, the daemon's socket, the PAM service and the user, separated by NULs (none
+/// of them can hold one), so equal bases mean equal fields — then a NUL and the line's strength
+/// (factor kinds, window, token windows, failures, lockout, exempt): a success binds only a
+/// later line of the same strength. Returns the key and the base's length.
+func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> (key: [UInt8], base: Int) {
     let service = serviceName(pamh)
     var key: [UInt8] = []
-    key.reserveCapacity(4 + options.store.count + options.socket.count + service.count + user.count)
+    key.reserveCapacity(64 + options.store.count + options.socket.count + service.count + user.count)
     key.append(options.backend == .postgresql ? 0x70 : 0x66)
     key.append(contentsOf: options.store)
     key.append(0)
@@ -58,20 +62,30 @@ func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) ->
     key.append(contentsOf: service)
     key.append(0)
     key.append(contentsOf: user)
-    return key
+    let base = key.count
+    key.append(0)
+    for n in [UInt64(options.factorKinds), UInt64(clamping: options.adjacentIntervals), UInt64(clamping: options.hotpWindow),
+              UInt64(clamping: options.hotpResyncWindow), UInt64(options.maxFailures), UInt64(clamping: options.lockoutSeconds),
+              options.exempt ? 1 : 0] {
+        key += decimalBytes(n)
+        key.append(0x2C)
+    }
+    return (key, base)
 }
 
-/// The PAM code an earlier line of this pam_authenticate returned for this key; nil for none.
+/// The PAM code an earlier line of this pam_authenticate returned that binds this line (a
+/// failure for the same base, a success for the same base and strength; `any`: whatever was left
+/// for the base, for the after_password line); nil for none.
 @inline(never)
-func verdictLeft(_ pamh: OpaquePointer, key: [UInt8]) -> Int32? {
-    let code = key.withUnsafeBufferPointer { cpam_verdict_code(pamh, $0.baseAddress, $0.count) }
+func verdictLeft(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), any: Bool = false) -> Int32? {
+    let code = key.key.withUnsafeBufferPointer { cpam_verdict_code(pamh, $0.baseAddress, $0.count, key.base, any ? 1 : 0) }
     return code < 0 ? nil : code
 }
 
 /// The deciding line's code, for the later lines of this pam_authenticate.
 @inline(never)
-func rememberVerdict(_ pamh: OpaquePointer, key: [UInt8], code: Int32) {
-    _ = key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, $0.baseAddress, $0.count, code) }
+func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code: Int32) {
+    _ = key.key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, $0.baseAddress, $0.count, code) }
 }
 
 /// A later line: the earlier line's code, unasked. Only with `debug` is it logged: the

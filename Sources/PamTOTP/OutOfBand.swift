@@ -110,12 +110,12 @@ func passwordFirst(_ pamh: OpaquePointer, _ answer: [UInt8], user: [UInt8]) -> I
 /// nullok or exempt, denied) is returned as it is (OneVerdict.swift); none (no forward_pass
 /// line, another user, another store or socket) is a misconfigured stack: PAM_AUTH_ERR.
 @_optimize(size)  // cold: a one-prompt login with a phone or address only
-func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: [UInt8]) -> Int32 {
+func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: (key: [UInt8], base: Int)) -> Int32 {
     guard options.forwardPass else {
         log(pamh, LOG_ERR, "after_password needs forward_pass on the same line (pam_totp(8))")
         return PAM_SERVICE_ERR
     }
-    switch verdictLeft(pamh, key: key) {
+    switch verdictLeft(pamh, key: key, any: true) {
     case PAM_CRED_INSUFFICIENT?:
         break  // send the code, below
     case let code?:

@@ -38,9 +38,11 @@ struct Limits {
     /// Under socket activation: exit after this long without a connection (systemd starts
     /// the daemon again on the next one). nil: never.
     var idleExitSeconds: Int64? = nil
-    /// `trusted_callers`' uids: charged like root (root's share of the connections, the queue
-    /// and the log lines), as they answer for many users (FreeRADIUS).
+    /// `trusted_callers`' uids: each charged to itself, as any caller without root (never root's
+    /// reserve, which keeps sshd, su and sudo served), with `trustedShare` times a user's share
+    /// of the connections, the queue and the log lines, as it answers for many users (FreeRADIUS).
     var trustedUIDs: [UInt32] = []
+    var trustedShare = 4
 }
 
 /// A count with limits (open connections, queued requests): `total` in all, of which callers
@@ -49,13 +51,18 @@ struct Quota {
     let total: Int
     let forRootOnly: Int
     let perUser: Int
+    /// uids with `share` times `perUser` (trusted callers); still never root's reserve.
+    let larger: [UInt32]
+    let share: Int
     private(set) var used = 0
     private var byUser: [UInt32: Int] = [:]
 
-    init(total: Int, forRootOnly: Int, perUser: Int) {
+    init(total: Int, forRootOnly: Int, perUser: Int, larger: [UInt32] = [], share: Int = 1) {
         self.total = total
         self.forRootOnly = forRootOnly
         self.perUser = perUser
+        self.larger = larger
+        self.share = max(share, 1)
     }
 
     /// One more for `uid` (0: root), or false if that is over a limit.
@@ -64,7 +71,7 @@ struct Quota {
         if uid != 0 {
             guard used < total - forRootOnly else { return false }
             let n = byUser[uid, default: 0]
-            guard n < perUser else { return false }
+            guard n < (larger.contains(uid) ? perUser * share : perUser) else { return false }
             byUser[uid] = n + 1
         }
         used += 1
@@ -117,8 +124,10 @@ final class ServerState: @unchecked Sendable {
         self.pool = pool
         self.logger = logger
         counters = Locked(Counters(
-            connections: Quota(total: limits.maxConnections, forRootOnly: limits.connectionsForRootOnly, perUser: limits.maxConnectionsPerUser),
-            queue: Quota(total: limits.maxQueued, forRootOnly: limits.queuedForRootOnly, perUser: limits.maxQueuedPerUser)))
+            connections: Quota(total: limits.maxConnections, forRootOnly: limits.connectionsForRootOnly, perUser: limits.maxConnectionsPerUser,
+                               larger: limits.trustedUIDs, share: limits.trustedShare),
+            queue: Quota(total: limits.maxQueued, forRootOnly: limits.queuedForRootOnly, perUser: limits.maxQueuedPerUser,
+                         larger: limits.trustedUIDs, share: limits.trustedShare)))
     }
 
     /// A new connection from `uid`: false if it is over a limit (then it is closed at once).
@@ -177,7 +186,9 @@ final class ServerState: @unchecked Sendable {
     private func mayLog(uid: UInt32) -> Bool {
         guard uid != 0 else { return true }
         let (allowed, summary) = counters.withLock {
-            $0.logBudget.spend(uid: uid, now: monotonicSeconds(), perUser: limits.logLinesPerUserPerMinute, total: limits.logLinesPerMinute)
+            $0.logBudget.spend(uid: uid, now: monotonicSeconds(),
+                               perUser: limits.logLinesPerUserPerMinute * (limits.trustedUIDs.contains(uid) ? limits.trustedShare : 1),
+                               total: limits.logLinesPerMinute)
         }
         if let summary { logger.warning(summary) }
         return allowed
@@ -505,7 +516,7 @@ final class Server: @unchecked Sendable {
             var cred = PeerCred()
             var size = socklen_t(MemoryLayout<PeerCred>.size)
             guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0 else { CLibc.close(fd); continue }
-            let charged = state.limits.trustedUIDs.contains(cred.uid) ? 0 : Self.chargedUID(cred)
+            let charged = Self.chargedUID(cred)
             guard state.admit(uid: charged) else {
                 state.log(.warning, uid: charged,
                           "refused a connection from uid \(cred.uid) pid \(cred.pid) (charged to uid \(charged)): too many open connections")

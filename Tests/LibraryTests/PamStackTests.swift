@@ -169,10 +169,12 @@ final class PamStackTests: XCTestCase {
     }
 
     func testForwardPassEnrolAtLoginKindsAndErrors() throws {
-        // forward_pass asks the one question even under nullok: the answer goes on as the password.
+        // forward_pass asks the one question even under nullok (the answer goes on as the
+        // password), but its ignore binds no later line: a strict line after it decides, and denies.
         let forward = try verdict(["forward_pass nullok", ""], .unenrolled)
-        XCTAssertEqual(forward.outcome, .pass)
-        XCTAssertEqual(forward.deciding, 0)
+        XCTAssertEqual(forward.outcome, .deny)
+        XCTAssertEqual(forward.deciding, 1)
+        XCTAssertEqual(try verdict(["forward_pass nullok"], .unenrolled).outcome, .pass)
         XCTAssertEqual(try verdict(["forward_pass after_password", ""], .unenrolled).deciding, 1, "after_password asks nothing")
         // Enrolment at first login asks, until its day ends.
         XCTAssertEqual(try verdict(["nullok enroll_at_login=2099-01-01"], .unenrolled).outcome, .ask)

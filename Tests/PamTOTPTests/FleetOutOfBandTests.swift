@@ -366,6 +366,31 @@ final class FleetOutOfBandTests: XCTestCase {
         XCTAssertThrowsError(try sql("SELECT pam_totp_api.send_enrolment_code('madeupy', 21001, 'mail', 'email', 'ann@example.COM', 'web1')", user: host))
     }
 
+    /// Review of the change above: the destination's counts were read before the lock every send
+    /// takes, so two made-up users' sends to one number at once both saw 4 of 5 and both went
+    /// (6 queued). Session A holds its send's transaction open while B asks: B now waits for it
+    /// and is refused.
+    func testTwoSendsToOneNumberAtOnceAreCountedOneAfterTheOther() throws {
+        let host = "pamtotp_fleet_host_a", to = "+15105559999"
+        func send(_ name: String, _ uid: Int) -> String {
+            "SELECT pam_totp_api.send_enrolment_code('\(name)', \(uid), 'mobile', 'sms', '\(to)', 'web1')"
+        }
+        for n in 0..<4 { try sql(send("race\(n)", 50_000 + n), user: host) }
+        let a = Process()
+        a.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+        a.arguments = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", cluster.socketDirectory, "-p", String(cluster.port), "-U", host, "-d", db,
+                       "-c", "BEGIN; " + send("raceA", 50_010) + "; SELECT pg_sleep(2); COMMIT;"]
+        a.standardOutput = FileHandle.nullDevice
+        try a.run()
+        usleep(700_000)  // A has sent and holds the lock
+        XCTAssertThrowsError(try sql(send("raceB", 50_011), user: host), "B went too") {
+            XCTAssertTrue("\($0)".contains("at most 5 codes are sent to one number an hour"), "\($0)")
+        }
+        a.waitUntilExit()
+        XCTAssertEqual(a.terminationStatus, 0)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.outbox WHERE destination = '\(to)'"), "5")
+    }
+
     /// The same flood to many numbers spent the fleet's per-minute budget (60), so real users'
     /// sign-in codes were refused fleet-wide from every other host. Now one host role has its own
     /// cap (20 a minute by default) and real users' codes keep flowing from the other hosts.

@@ -98,6 +98,31 @@ final class OneVerdictTests: XCTestCase {
         XCTAssertEqual(codePrompts(d), 0, "\(d.prompts)")
     }
 
+    /// Review of this change: a success bound every later line, a stricter one too, and an
+    /// ignore did as well. Now a success binds a later line only of the same strength: a line
+    /// that allows only HOTP does not take an app code the first line accepted, it decides on its
+    /// own. A failure binds whatever the strength (one prompt, one failure). An ignore binds
+    /// nothing: a forward_pass nullok line's ignore for a user without a factor does not skip a
+    /// strict line after it (before, pam_permit after them let the user in with no code).
+    func testOnlyASuccessOfTheSameStrengthAndAFailureBindALaterLine() throws {
+        try pam.service("stricter", ["auth required MODULE STORE", "auth required MODULE STORE factor_kinds=hotp"])
+        awayFromStepBoundary()
+        let c = conversation(try currentCode(secret))
+        XCTAssertEqual(pam.authenticate(service: "stricter", user: "nobody", conversation: c), PAM_AUTH_ERR,
+                       "an app code passed a line that allows only tokens")
+        XCTAssertTrue(c.prompts.contains { $0.contains("None of your factors may be used here.") }, "\(c.prompts)")
+        let d = conversation(Array("000000".utf8))
+        XCTAssertEqual(pam.authenticate(service: "stricter", user: "nobody", conversation: d), PAM_AUTH_ERR)
+        XCTAssertEqual(codePrompts(d), 1, "a failure binds the stricter line: \(d.prompts)")
+        XCTAssertEqual(try pam.state("nobody").failures, 1)
+        try pam.service("ignored", ["auth required MODULE STORE forward_pass nullok", "auth required MODULE STORE",
+                                    "auth required pam_permit.so"])
+        let e = conversation(Array("password123456".utf8))
+        XCTAssertEqual(pam.authenticate(service: "ignored", user: "daemon", conversation: e), PAM_AUTH_ERR,
+                       "an earlier ignore skipped the strict line: \(e.prompts)")
+        XCTAssertEqual(codePrompts(e), 1, "the strict line asked: \(e.prompts)")
+    }
+
     func testAnotherStoreOrAnUnenrolledFirstLineIsNotReused() throws {
         // nullok on an unenrolled user's store gives PAM_IGNORE: never a verdict to reuse.
         let other = pam.root.appendingPathComponent("other-store")
