@@ -372,7 +372,8 @@ final class OutOfBandLoginTests: XCTestCase {
         var seen: [String: String] = [:]
         var environ: [String: String] = [:]
         var othersRead: [String] = []
-        for _ in 0..<100 where !seen.values.contains(where: { $0.hasPrefix("sleep") }) {
+        // Until this sender's child is seen (another test's sender may run as the same user).
+        for _ in 0..<100 where !seen.values.contains(where: { $0.hasPrefix("sleep 3") }) {
             for pid in processes(of: sender) {
                 guard let cmdline = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { continue }
                 seen[pid] = String(decoding: cmdline.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
