@@ -366,28 +366,17 @@ public struct ModuleOptions: Equatable, Sendable {
             guard let v = Self.flag(value) else { throw bad("debug takes no value, or yes/no") }
             debug = v
         } else if equals(name, "adjacent_intervals") {
-            guard let v = value, let n = parseDecimal(v, limit: UInt64(TOTPVerifier.maxAdjacentIntervals)) else {
-                throw bad("adjacent_intervals must be 0 to 10")
-            }
-            adjacentIntervals = Int(n)
+            adjacentIntervals = Int(try Self.number(value, 0...UInt64(TOTPVerifier.maxAdjacentIntervals), bad("adjacent_intervals must be 0 to 10")))
         } else if equals(name, "hotp_window") {
-            guard let v = value, let n = parseDecimal(v, limit: UInt64(HOTPWindow.sizeRange.upperBound)),
-                  n >= UInt64(HOTPWindow.sizeRange.lowerBound) else { throw bad("hotp_window must be 1 to 100") }
-            hotpWindow = Int(n)
+            let range = UInt64(HOTPWindow.sizeRange.lowerBound)...UInt64(HOTPWindow.sizeRange.upperBound)
+            hotpWindow = Int(try Self.number(value, range, bad("hotp_window must be 1 to 100")))
         } else if equals(name, "hotp_resync_window") {
-            guard let v = value, let n = parseDecimal(v, limit: UInt64(HOTPWindow.resyncRange.upperBound)) else {
-                throw bad("hotp_resync_window must be 0 to 1000")
-            }
-            hotpResyncWindow = Int(n)
+            let range = UInt64(HOTPWindow.resyncRange.lowerBound)...UInt64(HOTPWindow.resyncRange.upperBound)
+            hotpResyncWindow = Int(try Self.number(value, range, bad("hotp_resync_window must be 0 to 1000")))
         } else if equals(name, "max_failures") {
-            guard let v = value, let n = parseDecimal(v, limit: Self.maxFailuresRange.upperBound),
-                  Self.maxFailuresRange.contains(n) else { throw bad("max_failures must be 1 to 100") }
-            maxFailures = UInt32(n)
+            maxFailures = UInt32(try Self.number(value, Self.maxFailuresRange, bad("max_failures must be 1 to 100")))
         } else if equals(name, "lockout") {
-            guard let v = value, let n = parseDecimal(v, limit: Self.lockoutRange.upperBound) else {
-                throw bad("lockout must be 0 to 86400 seconds")
-            }
-            lockoutSeconds = Int64(n)
+            lockoutSeconds = Int64(try Self.number(value, Self.lockoutRange, bad("lockout must be 0 to 86400 seconds")))
         } else if equals(name, "forward_pass") {
             guard let v = Self.flag(value) else { throw bad("forward_pass takes no value, or yes/no") }
             forwardPass = v
@@ -459,35 +448,8 @@ public struct ModuleOptions: Equatable, Sendable {
             }
             postgresql = v
         } else if Self.isDaemonDelivery(name) {
-            // pam-totpd's alone, and only from its file: how codes are sent. Checked here for
-            // shape (a path, printable text); pam-totpd checks the templates when it starts.
             guard fromFile else { throw .invalidOption(origin + printable(name) + "= is only allowed in the configuration file") }
-            guard let v = value, !v.isEmpty, v.count <= 512, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-                throw bad("must be 1 to 512 printable bytes")
-            }
-            if equals(name, "sms_command") || equals(name, "email_command") {
-                guard v.first == 0x2F else { throw bad("must be an absolute path") }
-                if equals(name, "sms_command") { smsCommand = v } else { emailCommand = v }
-            } else if equals(name, "sms_text") {
-                smsText = v
-            } else if equals(name, "email_subject") {
-                emailSubject = v
-            } else if equals(name, "email_text") {
-                emailText = v
-            } else if equals(name, "oob_destination_max_per_hour") {
-                guard let n = parseDecimal(v, limit: 1_000), n >= 1 else { throw bad("oob_destination_max_per_hour must be 1 to 1000") }
-                oobDestinationMaxPerHour = Int(n)
-            } else if equals(name, "oob_destination_max_per_day") {
-                guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_destination_max_per_day must be 1 to 10000") }
-                oobDestinationMaxPerDay = Int(n)
-            } else if equals(name, "trusted_callers") {
-                trustedCallers = try Self.accountNames(v, bad: bad("trusted_callers is a list of account names such as freerad"))
-            } else if equals(name, "oob_allowed_prefixes") {
-                oobAllowedPrefixes = try Self.prefixes(v, bad: bad("oob_allowed_prefixes is a list of E.164 country prefixes such as +1 +44"))
-            } else {
-                guard let n = parseDecimal(v, limit: 10_000), n >= 1 else { throw bad("oob_max_per_minute must be 1 to 10000") }
-                oobMaxPerMinute = Int(n)
-            }
+            try applyDaemonSetting(name, value, arg: arg, origin: origin)
         } else if equals(name, "after_password") {
             // One line's role in a stack, not a policy: in the file it would apply to every line.
             guard !fromFile else { throw .invalidOption(origin + "after_password is only allowed on a pam.d line") }
@@ -503,6 +465,41 @@ public struct ModuleOptions: Equatable, Sendable {
             return false
         }
         return true
+    }
+
+    /// pam-totpd's alone, and only from its file: how codes are sent and to whom, and who may ask
+    /// about anyone. Checked here for shape (a path, printable text); pam-totpd checks the
+    /// templates when it starts.
+    @_optimize(size)  // cold: pam-totpd's settings
+    private mutating func applyDaemonSetting(_ name: [UInt8], _ value: [UInt8]?, arg: [UInt8], origin: Message) throws(MFAError) {
+        func bad(_ why: Message) -> MFAError { Self.bad(arg, origin, why) }
+        guard let v = value, !v.isEmpty, v.count <= 512, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw bad("must be 1 to 512 printable bytes")
+        }
+        func count(_ limit: UInt64, _ why: Message) throws(MFAError) -> Int {
+            guard let n = parseDecimal(v, limit: limit), n >= 1 else { throw bad(why) }
+            return Int(n)
+        }
+        if equals(name, "sms_command") || equals(name, "email_command") {
+            guard v.first == 0x2F else { throw bad("must be an absolute path") }
+            if equals(name, "sms_command") { smsCommand = v } else { emailCommand = v }
+        } else if equals(name, "sms_text") {
+            smsText = v
+        } else if equals(name, "email_subject") {
+            emailSubject = v
+        } else if equals(name, "email_text") {
+            emailText = v
+        } else if equals(name, "oob_destination_max_per_hour") {
+            oobDestinationMaxPerHour = try count(1_000, "oob_destination_max_per_hour must be 1 to 1000")
+        } else if equals(name, "oob_destination_max_per_day") {
+            oobDestinationMaxPerDay = try count(10_000, "oob_destination_max_per_day must be 1 to 10000")
+        } else if equals(name, "trusted_callers") {
+            trustedCallers = try Self.accountNames(v, bad: bad("trusted_callers is a list of account names such as freerad"))
+        } else if equals(name, "oob_allowed_prefixes") {
+            oobAllowedPrefixes = try Self.prefixes(v, bad: bad("oob_allowed_prefixes is a list of E.164 country prefixes such as +1 +44"))
+        } else {
+            oobMaxPerMinute = try count(10_000, "oob_max_per_minute must be 1 to 10000")
+        }
     }
 
     /// The Unix time at which the UTC day `YYYY-MM-DD` ends, for years 2000–2999; nil if malformed.

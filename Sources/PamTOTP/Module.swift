@@ -64,9 +64,8 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
 /// (LoginStore: the file store in process as root, else pam-totpd).
 func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> LineDecision {
     let store = LoginStore.open(pamh, user: user, options: options)
-    // Whether to ask at all: only an unenrolled user under nullok (without forward_pass) is
-    // not asked. Everyone else, enrolled or not, locked out or not, sees the same prompt (no
-    // account enumeration).
+    // Only an unenrolled user under nullok (without forward_pass) is not asked. Everyone else,
+    // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
     let skippable = options.nullok && !options.forwardPass
     // Enrolment at first login may be offered (a root caller, before its last day): an unenrolled user is told so.
     let offersEnrolment = options.enrollAtLoginUntil != nil && store.offersEnrolment(options)
@@ -86,12 +85,7 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
     }
     if unenrolled && skippable { _ = ignored(pamh, user: user, options: options); return .notAsked }
     // Every factor of a kind the policy does not allow here (factor_kinds): nothing to ask.
-    if !hints.typed && hints.sent.isEmpty && hints.disallowed > 0 {
-        log(pamh, LOG_WARNING, "denied user " + printable(user) + ": none of their factors is of a kind offered here ("
-            + Message(ModuleOptions.kindNames(options.offeredKinds)) + "; factor_kinds, and a sent kind only with its sms_command or email_command)")
-        _ = showInfo(pamh, [literal("None of your factors may be used here.")])
-        return .decided(PAM_AUTH_ERR)
-    }
+    if !hints.typed && hints.sent.isEmpty && hints.disallowed > 0 { return .decided(noneAllowed(pamh, user: user, options: options)) }
     // Factors a code can be sent to: the first question offers them (OutOfBand.swift).
     var notSent = false
     let first = hints.sent.isEmpty || options.forwardPass
@@ -113,20 +107,9 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
         return .decided(passwordFirst(pamh, answer, user: user))
     }
     var verdict = store.authenticate(user: user, answer: answer, previous: nil, options: options)
-    // A token's code past its window: the next press's code, in this login, resyncs it.
     if case .outcome(.resyncNeeded) = verdict {
-        log(pamh, LOG_NOTICE, "code of user " + printable(user) + " is past its token's window (a failure): asking for the next one to resync")
-        guard var next = prompt(pamh, "Token out of sync: press its button again and enter the new code: ") else {
-            log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
-            return .decided(PAM_CONV_ERR)
-        }
-        defer { wipe(&next) }
-        // The same answer again (a conversation that answers every hidden prompt with one
-        // string, as sshd's password authentication does) is the same attempt: not a second
-        // failure, and no resync.
-        if !constantTimeEqual(next, answer) {
-            verdict = store.authenticate(user: user, answer: next, previous: answer, options: options)
-        }
+        guard let resynced = resync(pamh, store, user: user, answer: answer, first: verdict, options: options) else { return .decided(PAM_CONV_ERR) }
+        verdict = resynced
     }
     switch verdict {
     case .refused(let why):
@@ -138,6 +121,32 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
         if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
         return .decided(finish(pamh, outcome, user: user, debug: options.debug))
     }
+}
+
+/// Every factor of the user is of a kind the policy does not allow here: told, and denied.
+@_optimize(size)  // cold: factor_kinds narrower than the user's factors
+func noneAllowed(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Int32 {
+    log(pamh, LOG_WARNING, "denied user " + printable(user) + ": none of their factors is of a kind offered here ("
+        + Message(ModuleOptions.kindNames(options.offeredKinds)) + "; factor_kinds, and a sent kind only with its sms_command or email_command)")
+    _ = showInfo(pamh, [literal("None of your factors may be used here.")])
+    return PAM_AUTH_ERR
+}
+
+/// A token's code past its window: the next press's code, in this login, resyncs it. nil: the
+/// conversation failed.
+@_optimize(size)  // cold: a token pressed past its window
+func resync(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], answer: [UInt8], first: LoginStore.Verdict,
+            options: ModuleOptions) -> LoginStore.Verdict? {
+    log(pamh, LOG_NOTICE, "code of user " + printable(user) + " is past its token's window (a failure): asking for the next one to resync")
+    guard var next = prompt(pamh, "Token out of sync: press its button again and enter the new code: ") else {
+        log(pamh, LOG_ERR, "conversation failed for user " + printable(user))
+        return nil
+    }
+    defer { wipe(&next) }
+    // The same answer again (a conversation that answers every hidden prompt with one string, as
+    // sshd's password authentication does) is the same attempt: not a second failure, and no resync.
+    if constantTimeEqual(next, answer) { return first }
+    return store.authenticate(user: user, answer: next, previous: answer, options: options)
 }
 
 /// The most digits a code has (OTPParameters): with forward_pass, what is sent to pam-totpd.

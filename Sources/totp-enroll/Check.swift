@@ -287,28 +287,34 @@ struct Check: Command {
                                fix: "put KbdInteractiveAuthentication yes in /etc/ssh/sshd_config.d/pam_totp.conf: sshd takes the first value it reads and Debian's sshd_config reads the drop-ins before its own 'no'; then reload sshd"))
         }
         let methods = value("authenticationmethods") ?? "any"
-        if methods != "any" {
-            let lists = methods.split(separator: " ").map(String.init)
-            if !lists.contains(where: { $0.split(separator: ",").contains { $0.hasPrefix("keyboard-interactive") } }) {
-                out.append(Finding(place: first, trap: "keyboard-interactive-unreachable",
-                                   problem: "sshd's AuthenticationMethods (\(methods)) does not include keyboard-interactive: pam_totp is never asked over ssh",
-                                   fix: "use AuthenticationMethods publickey,keyboard-interactive (or keyboard-interactive alone) in sshd's configuration"))
+        if methods != "any" { out += Self.methodsChecks(methods, stack, lines, first: first) }
+        return out
+    }
+
+    /// The traps of sshd's AuthenticationMethods: keyboard-interactive missing, and a public-key
+    /// stack that still asks the password or keeps an earlier pam_totp line.
+    static func methodsChecks(_ methods: String, _ stack: PamStack, _ lines: [TOTPLine], first: String) -> [Finding] {
+        var out: [Finding] = []
+        let lists = methods.split(separator: " ").map(String.init)
+        if !lists.contains(where: { $0.split(separator: ",").contains { $0.hasPrefix("keyboard-interactive") } }) {
+            out.append(Finding(place: first, trap: "keyboard-interactive-unreachable",
+                               problem: "sshd's AuthenticationMethods (\(methods)) does not include keyboard-interactive: pam_totp is never asked over ssh",
+                               fix: "use AuthenticationMethods publickey,keyboard-interactive (or keyboard-interactive alone) in sshd's configuration"))
+        }
+        let publicKeyFirst = lists.contains { l in
+            let m = l.split(separator: ",").map(String.init)
+            return m.count >= 2 && m.first == "publickey" && m.contains { $0.hasPrefix("keyboard-interactive") }
+        }
+        if publicKeyFirst {
+            if let include = stack.entries.first(where: { $0.kind != .module && $0.moduleName == literal("common-auth") }) {
+                out.append(Finding(place: utf8Text(include.place), trap: "publickey-stack-asks-password",
+                                   problem: "sshd asks a public key, then keyboard-interactive, and its stack includes common-auth: after the key, ssh users are asked for their password too",
+                                   fix: "in /etc/pam.d/sshd replace this include by 'auth required pam_totp.so' alone (README, public-key section)"))
             }
-            let publicKeyFirst = lists.contains { l in
-                let m = l.split(separator: ",").map(String.init)
-                return m.count >= 2 && m.first == "publickey" && m.contains { $0.hasPrefix("keyboard-interactive") }
-            }
-            if publicKeyFirst {
-                if let include = stack.entries.first(where: { $0.kind != .module && $0.moduleName == literal("common-auth") }) {
-                    out.append(Finding(place: utf8Text(include.place), trap: "publickey-stack-asks-password",
-                                       problem: "sshd asks a public key, then keyboard-interactive, and its stack includes common-auth: after the key, ssh users are asked for their password too",
-                                       fix: "in /etc/pam.d/sshd replace this include by 'auth required pam_totp.so' alone (README, public-key section)"))
-                }
-                for l in lines.dropLast() {
-                    out.append(Finding(place: l.place, trap: "publickey-stack-earlier-line",
-                                       problem: "sshd asks a public key, then keyboard-interactive, and its stack keeps this earlier pam_totp line before \(lines.last?.place ?? "")",
-                                       fix: "keep only the one pam_totp line of sshd's public-key stack: remove this one (README, public-key section)"))
-                }
+            for l in lines.dropLast() {
+                out.append(Finding(place: l.place, trap: "publickey-stack-earlier-line",
+                                   problem: "sshd asks a public key, then keyboard-interactive, and its stack keeps this earlier pam_totp line before \(lines.last?.place ?? "")",
+                                   fix: "keep only the one pam_totp line of sshd's public-key stack: remove this one (README, public-key section)"))
             }
         }
         return out
