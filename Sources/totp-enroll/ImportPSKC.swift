@@ -82,6 +82,43 @@ struct ImportPSKC: Command {
         defer { container.erase() }
 
         // Which key each assignment names; which user it goes to; what the factor is called.
+        let (indices, contexts, labels, serials) = try resolve(assignments, in: container, file: shownFile)
+
+        // A token is one user's.
+        try Self.refuseAssigned(serials, users: contexts.map { $0.userName }, assignments: assignments, store: contexts.first)
+
+        // The file's key, then every MAC, then the chosen keys decrypted and checked.
+        var key = try encryptionKey(container, file: shownFile)
+        defer { if key != nil { wipe(&key!) } }
+        if key != nil { try LibCryptoAES.requireLibrary() }
+        var tokens: [PSKCToken]
+        do { tokens = try container.tokens(indices, encryptionKey: key, decryptor: LibCryptoAES()) } catch {
+            let text = CLIError.text(error)
+            throw CLIError(shownFile + ": " + text + (text.hasSuffix("nothing was imported") ? "" : "; nothing was imported"))
+        }
+        defer { for i in tokens.indices { tokens[i].erase() } }
+
+        // Every user's store: the name free, room for a factor, the secret not already theirs.
+        guard let first = contexts.first else { throw CLIError("no assignments; nothing was imported") }
+        let enrolStore = try first.openStore()
+        var factors = try makeFactors(tokens, contexts: contexts, labels: labels, serials: serials, assignments: assignments, store: enrolStore)
+        defer { for i in factors.indices { wipe(&factors[i].secret) } }
+
+        // What no MAC covers, said before anything is saved (docs/HARDWARE-TOKENS.md).
+        for line in Self.uncovered(container, indices: indices, tokens: tokens, assignments: assignments, file: shownFile) { warn(line) }
+
+        try commit(factors, contexts: contexts, labels: labels, assignments: assignments, tokens: tokens, store: enrolStore)
+        let ignored = container.keys.count - Set(indices).count
+        if ignored > 0 { print("\(ignored) other key\(ignored == 1 ? "" : "s") in \(shownFile) had no assignment and \(ignored == 1 ? "was" : "were") ignored.") }
+        if tokens.contains(where: { $0.kind == .totp }) {
+            print("TOTP keys: time steps up to now count as used, so the code a token shows right now is refused; log in with its next one.")
+        }
+    }
+
+    /// Which key each assignment names (no key twice), which user it goes to, what the factor is
+    /// called (no name twice for one user) and the serial number it keeps.
+    func resolve(_ assignments: [Assignment], in container: PSKCContainer, file shownFile: String) throws(CommandError)
+        -> (indices: [Int], contexts: [CallerContext], labels: [String], serials: [[UInt8]]) {
         var indices: [Int] = []
         var contexts: [CallerContext] = []
         var labels: [String] = []
@@ -121,24 +158,13 @@ struct ImportPSKC: Command {
             labels.append(label)
             serials.append(serial)
         }
+        return (indices, contexts, labels, serials)
+    }
 
-        // A token is one user's.
-        try Self.refuseAssigned(serials, users: contexts.map { $0.userName }, assignments: assignments, store: contexts.first)
-
-        // The file's key, then every MAC, then the chosen keys decrypted and checked.
-        var key = try encryptionKey(container, file: shownFile)
-        defer { if key != nil { wipe(&key!) } }
-        if key != nil { try LibCryptoAES.requireLibrary() }
-        var tokens: [PSKCToken]
-        do { tokens = try container.tokens(indices, encryptionKey: key, decryptor: LibCryptoAES()) } catch {
-            let text = CLIError.text(error)
-            throw CLIError(shownFile + ": " + text + (text.hasSuffix("nothing was imported") ? "" : "; nothing was imported"))
-        }
-        defer { for i in tokens.indices { tokens[i].erase() } }
-
-        // Every user's store: the name free, room for a factor, the secret not already theirs.
-        guard let first = contexts.first else { throw CLIError("no assignments; nothing was imported") }
-        let enrolStore = try first.openStore()
+    /// The factors to save, checked against every user's store: the name free, room for a
+    /// factor, the secret not already theirs nor another key's of this import for them.
+    func makeFactors(_ tokens: [PSKCToken], contexts: [CallerContext], labels: [String], serials: [[UInt8]],
+                     assignments: [Assignment], store enrolStore: EnrolStore) throws(CommandError) -> [Factor] {
         let now = Int64(time(nil))
         var factors: [Factor] = []
         var existing: [String: Int] = [:]  // each user's factors before the import
@@ -178,13 +204,13 @@ struct ImportPSKC: Command {
                 throw CLIError("serial \(shown(assignments[n].serial)): \(CLIError.text(error)); nothing was imported")
             }
         }
-        defer { for i in factors.indices { wipe(&factors[i].secret) } }
+        return factors
+    }
 
-        // What no MAC covers, said before anything is saved (docs/HARDWARE-TOKENS.md).
-        for line in Self.uncovered(container, indices: indices, tokens: tokens, assignments: assignments, file: shownFile) { warn(line) }
-
-        // One commit per user and key, each whole or not at all; if one fails, the ones before
-        // it are removed again, so that an import that reports failure has imported nothing.
+    /// One commit per user and key, each whole or not at all; if one fails, the ones before it
+    /// are removed again, so that an import that reports failure has imported nothing.
+    func commit(_ factors: [Factor], contexts: [CallerContext], labels: [String], assignments: [Assignment], tokens: [PSKCToken],
+                store enrolStore: EnrolStore) throws(CommandError) {
         var done: [Int] = []
         for (n, factor) in factors.enumerated() {
             let context = contexts[n]
@@ -213,11 +239,6 @@ struct ImportPSKC: Command {
             done.append(n)
             print("Imported serial \(shown(assignments[n].serial)) for \(context.userName) as factor \"\(shown(labels[n]))\": "
                   + describe(tokens[n]) + ".")
-        }
-        let ignored = container.keys.count - Set(indices).count
-        if ignored > 0 { print("\(ignored) other key\(ignored == 1 ? "" : "s") in \(shownFile) had no assignment and \(ignored == 1 ? "was" : "were") ignored.") }
-        if tokens.contains(where: { $0.kind == .totp }) {
-            print("TOTP keys: time steps up to now count as used, so the code a token shows right now is refused; log in with its next one.")
         }
     }
 
