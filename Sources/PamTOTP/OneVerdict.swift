@@ -64,12 +64,15 @@ func verdictKey(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) ->
     key.append(contentsOf: user)
     let base = key.count
     key.append(0)
-    for n in [UInt64(options.factorKinds), UInt64(clamping: options.adjacentIntervals), UInt64(clamping: options.hotpWindow),
-              UInt64(clamping: options.hotpResyncWindow), UInt64(options.maxFailures), UInt64(clamping: options.lockoutSeconds),
-              options.exempt ? 1 : 0] {
-        key += decimalBytes(n)
-        key.append(0x2C)
-    }
+    // Fixed-width bytes, appended in place (no array per number: this runs on every login).
+    func add(_ n: UInt64) { withUnsafeBytes(of: n.littleEndian) { key.append(contentsOf: $0) } }
+    key.append(options.factorKinds)
+    key.append(options.exempt ? 1 : 0)
+    add(UInt64(clamping: options.adjacentIntervals))
+    add(UInt64(clamping: options.hotpWindow))
+    add(UInt64(clamping: options.hotpResyncWindow))
+    add(UInt64(options.maxFailures))
+    add(UInt64(clamping: options.lockoutSeconds))
     return (key, base)
 }
 
