@@ -98,7 +98,7 @@ public struct PamStack: Equatable, Sendable {
         }
         stack.file = path
         switch text {
-        case .text(let bytes): walk.parse(bytes, file: path, depth: 0, substack: false)
+        case .lines(let lines): walk.parse(lines, file: path, depth: 0, substack: false)
         case .missing: walk.problems.append(Problem(file: path, line: 0, message: literal("cannot be read")))
         case .tooLarge: walk.problems.append(Problem(file: path, line: 0, message: literal("is larger than 256 KiB: not read")))
         case .limit: break
@@ -193,7 +193,59 @@ public struct PamStack: Equatable, Sendable {
         return out
     }
 
-    enum Loaded: Equatable { case text([UInt8]), missing, tooLarge, limit }
+    /// One logical line of a file, classified once for the walk's type: a file included many
+    /// times (the loops `maxDepth` and `maxEntries` stop) is split into words once, and each
+    /// visit only appends what was found.
+    enum Line: Equatable {
+        /// A blank line, a comment, or a line of another type.
+        case skip
+        case atInclude(name: [UInt8])
+        case include(control: [UInt8], name: [UInt8], quiet: Bool, substack: Bool)
+        case module(control: [UInt8], module: [UInt8], arguments: [[UInt8]], quiet: Bool)
+        case problem(message: [UInt8])
+    }
+
+    struct NumberedLine: Equatable {
+        var number: Int
+        var line: Line
+    }
+
+    enum Loaded: Equatable { case lines([NumberedLine]), missing, tooLarge, limit }
+
+    /// A file's logical lines classified for `type`.
+    static func classify(_ text: [UInt8], type: [UInt8]) -> [NumberedLine] {
+        PamStack.logicalLines(text).map { NumberedLine(number: $0.number, line: classify(line: $0.text, type: type)) }
+    }
+
+    static func classify(line: [UInt8], type: [UInt8]) -> Line {
+        let words = PamStack.words(line)
+        guard let first = words.first else { return .skip }
+        if equals(first.word, "@include") && !first.bracketed {
+            guard words.count >= 2, let name = words.dropFirst().first?.word, !name.isEmpty else {
+                return .problem(message: literal("@include without a file name"))
+            }
+            return .atInclude(name: name)
+        }
+        var typeWord = PamStack.lowercased(first.word)
+        var quiet = false
+        if typeWord.first == 0x2D { quiet = true; typeWord.removeFirst() }
+        guard typeWord == type else { return .skip }
+        let rest = words.dropFirst()
+        if let c = rest.first, !c.bracketed, c.word.first == 0x5B {
+            return .problem(message: literal("a control whose '[' is not closed"))
+        }
+        // The module is a plain word (libpam takes a bracketed one for no module at all).
+        guard let controlWord = rest.first, controlWord.bracketed || !controlWord.word.isEmpty,
+              let moduleWord = rest.dropFirst().first, !moduleWord.bracketed, !moduleWord.word.isEmpty else {
+            return .problem(message: literal("an incomplete line (a type, a control and a module are needed)"))
+        }
+        let controlLower = PamStack.lowercased(controlWord.word)
+        if !controlWord.bracketed && (equals(controlLower, "include") || equals(controlLower, "substack")) {
+            return .include(control: controlLower, name: moduleWord.word, quiet: quiet, substack: equals(controlLower, "substack"))
+        }
+        let control = controlWord.bracketed ? [0x5B] + PamStack.collapsed(controlWord.word) + [0x5D] : controlWord.word
+        return .module(control: control, module: moduleWord.word, arguments: words.dropFirst(3).map { $0.word }, quiet: quiet)
+    }
 
     /// The walk over the files: bounded reads, entries and problems in stack order.
     struct Walk {
@@ -204,6 +256,8 @@ public struct PamStack: Equatable, Sendable {
         var problems: [Problem] = []
         var reads = 0
         var limitReported = false
+        /// Each file as first read: a later include of it counts as a read but reads nothing.
+        var cache: [[UInt8]: Loaded] = [:]
 
         init(directory: [UInt8], type: [UInt8], reader: @escaping (_ path: [UInt8]) -> [UInt8]?) {
             (self.directory, self.type, self.reader) = (directory, type, reader)
@@ -225,13 +279,20 @@ public struct PamStack: Equatable, Sendable {
                 return .limit
             }
             reads += 1
-            guard let bytes = reader(path) else { return .missing }
-            guard bytes.count <= PamStack.maxFileSize else { return .tooLarge }
-            return .text(bytes)
+            if let known = cache[path] { return known }
+            let loaded: Loaded
+            if let bytes = reader(path) {
+                loaded = bytes.count <= PamStack.maxFileSize ? .lines(PamStack.classify(bytes, type: type)) : .tooLarge
+            } else {
+                loaded = .missing
+            }
+            cache[path] = loaded
+            return loaded
         }
 
-        mutating func parse(_ text: [UInt8], file: [UInt8], depth: Int, substack: Bool) {
-            for (number, line) in PamStack.logicalLines(text) {
+        mutating func parse(_ lines: [NumberedLine], file: [UInt8], depth: Int, substack: Bool) {
+            for numbered in lines {
+                let number = numbered.number
                 guard entries.count < PamStack.maxEntries else {
                     if !limitReported {
                         limitReported = true
@@ -239,43 +300,19 @@ public struct PamStack: Equatable, Sendable {
                     }
                     return
                 }
-                let words = PamStack.words(line)
-                guard let first = words.first else { continue }
-                if equals(first.word, "@include") && !first.bracketed {
-                    guard words.count >= 2, let name = words.dropFirst().first?.word, !name.isEmpty else {
-                        problems.append(Problem(file: file, line: number, message: literal("@include without a file name")))
-                        continue
-                    }
+                switch numbered.line {
+                case .skip: continue
+                case .problem(let message): problems.append(Problem(file: file, line: number, message: message))
+                case .atInclude(let name):
                     follow(name, kind: .atInclude, control: literal("@include"), quiet: false, file: file, line: number,
                            depth: depth, substack: substack, into: substack)
-                    continue
-                }
-                var typeWord = PamStack.lowercased(first.word)
-                var quiet = false
-                if typeWord.first == 0x2D { quiet = true; typeWord.removeFirst() }
-                guard typeWord == type else { continue }
-                let rest = words.dropFirst()
-                if let c = rest.first, !c.bracketed, c.word.first == 0x5B {
-                    problems.append(Problem(file: file, line: number, message: literal("a control whose '[' is not closed")))
-                    continue
-                }
-                // The module is a plain word (libpam takes a bracketed one for no module at all).
-                guard let controlWord = rest.first, controlWord.bracketed || !controlWord.word.isEmpty,
-                      let moduleWord = rest.dropFirst().first, !moduleWord.bracketed, !moduleWord.word.isEmpty else {
-                    problems.append(Problem(file: file, line: number, message: literal("an incomplete line (a type, a control and a module are needed)")))
-                    continue
-                }
-                let target = moduleWord.word
-                let controlLower = PamStack.lowercased(controlWord.word)
-                if !controlWord.bracketed && (equals(controlLower, "include") || equals(controlLower, "substack")) {
-                    let isSub = equals(controlLower, "substack")
-                    follow(target, kind: isSub ? .substack : .include, control: controlLower, quiet: quiet, file: file, line: number,
+                case .include(let control, let name, let quiet, let isSub):
+                    follow(name, kind: isSub ? .substack : .include, control: control, quiet: quiet, file: file, line: number,
                            depth: depth, substack: substack, into: substack || isSub)
-                    continue
+                case .module(let control, let module, let arguments, let quiet):
+                    entries.append(Entry(kind: .module, file: file, line: number, quiet: quiet, control: control, module: module,
+                                         arguments: arguments, depth: depth, inSubstack: substack))
                 }
-                let control = controlWord.bracketed ? [0x5B] + PamStack.collapsed(controlWord.word) + [0x5D] : controlWord.word
-                entries.append(Entry(kind: .module, file: file, line: number, quiet: quiet, control: control, module: target,
-                                     arguments: words.dropFirst(3).map { $0.word }, depth: depth, inSubstack: substack))
             }
         }
 
@@ -290,7 +327,7 @@ public struct PamStack: Equatable, Sendable {
             }
             let path = self.path(of: name)
             switch load(path) {
-            case .text(let bytes): parse(bytes, file: path, depth: depth + 1, substack: into)
+            case .lines(let lines): parse(lines, file: path, depth: depth + 1, substack: into)
             case .missing:
                 problems.append(Problem(file: file, line: line, message: printableBytes(path) + literal(" cannot be read")))
             case .tooLarge:
