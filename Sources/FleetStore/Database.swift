@@ -238,6 +238,8 @@ public struct FleetEnrolled {
     var hasRecovery = false
     /// The factors (by index in `factors`) a live sent code belongs to.
     var pending: [Int] = []
+    /// Each factor's code length (a sent factor: its live code's; 0: none), as `factors`.
+    var digits: [Int] = []
 }
 
 /// The store interface (docs/ARCHITECTURE.md, section 2.2) on PostgreSQL: every operation is one call of
@@ -288,16 +290,17 @@ public final class PostgresStore: TOTPStore {
         let name = try Self.text(user)
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.read("SELECT uid, kind, label, masked, has_recovery, pending FROM pam_totp_api.enrolled($1)", [.text(name)])
+            rows = try pool.read("SELECT uid, kind, label, masked, has_recovery, pending, digits FROM pam_totp_api.enrolled($1)", [.text(name)])
         } catch { throw Self.mapped(error) }
-        guard let first = rows.first, first.count == 6, let v = first[0], let recordUID = UInt32(v) else { return .unenrolled }
+        guard let first = rows.first, first.count == 7, let v = first[0], let recordUID = UInt32(v) else { return .unenrolled }
         let uid = try account()?.uid
         guard uid == recordUID else { return .otherAccount(recordUID: recordUID) }
         var enrolled = FleetEnrolled(name: name, uid: recordUID)
         enrolled.hasRecovery = first[4] == "t"
-        for row in rows where row.count == 6 {
+        for row in rows where row.count == 7 {
             guard let kind = row[1].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = row[2] else { continue }
             if row[5] == "t" { enrolled.pending.append(enrolled.factors.count) }
+            enrolled.digits.append(row[6].flatMap { Int($0) } ?? 0)
             enrolled.factors.append(FactorHint(kind: kind, label: Array(label.utf8), masked: Array((row[3] ?? "").utf8)))
         }
         return .enrolled(enrolled)
@@ -307,8 +310,9 @@ public final class PostgresStore: TOTPStore {
     public func hints(_ enrolled: FleetEnrolled, kinds: UInt8) -> FactorHints {
         var h = FactorHints(typed: enrolled.hasRecovery, device: false)
         for (i, f) in enrolled.factors.enumerated() {
-            h.add(f.kind, allowed: kinds) { f }
-            if kinds & f.kind.bit != 0 && enrolled.pending.contains(i) { h.pending = true }
+            let digits = i < enrolled.digits.count ? enrolled.digits[i] : 0
+            h.add(f.kind, allowed: kinds, digits: digits) { f }
+            if kinds & f.kind.bit != 0 && enrolled.pending.contains(i) { h.addPending(digits: digits) }
         }
         return h
     }

@@ -1396,14 +1396,18 @@ $$;
 -- offers); has_recovery: the user has recovery codes; pending: a code sent to this factor is
 -- live (a one-prompt stack then takes the answer's trailing digits as it). One row per factor.
 CREATE FUNCTION pam_totp_api.enrolled(p_user text)
-RETURNS TABLE (uid bigint, kind text, label text, masked text, has_recovery boolean, pending boolean)
+RETURNS TABLE (uid bigint, kind text, label text, masked text, has_recovery boolean, pending boolean, digits integer)
 LANGUAGE sql STABLE SECURITY DEFINER
 AS $$
+  -- digits: how many digits the factor's code has (a sent factor: its live code's, else NULL),
+  -- so a one-field stack can hand the password on before the code is checked (code_after_password).
   SELECT u.uid, f.kind, f.label, pam_totp_api.masked(f.kind, f.destination),
          EXISTS (SELECT 1 FROM pam_totp.recovery r WHERE r.user_name = u.name),
-         EXISTS (SELECT 1 FROM pam_totp.sent_codes x WHERE x.user_name = u.name AND x.factor_id = f.id AND x.attempts_left > 0
-                    AND x.expires_at > pam_totp_api.now_seconds())
+         x.digits IS NOT NULL,
+         CASE WHEN f.kind IN ('totp', 'hotp') THEN f.digits ELSE x.digits END
     FROM pam_totp.users u JOIN pam_totp.factors f ON f.user_name = u.name
+    LEFT JOIN LATERAL (SELECT s.digits FROM pam_totp.sent_codes s WHERE s.user_name = u.name AND s.factor_id = f.id AND s.attempts_left > 0
+                          AND s.expires_at > pam_totp_api.now_seconds() LIMIT 1) x ON true
    WHERE u.name = p_user ORDER BY f.id
 $$;
 

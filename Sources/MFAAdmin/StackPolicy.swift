@@ -73,7 +73,8 @@ public struct LineRole: Equatable, Sendable {
             }
             return LineRole(decides: true, outcome: .ask,
                             reason: user + literal(" is enrolled: asked for a code")
-                                + (options.forwardPass ? literal(" (with the password, one question: forward_pass)") : []))
+                                + (options.codeAfterPassword ? literal(" (with the password, one question; the code is checked by the after_password line, after the password module: code_after_password)")
+                                   : options.forwardPass ? literal(" (with the password, one question: forward_pass)") : []))
         case .unenrolled:
             if let until = options.enrollAtLoginUntil, now < until, !options.forwardPass, options.backend == .files {
                 return LineRole(decides: true, outcome: .ask,

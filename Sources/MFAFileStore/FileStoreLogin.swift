@@ -100,7 +100,7 @@ extension FileStore: TOTPStore {
     public func hints(_ enrolled: EnrolledUser<Sys>, kinds: UInt8) -> FactorHints {
         var h = enrolled.record.hints(kinds: kinds)
         if !h.device && !h.sent.isEmpty, let state = try? readState(user: enrolled.name) {
-            h.pending = enrolled.record.hasLiveCode(state, kinds: kinds, at: Int64(time(nil)))
+            if enrolled.record.hasLiveCode(state, kinds: kinds, at: Int64(time(nil))) { h.addPending(digits: Int(state.pending?.digits ?? 6)) }
         }
         return h
     }

@@ -45,6 +45,11 @@ public struct ModuleOptions: Equatable, Sendable {
     /// module of a one-prompt stack. It asks nothing: it completes what the forward_pass line
     /// before the password module decided (pam_totp(8), "SCREEN LOCKERS AND DESKTOPS").
     public var afterPassword = false
+    /// `code_after_password` (with forward_pass, a pam.d line only): the line before the
+    /// password module of a one-field stack splits the answer and hands the password on, but
+    /// checks no code; the `after_password` line checks it, so only after the password passed:
+    /// a stranger without it counts no failure and spends no code (pam_totp(8), "VPN AND RADIUS").
+    public var codeAfterPassword = false
     /// pam-totpd's socket: where a caller without root asks.
     public var socket: [UInt8] = ModuleOptions.defaultSocket
     /// `exempt`: the user is not asked for a code and the module returns PAM_IGNORE (never
@@ -455,6 +460,10 @@ public struct ModuleOptions: Equatable, Sendable {
             guard !fromFile else { throw .invalidOption(origin + "after_password is only allowed on a pam.d line") }
             guard let v = Self.flag(value) else { throw bad("after_password takes no value, or yes/no") }
             afterPassword = v
+        } else if equals(name, "code_after_password") {
+            guard !fromFile else { throw .invalidOption(origin + "code_after_password is only allowed on a pam.d line") }
+            guard let v = Self.flag(value) else { throw bad("code_after_password takes no value, or yes/no") }
+            codeAfterPassword = v
         } else if equals(name, "postgresql_file") {
             guard fromFile else { throw .invalidOption(origin + "postgresql_file= is only allowed in the configuration file") }
             guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {

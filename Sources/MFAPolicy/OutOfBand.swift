@@ -31,20 +31,31 @@ public struct FactorHints: Equatable, Sendable {
     /// A code sent to one of the allowed sent factors is live (not expired, attempts left):
     /// a one-prompt stack then takes the answer's trailing digits as that code.
     public var pending: Bool
+    /// How many digits a one-field answer's code has (`code_after_password`: the rest is the
+    /// password, handed on before the code is checked): the first allowed TOTP or HOTP
+    /// factor's; without one, the live sent code's; 6 otherwise.
+    public var codeDigits: Int = 6
     public static let maxOffered = 9
 
     /// Counts in one factor of `kind` where `allowed` kinds are: a typed one makes `typed` and
     /// `device` true; a sent one is offered (`hint`, made only then) while fewer than
     /// `maxOffered` are; a disallowed one is only counted. Every store's hints are built so.
     @_optimize(size)  // cold: a login with a phone or address only
-    public mutating func add(_ kind: FactorKind, allowed: UInt8, hint: () -> FactorHint) {
+    public mutating func add(_ kind: FactorKind, allowed: UInt8, digits: Int, hint: () -> FactorHint) {
         guard allowed & kind.bit != 0 else { disallowed += 1; return }
         if kind.isOutOfBand {
             if sent.count < Self.maxOffered { sent.append(hint()) }
         } else {
+            if !device, OTPParameters.digitsRange.contains(digits) { codeDigits = digits }
             typed = true
             device = true
         }
+    }
+
+    /// A live sent code's length, for a user without an allowed TOTP or HOTP factor.
+    public mutating func addPending(digits: Int) {
+        pending = true
+        if !device, OTPParameters.digitsRange.contains(digits) { codeDigits = digits }
     }
     public init(typed: Bool = true, sent: [FactorHint] = [], disallowed: Int = 0, device: Bool = true, pending: Bool = false) {
         (self.typed, self.sent, self.disallowed, self.device, self.pending) = (typed, sent, disallowed, device, pending)
@@ -57,7 +68,7 @@ extension UserRecord {
     public func hints(kinds: UInt8) -> FactorHints {
         var h = FactorHints(typed: !(recovery?.hashes.isEmpty ?? true), device: false)
         for f in factors {
-            h.add(f.kind, allowed: kinds) { FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination) }
+            h.add(f.kind, allowed: kinds, digits: f.parameters.digits) { FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination) }
         }
         return h
     }

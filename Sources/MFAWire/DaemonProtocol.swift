@@ -274,8 +274,10 @@ public enum DaemonReply: Equatable, Sendable {
                 b.append(9); Writer.u32(failures, &b)
             }
         case .enrolled(let hints):
-            // Flags: 1 typed, 2 no TOTP/HOTP factor (a daemon before the bit meant one), 4 a live sent code.
-            b.append(7); b.append((hints.typed ? 1 : 0) | (hints.device ? 0 : 2) | (hints.pending ? 4 : 0)); b.append(UInt8(truncatingIfNeeded: min(max(hints.disallowed, 0), 255)))
+            // Flags: 1 typed, 2 no TOTP/HOTP factor (a daemon before the bit meant one), 4 a live sent code,
+            // bits 3-4 the code's digits less 6 (FactorHints.codeDigits: 6, 7 or 8).
+            let digits = UInt8(truncatingIfNeeded: min(max(hints.codeDigits, 6), 8) - 6)
+            b.append(7); b.append((hints.typed ? 1 : 0) | (hints.device ? 0 : 2) | (hints.pending ? 4 : 0) | digits << 3); b.append(UInt8(truncatingIfNeeded: min(max(hints.disallowed, 0), 255)))
             let offered = hints.sent.prefix(FactorHints.maxOffered)
             b.append(UInt8(truncatingIfNeeded: offered.count))
             for h in offered {
@@ -321,10 +323,11 @@ public enum DaemonReply: Equatable, Sendable {
             guard let error = r.error() else { throw .malformed("reply") }
             reply = .outcome(.failed(error))
         case 7:
-            guard let flags = r.u8(), flags <= 7, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
+            guard let flags = r.u8(), flags >> 3 <= 2, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
                 throw .malformed("reply")
             }
             var hints = FactorHints(typed: flags & 1 != 0, disallowed: Int(disallowed), device: flags & 2 == 0, pending: flags & 4 != 0)
+            hints.codeDigits = 6 + Int(flags >> 3)
             for _ in 0..<n {
                 guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.isOutOfBand, let label = r.short(), let masked = r.short() else {
                     throw .malformed("reply")

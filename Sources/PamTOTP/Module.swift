@@ -41,6 +41,10 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
         log(pamh, LOG_ERR, "cannot determine the user name")
         return PAM_USER_UNKNOWN
     }
+    if options.codeAfterPassword && (!options.forwardPass || options.afterPassword) {
+        log(pamh, LOG_ERR, "code_after_password needs forward_pass, and not after_password, on the same line (pam_totp(8))")
+        return PAM_SERVICE_ERR
+    }
     let key = verdictKey(pamh, user: user, options: options)
     // A one-prompt stack's line after the password module: it asks nothing, it completes what
     // the forward_pass line before it left (OutOfBand.swift).
@@ -50,19 +54,21 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     if let code = verdictLeft(pamh, key: key) { return earlierVerdict(pamh, code, user: user, options: options) }
     // Exempt by a section of the configuration file: PAM_IGNORE, never PAM_SUCCESS (the line
     // does not count; the rest of the stack decides). Logged every time.
-    switch options.exempt ? exempted(pamh, user: user, options: options) : verify(pamh, user: user, options: options) {
+    switch options.exempt ? exempted(pamh, user: user, options: options) : verify(pamh, user: user, options: options, key: key) {
     case .notAsked:
         return PAM_IGNORE
     case .decided(let code):
-        rememberVerdict(pamh, key: key, code: code)
+        _ = rememberVerdict(pamh, key: key, code: code)
         return code
+    case .deferred(let code):
+        return code  // kept in the handle by the line itself, with the code (deferCode)
     }
 }
 
 /// Asks for and checks a code of `user`: one sequence — look-up, enrolment at first login,
 /// nullok, prompt, verdict, forward_pass, log — over the store chosen at the start
 /// (LoginStore: the file store in process as root, else pam-totpd).
-func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> LineDecision {
+func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: (key: [UInt8], base: Int)) -> LineDecision {
     let store = LoginStore.open(pamh, user: user, options: options)
     // Only an unenrolled user under nullok (without forward_pass) is not asked. Everyone else,
     // enrolled or not, locked out or not, sees the same prompt (no account enumeration).
@@ -71,12 +77,13 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
     let offersEnrolment = options.enrollAtLoginUntil != nil && store.offersEnrolment(options)
     var unenrolled = false
     var hints = FactorHints()
-    switch store.enrolment(user: user, options: options, mayMatter: skippable || offersEnrolment) {
+    // code_after_password: the code's length is needed before the password is handed on.
+    switch store.enrolment(user: user, options: options, mayMatter: skippable || offersEnrolment || options.codeAfterPassword) {
     case .enrolled(let offered): hints = offered
     case .unknown: break
     case .unenrolled: unenrolled = true
     case .decided(let outcome): return .decided(finish(pamh, outcome, user: user, debug: options.debug))
-    case .refused(let why): return .decided(refused(pamh, user: user, why))
+    case .refused(let why): return .decided(refusedBeforePrompt(pamh, user: user, why, options: options))
     }
     // Enrolment at first login, where policy offers it (the deadline; sections bound it to groups).
     if unenrolled, offersEnrolment, let until = options.enrollAtLoginUntil,
@@ -106,6 +113,13 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
     if options.forwardPass && !hints.device && !hints.pending && !hints.sent.isEmpty {
         return .decided(passwordFirst(pamh, answer, user: user))
     }
+    // code_after_password: the password handed on, the code kept for the after_password line
+    // (an un-enrolled user without nullok too: denied there, after the password, like anyone).
+    if options.codeAfterPassword {
+        let digits = unenrolled ? 6 : hints.codeDigits
+        forwardPassword(pamh, answer, codeLength: digits)
+        return .deferred(deferCode(pamh, answer.suffix(digits), user: user, key: key))
+    }
     var verdict = store.authenticate(user: user, answer: answer, previous: nil, options: options)
     if case .outcome(.resyncNeeded) = verdict {
         guard let resynced = resync(pamh, store, user: user, answer: answer, first: verdict, options: options) else { return .decided(PAM_CONV_ERR) }
@@ -113,6 +127,9 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> Lin
     }
     switch verdict {
     case .refused(let why):
+        // The password part still goes on: the next module does its usual work (and logs no
+        // "could not identify password"); this line denies, and says why.
+        if options.forwardPass { forwardPassword(pamh, answer, codeLength: 6) }
         return .decided(refused(pamh, user: user, why))
     case .outcome(.unenrolled) where options.nullok:
         if options.forwardPass { forwardPassword(pamh, answer, codeLength: 0) }
@@ -190,6 +207,31 @@ func exempted(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions) -> L
 func refused(_ pamh: OpaquePointer, user: [UInt8], _ why: Message) -> Int32 {
     log(pamh, LOG_WARNING, "denied user " + printable(user) + ": pam-totpd refused: " + why)
     return PAM_AUTH_ERR
+}
+
+/// pam-totpd refused the look-up before the prompt. A forward_pass line still asks its one
+/// question and hands the password part on (the next module does its usual work), then denies.
+@_optimize(size)  // cold: a caller pam-totpd does not serve
+func refusedBeforePrompt(_ pamh: OpaquePointer, user: [UInt8], _ why: Message, options: ModuleOptions) -> Int32 {
+    if options.forwardPass, var answer = prompt(pamh, Message(options.prompt)) {
+        forwardPassword(pamh, answer, codeLength: 6)
+        wipe(&answer)
+    }
+    return refused(pamh, user: user, why)
+}
+
+/// code_after_password: the code split off the answer waits in the handle for the
+/// after_password line; this line decides nothing (PAM_IGNORE) and counts nothing.
+@_optimize(size)  // cold: one-field stacks only
+func deferCode(_ pamh: OpaquePointer, _ code: ArraySlice<UInt8>, user: [UInt8], key: (key: [UInt8], base: Int)) -> Int32 {
+    guard rememberVerdict(pamh, key: key, code: PAM_IGNORE, deferred: code) else {
+        // PAM_OLDAUTHTOK is another module's (OneVerdict.swift): nothing could carry the code.
+        log(pamh, LOG_ERR, "denied user " + printable(user) + ": code_after_password cannot keep the code for the after_password line "
+            + "(another module holds PAM_OLDAUTHTOK)")
+        return PAM_AUTH_ERR
+    }
+    if code.count < 6 { log(pamh, LOG_INFO, "user " + printable(user) + ": the answer is shorter than a code") }
+    return PAM_IGNORE
 }
 
 @_cdecl("pam_sm_setcred")

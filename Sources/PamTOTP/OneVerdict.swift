@@ -32,6 +32,9 @@ import MFASystem
 enum LineDecision {
     case notAsked
     case decided(Int32)
+    /// code_after_password: the line kept the code it split off the answer for the
+    /// after_password line, with its own PAM code (not to be kept again).
+    case deferred(Int32)
 }
 
 // @inline(never): the cpam_* C functions then stay in this file's object. An object holding C
@@ -85,11 +88,30 @@ func verdictLeft(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), any: Boo
     return code < 0 ? nil : code
 }
 
-/// The deciding line's code, for the later lines of this pam_authenticate.
+/// The deciding line's code, for the later lines of this pam_authenticate; `deferred`: the code
+/// a code_after_password line split off the answer, for the after_password line to check.
 @inline(never)
-func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code: Int32) {
-    _ = key.key.withUnsafeBufferPointer { cpam_verdict_keep(pamh, $0.baseAddress, $0.count, code) }
+func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code: Int32, deferred: ArraySlice<UInt8> = []) -> Bool {
+    key.key.withUnsafeBufferPointer { k in
+        deferred.withUnsafeBufferPointer { d in
+            cpam_verdict_keep(pamh, k.baseAddress, k.count, code, d.baseAddress, d.count) == PAM_SUCCESS
+        }
+    }
 }
+
+/// The code a code_after_password line of this pam_authenticate left for this user, store and
+/// service; nil for none. The caller wipes it.
+@inline(never)
+func deferredCode(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int)) -> [UInt8]? {
+    var out = [UInt8](repeating: 0, count: Int(CPAM_DEFERRED_MAX))
+    let n = key.key.withUnsafeBufferPointer { k in
+        out.withUnsafeMutableBufferPointer { cpam_verdict_deferred(pamh, k.baseAddress, k.count, key.base, $0.baseAddress) }
+    }
+    guard n > 0, n <= out.count else { wipe(&out); return nil }
+    out.removeSubrange(n...)  // the tail is zeros
+    return out
+}
+
 
 /// A later line: the earlier line's code, unasked. Only with `debug` is it logged: the
 /// deciding line logged the outcome once.

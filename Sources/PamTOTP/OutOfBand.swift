@@ -118,6 +118,8 @@ func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions,
     switch verdictLeft(pamh, key: key, any: true) {
     case PAM_CRED_INSUFFICIENT?:
         break  // send the code, below
+    case PAM_IGNORE? where deferredCode(pamh, key: key) != nil:
+        return checkDeferred(pamh, user: user, options: options, key: key)
     case let code?:
         return code  // accepted, ignored (nullok, exempt) or denied before the password module
     case nil:
@@ -137,4 +139,41 @@ func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions,
         _ = showInfo(pamh, [printable(why.bytes).bytes, literal("Try again later, or ask your administrator.")])
     }
     return PAM_AUTH_ERR
+}
+
+// A one-field stack where a stranger can neither lock a user out nor spend their code
+// (pam_totp(8), "VPN AND RADIUS"):
+//
+//   auth [success=ok ignore=ignore cred_insufficient=bad default=die] pam_totp.so forward_pass code_after_password nullok
+//   auth requisite pam_unix.so use_first_pass
+//   auth required  pam_totp.so forward_pass after_password
+//
+// The first line splits the answer (the code is as long as the user's first TOTP or HOTP
+// factor's, or the live sent code's), hands the password on, keeps the code in the handle and
+// returns PAM_IGNORE: it counts nothing. Only if the password passed (requisite) does the
+// after_password line check the code — counted, spent and logged as on any line.
+
+/// The after_password line after a code_after_password line: checks the code it kept. The
+/// handle's copy is replaced by this line's verdict (later lines are bound by it).
+@_optimize(size)  // cold: one-field stacks only
+func checkDeferred(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: (key: [UInt8], base: Int)) -> Int32 {
+    guard var code = deferredCode(pamh, key: key) else { return PAM_AUTH_ERR }
+    defer { wipe(&code) }
+    let store = LoginStore.open(pamh, user: user, options: options)
+    var verdict = store.authenticate(user: user, answer: code, previous: nil, options: options)
+    if case .outcome(.resyncNeeded) = verdict {
+        guard let resynced = resync(pamh, store, user: user, answer: code, first: verdict, options: options) else {
+            if !rememberVerdict(pamh, key: key, code: PAM_CONV_ERR) { forgetVerdict(pamh) }
+            return PAM_CONV_ERR
+        }
+        verdict = resynced
+    }
+    let result: Int32
+    switch verdict {
+    case .refused(let why): result = refused(pamh, user: user, why)
+    case .outcome(.unenrolled) where options.nullok: result = ignored(pamh, user: user, options: options)
+    case .outcome(let outcome): result = finish(pamh, outcome, user: user, debug: options.debug)
+    }
+    if !rememberVerdict(pamh, key: key, code: result) { forgetVerdict(pamh) }
+    return result
 }

@@ -83,6 +83,7 @@ struct Check: Command {
                 }
             }
             Self.afterPassword(s.lines, service: s.name).forEach(add)
+            Self.codeOrder(s.lines, service: s.name).forEach(add)
             Self.shadowedNullok(s.lines, service: s.name).forEach(add)
             Self.sentKinds(s.lines).forEach(add)
             // pam_totp asks pam-totpd whenever it runs without root (a screen locker runs as the
@@ -156,6 +157,27 @@ struct Check: Command {
                 out.append(Finding(place: l.place, trap: "after-password-without-forward-pass",
                                    problem: "an after_password line with no forward_pass line before it in the stack of \(service): it has no question to complete",
                                    fix: "put 'auth required pam_totp.so forward_pass' before the password module of this stack (pam_totp(8), SCREEN LOCKERS AND DESKTOPS), or remove this line"))
+            }
+        }
+        return out
+    }
+
+    /// A one-field (`forward_pass`) line: without `code_after_password` it checks the code before
+    /// the password module, so anyone with a user name can lock the user out and spend codes;
+    /// with it, an `after_password` line must follow, or the code is never checked.
+    static func codeOrder(_ lines: [TOTPLine], service: String) -> [Finding] {
+        var out: [Finding] = []
+        for (i, l) in lines.enumerated() {
+            guard let o = l.options, o.forwardPass, !o.afterPassword else { continue }
+            let after = lines.dropFirst(i + 1).contains { $0.options?.afterPassword == true }
+            if o.codeAfterPassword && !after {
+                out.append(Finding(place: l.place, trap: "code-never-checked",
+                                   problem: "a code_after_password line with no after_password line after it in the stack of \(service): the code is split off and never checked, so the password alone passes",
+                                   fix: "put 'auth required pam_totp.so forward_pass after_password' after the password module (pam_totp(8), VPN AND RADIUS)"))
+            } else if !o.codeAfterPassword {
+                out.append(Finding(place: l.place, trap: "code-before-password",
+                                   problem: "this forward_pass line checks the code before the password module in the stack of \(service): anyone who knows a user name can lock the user out (max_failures) and spend their codes with any password",
+                                   fix: "add code_after_password to this line and 'auth required pam_totp.so forward_pass after_password' after the password module, which must be requisite (pam_totp(8), VPN AND RADIUS)"))
             }
         }
         return out

@@ -62,6 +62,8 @@ final class DaemonProtocolTests: XCTestCase {
             .enrolled(FactorHints(typed: false, sent: [FactorHint(kind: .sms, label: Array("phone".utf8), masked: Array("+1******1234".utf8)),
                                                     FactorHint(kind: .email, label: Array("work".utf8), masked: Array("a***@example.com".utf8))],
                                   disallowed: 2)),
+            .enrolled({ var h = FactorHints(); h.codeDigits = 8; return h }()),
+            .enrolled({ var h = FactorHints(typed: false, device: false); h.addPending(digits: 7); return h }()),
             .sent(fresh: true, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: Array("+1******1234".utf8)),
             .sent(fresh: false, sentAt: 1_700_000_000, expiresAt: 1_700_000_300, masked: []),
             .notSent("a code was sent 3 s ago: wait 27 s before asking for another"),

@@ -42,7 +42,8 @@ final class CheckCommandTests: XCTestCase {
         try write("common-auth", "auth [success=1 default=ignore] pam_unix.so nullok\nauth requisite pam_deny.so\nauth required pam_permit.so\n")
         try write("sshd", "@include common-auth\nauth required pam_totp.so\naccount required pam_unix.so\n")
         try write("totp-enroll", "@include common-auth\nauth required pam_totp.so nullok\n")
-        try write("i3lock", "auth required pam_totp.so forward_pass\n@include common-auth\nauth [success=ok default=die] pam_totp.so forward_pass after_password\n")
+        try write("i3lock", "auth [success=ok ignore=ignore cred_insufficient=bad default=die] pam_totp.so forward_pass code_after_password\n"
+                  + "auth requisite pam_unix.so use_first_pass\nauth required pam_totp.so forward_pass after_password\n")
         try "store = \(dir.path)/store\nsocket = \(socketPath)\nfactor_kinds = totp sms\nsms_command = /bin/true\n[group daemon]\nnullok = no\n[service totp-enroll]\nnullok = yes\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
         try "UsePAM yes\nKbdInteractiveAuthentication yes\n".write(toFile: sshdConfig, atomically: true, encoding: .utf8)
@@ -76,6 +77,9 @@ final class CheckCommandTests: XCTestCase {
         try "UsePAM yes\nAuthenticationMethods publickey,keyboard-interactive\n"
             .write(toFile: sshdConfig, atomically: true, encoding: .utf8)
         try write("swaylock", "auth include common-auth\nauth required pam_totp.so after_password\n")
+        // One-field stacks: the code checked before the password; a code split off and never checked.
+        try write("radiusd", "auth required pam_totp.so forward_pass\nauth required pam_unix.so use_first_pass\n")
+        try write("openvpn", "auth [success=ok ignore=ignore default=die] pam_totp.so forward_pass code_after_password\nauth requisite pam_unix.so use_first_pass\n")
         try "store = \(dir.path)/store\nsocket = \(socketPath)\nfactor_kinds = totp email\n[group daemon]\nnullok = no\n[service totp-enroll]\nnullok = no\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
         let r = try check()
@@ -91,6 +95,8 @@ final class CheckCommandTests: XCTestCase {
         XCTAssertTrue(found("\(pamdir)/i3lock:1", "nothing accepts on \(socketPath)"), r.stdout)
         XCTAssertTrue(found("\(config):3", "factor_kinds offers email"), r.stdout)
         XCTAssertTrue(found("\(pamdir)/common-auth:4", "nullok is shadowed by the strict pam_totp line \(pamdir)/sshd:2"), r.stdout)
+        XCTAssertTrue(found("\(pamdir)/radiusd:1", "checks the code before the password module"), r.stdout)
+        XCTAssertTrue(found("\(pamdir)/openvpn:1", "the code is split off and never checked"), r.stdout)
         XCTAssertFalse(lines.contains { !$0.hasPrefix("/") }, "one finding a line, each naming its place: \(r.stdout)")
 
         let json = try check(["--json"])
@@ -101,7 +107,7 @@ final class CheckCommandTests: XCTestCase {
         let traps = Set(findings.compactMap { $0["trap"] as? String })
         XCTAssertEqual(traps, ["publickey-stack-asks-password", "publickey-stack-earlier-line",
                                "after-password-without-forward-pass", "mandatory-group-cannot-enrol", "locker-without-daemon",
-                               "sent-kind-without-sender", "nullok-shadowed"])
+                               "sent-kind-without-sender", "nullok-shadowed", "code-before-password", "code-never-checked"])
         XCTAssertTrue(findings.allSatisfy { $0["file"] is String && $0["line"] is Int && $0["fix"] is String })
     }
 

@@ -314,6 +314,39 @@ final class FleetDaemonTests: XCTestCase {
                       "PAM_AUTHINFO_UNAVAIL: \(down.stdout) \(down.stderr)")
         try cluster.start()
     }
+
+    /// One-field stacks in fleet mode (issue 39): the look-up tells the code's length (the
+    /// database's enrolled() gives each factor's digits), so the code_after_password line hands
+    /// the right password on; the after_password line checks the code through the daemon.
+    func testAOneFieldStackSplitsAtTheFactorsLength() throws {
+        guard case .enrolled(let six) = try ask(0, .lookup, answer: "").reply else { return XCTFail("no hints") }
+        XCTAssertEqual(six.codeDigits, 6)
+        try sql("UPDATE pam_totp.factors SET digits = 8 WHERE user_name = 'root'")
+        guard case .enrolled(let eight) = try ask(0, .lookup, answer: "").reply else { return XCTFail("no hints") }
+        XCTAssertEqual(eight.codeDigits, 8)
+        let service = "pam_totp_fleet_one_\(getpid())"
+        // pam_exec stands in for the password module: it accepts exactly the password part.
+        let checker = hosts[0].root.appendingPathComponent("password-check").path
+        try "#!/bin/sh\n[ \"$(cat | tr -d '\\0')\" = \"pass word\" ]\n".write(toFile: checker, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(checker, 0o755), 0)
+        try """
+            auth [success=ok ignore=ignore cred_insufficient=bad default=die] \(moduleURL.path) forward_pass code_after_password config=\(hosts[0].config)
+            auth requisite pam_exec.so expose_authtok quiet \(checker)
+            auth required \(moduleURL.path) forward_pass after_password config=\(hosts[0].config)
+
+            """.write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        services.append(service)
+        let p8 = try OTPParameters(algorithm: .sha1, digits: 8, period: 30)
+        let code8 = String(decoding: try currentCode(secret, p8, offsetSteps: 2), as: UTF8.self)
+        let stranger = try runCommand(["pamtester", service, "root", "authenticate"], input: "guess" + code8 + "\n")
+        XCTAssertNotEqual(stranger.status, 0)
+        XCTAssertEqual(try failures(), 0, "a wrong password counted")
+        let ok = try runCommand(["pamtester", service, "root", "authenticate"], input: "pass word" + code8 + "\n")
+        XCTAssertEqual(ok.status, 0, ok.stdout + ok.stderr + hosts[0].output)
+        let replay = try runCommand(["pamtester", service, "root", "authenticate"], input: "pass word" + code8 + "\n")
+        XCTAssertNotEqual(replay.status, 0)
+        XCTAssertEqual(try failures(), 1, "a replay after the right password counts")
+    }
 }
 
 // Its threads only read the fixtures, which setUp made before any of them started.
