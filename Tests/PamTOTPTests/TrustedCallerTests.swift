@@ -73,6 +73,32 @@ final class TrustedCallerTests: XCTestCase {
         XCTAssertNotEqual(status.status, 0, status.stdout)
     }
 
+    /// Issue 39, item 3: on pam-totpd's refusal a forward_pass line still hands the password part
+    /// on (pam_unix logged "auth could not identify password" before), and denies with a log line.
+    /// pam_exec with expose_authtok stands in for the password module: it records what it got,
+    /// and would have asked again ("Password: ") had nothing been handed on.
+    func testARefusalStillHandsThePasswordOn() throws {
+        let secret = randomTOTPSecret()
+        try daemon.enroll("nobody", uid: 65534, secret: secret)
+        let spool = try makeTemporaryDirectory("pam_totp_handon")
+        defer { removeTemporaryDirectory(spool) }
+        XCTAssertEqual(chmod(spool.path, 0o1777), 0)
+        let got = spool.appendingPathComponent("got").path
+        let checker = spool.appendingPathComponent("check").path
+        try "#!/bin/sh\ntr -d '\\000' > \(got)\nexit 1\n".write(toFile: checker, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(checker, 0o755), 0)
+        try """
+            auth required \(moduleURL.path) forward_pass socket=\(daemon.socketPath)
+            auth required pam_exec.so expose_authtok quiet \(checker)
+
+            """.write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        let r = try pamtester(as: other, user: "nobody", answer: "my password" + (try codeNow(secret)))
+        XCTAssertNotEqual(r.status, 0, "a refused caller passed")
+        XCTAssertFalse(r.stdout.contains("Password: "), "the password module asked again: nothing was handed on: " + r.stdout)
+        XCTAssertEqual(try? String(contentsOfFile: got, encoding: .utf8), "my password", "the password part handed on")
+        XCTAssertEqual(try daemon.state("nobody").failures, 0)
+    }
+
     /// A bad list refuses to start, naming the setting; a name with no account is left out (with a
     /// warning in syslog) and the daemon starts.
     func testTheListIsChecked() throws {
