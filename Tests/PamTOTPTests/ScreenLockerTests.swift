@@ -248,20 +248,41 @@ final class ScreenLockerTests: XCTestCase {
 
         """
 
-    /// Starts pam-totpd on a store of its own and installs the forward_pass stack:
+    /// Starts pam-totpd on a store of its own and installs the one-field stack of pam_totp(8):
     /// pam_totp (through the daemon) takes the trailing code off the typed text and hands the
-    /// rest to pam_unix as PAM_AUTHTOK.
+    /// rest to pam_unix as PAM_AUTHTOK; the after_password line checks the code after pam_unix.
     func startDaemonAndInstallForwardPassStack() throws -> DaemonFixture {
         let d = try DaemonFixture()
         daemon = d
         try d.start()
         try fixture.install("""
-            auth     required  \(moduleURL.path) forward_pass nullok socket=\(d.socketPath)
-            auth     required  pam_unix.so use_first_pass
+            auth     [success=ok ignore=ignore cred_insufficient=bad default=die]  \(moduleURL.path) forward_pass code_after_password nullok socket=\(d.socketPath)
+            auth     requisite  pam_unix.so use_first_pass
+            auth     required   \(moduleURL.path) forward_pass after_password nullok socket=\(d.socketPath)
             account  required  pam_unix.so
 
             """)
         return d
+    }
+
+    /// Issue 39: someone at the keyboard without the password, typing any password and a code,
+    /// counts nothing against the user and spends no code (the code is checked after pam_unix).
+    func testAWrongPasswordCountsNothingAndSpendsNoCode() throws {
+        let d = try startDaemonAndInstallForwardPassStack()
+        try d.enroll(user, uid: fixture.account.uid, secret: secret)
+        awayFromStepBoundary(margin: 8)
+        let p = try fixture.lock()
+        defer { fixture.stop(p) }
+        let code = try codeNow(secret)
+        try fixture.type("not-" + password + code)
+        XCTAssertFalse(fixture.unlocked(p), "a wrong password unlocked")
+        var state = try d.state(user)
+        XCTAssertEqual(state.failures, 0, "a wrong password was counted: \(d.output)")
+        XCTAssertTrue(state.lastSteps.isEmpty, "a wrong password spent the code")
+        try fixture.type(password + code)
+        XCTAssertTrue(fixture.unlocked(p), "the right password and that code did not unlock: \(d.output)")
+        state = try d.state(user)
+        XCTAssertEqual(state.lastSteps.count, 1)
     }
 
     var user: String { fixture.account.name }
@@ -315,22 +336,4 @@ final class ScreenLockerTests: XCTestCase {
         XCTAssertFalse(try fixture.attempt(typing: "not-" + password), "a wrong password unlocked an unenrolled user")
     }
 
-    /// (d) a wrong password with the right code stays locked: the code was accepted (its step is
-    /// used up, no failure counted), pam_unix refused the rest. The same locker then unlocks with
-    /// the right password and the next step's code (inside the window, after the used one).
-    func testWrongPasswordAndRightCodeStaysLocked() throws {
-        let d = try startDaemonAndInstallForwardPassStack()
-        try d.enroll(user, uid: fixture.account.uid, secret: secret)
-        let p = try fixture.lock()
-        defer { fixture.stop(p) }
-        awayFromStepBoundary()
-        try fixture.type("not-" + password + codeNow(secret))
-        XCTAssertFalse(fixture.unlocked(p), "a wrong password with the right code unlocked")
-        let state = try d.state(user)
-        XCTAssertEqual(state.failures, 0, "the code itself was right")
-        XCTAssertEqual(state.lastSteps.count, 1, "the module accepted the code: \(d.output)")
-        let next = String(decoding: try currentCode(secret, offsetSteps: 1), as: UTF8.self)
-        try fixture.type(password + next)
-        XCTAssertTrue(fixture.unlocked(p), "the right password with the next code did not unlock")
-    }
 }

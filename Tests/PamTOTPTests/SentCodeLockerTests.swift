@@ -70,9 +70,9 @@ final class SentCodeScreenLockerTests: XCTestCase {
     /// The one-prompt stack for sent codes (pam_totp(8), SCREEN LOCKERS AND DESKTOPS).
     var stack: String {
         """
-        auth     [success=ok ignore=ignore cred_insufficient=bad default=die]  \(moduleURL.path) forward_pass nullok \(sender.arguments)
+        auth     [success=ok ignore=ignore cred_insufficient=bad default=die]  \(moduleURL.path) forward_pass code_after_password nullok \(sender.arguments)
         auth     requisite  pam_unix.so use_first_pass
-        auth     required   \(moduleURL.path) forward_pass after_password \(sender.arguments)
+        auth     required   \(moduleURL.path) forward_pass after_password nullok \(sender.arguments)
         account  required   pam_unix.so
 
         """
