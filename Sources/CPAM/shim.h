@@ -131,14 +131,14 @@ static inline int cpam_verdict_keep(pam_handle_t *pamh, const unsigned char *key
     return rc;
 }
 // The code a code_after_password line of this pam_authenticate left for this base (copied to
-// `out`, which holds CPAM_DEFERRED_MAX bytes): its length, 0 for none.
+// `out`, which holds CPAM_DEFERRED_MAX bytes; NULL: only its length is asked): its length, 0 for none.
 static inline size_t cpam_verdict_deferred(pam_handle_t *pamh, const unsigned char *key, size_t key_length, size_t base_length,
                                            unsigned char *out) {
-    if (!cpam_pass_marked(pamh) || !key || !out || base_length >= key_length || key[base_length] != 0) return 0;
+    if (!cpam_pass_marked(pamh) || !key || base_length >= key_length || key[base_length] != 0) return 0;
     const struct cpam_verdict *v = cpam_verdict_get(pamh);
     if (!v || !v->deferred_length || v->deferred_length > CPAM_DEFERRED_MAX || v->key_length <= base_length
         || v->key[base_length] != 0 || memcmp(v->key, key, base_length) != 0) return 0;
-    memcpy(out, v->deferred, v->deferred_length);
+    if (out) memcpy(out, v->deferred, v->deferred_length);
     return v->deferred_length;
 }
 

@@ -99,6 +99,13 @@ func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code
     }
 }
 
+/// Whether a code_after_password line of this pam_authenticate left a code for this user, store
+/// and service (no copy of it is made).
+@inline(never)
+func hasDeferredCode(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int)) -> Bool {
+    key.key.withUnsafeBufferPointer { cpam_verdict_deferred(pamh, $0.baseAddress, $0.count, key.base, nil) } > 0
+}
+
 /// The code a code_after_password line of this pam_authenticate left for this user, store and
 /// service; nil for none. The caller wipes it.
 @inline(never)

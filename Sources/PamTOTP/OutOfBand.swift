@@ -118,7 +118,7 @@ func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions,
     switch verdictLeft(pamh, key: key, any: true) {
     case PAM_CRED_INSUFFICIENT?:
         break  // send the code, below
-    case PAM_IGNORE? where deferredCode(pamh, key: key) != nil:
+    case PAM_IGNORE? where hasDeferredCode(pamh, key: key):
         return checkDeferred(pamh, user: user, options: options, key: key)
     case let code?:
         return code  // accepted, ignored (nullok, exempt) or denied before the password module

@@ -371,6 +371,56 @@ final class SecretMemoryTests: XCTestCase {
         print("sent-code scanner: \(total) freed blocks held a code; " + found.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value.count)" }.joined(separator: ", "))
     }
 
+    /// A one-field login (code_after_password: the code kept in the PAM handle between the two
+    /// lines) under the digit scanner: in process as root, and through pam-totpd for a caller
+    /// without root asking about its own account. Right, wrong and replayed codes; a wrong
+    /// password (the code kept, never checked). No freed block may hold a typed code.
+    func testAOneFieldLoginLeavesNoCodeInFreedMemory() throws {
+        let scanner = try digitScanner()
+        let daemon = try DaemonFixture()
+        defer { daemon.cleanup() }
+        try "store = \(daemon.store)\nmax_failures = 100\nlockout = 0\n".write(toFile: daemon.config, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(daemon.config, 0o644), 0)
+        try daemon.start()
+        let caller = try ThrowawayAccount(prefix: "tmemone")
+        defer { caller.delete() }
+        let secret = randomTOTPSecret()
+        try daemon.enroll("nobody", uid: 65534, secret: secret)
+        try daemon.enroll(caller.name, uid: caller.uid, secret: secret)
+        // pam_exec stands in for the password module: "pass word" is right.
+        let checker = root.appendingPathComponent("password-check").path
+        try "#!/bin/sh\n[ \"$(tr -d '\\000')\" = \"pass word\" ]\n".write(toFile: checker, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(checker, 0o755), 0)
+        let args = "store=\(daemon.store) socket=\(daemon.socketPath) max_failures=100 lockout=0"
+        try """
+            auth [success=ok ignore=ignore cred_insufficient=bad default=die] \(moduleURL.path) forward_pass code_after_password \(args)
+            auth requisite pam_exec.so expose_authtok quiet \(checker)
+            auth required \(moduleURL.path) forward_pass after_password \(args)
+
+            """.write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod("/etc/pam.d/" + service, 0o644), 0)
+        awayFromStepBoundary(margin: 8)
+        let right = try codeNow(secret)
+        var typed: Set<String> = [right]
+        var found: [String: [String]] = [:]
+        for (who, account) in [("root", nil), ("caller", caller)] as [(String, ThrowawayAccount?)] {
+            let wrong = wrongCode(right)
+            typed.insert(wrong)
+            for (name, answer, ok) in [("wrong password", "bad" + right, false), ("wrong code", "pass word" + wrong, false),
+                                       ("right code", "pass word" + right, true), ("replayed code", "pass word" + right, false)] {
+                let report = emptyReport("one-field")
+                let r = try runCommand((account?.setpriv ?? []) + ["env", "LD_PRELOAD=" + scanner, "DIGITS_REPORT=" + report,
+                                                                   "pamtester", service, account?.name ?? "nobody", "authenticate"],
+                                       input: answer + "\n")
+                XCTAssertEqual(r.status == 0, ok, "\(who), \(name): " + r.stdout + r.stderr + daemon.output)
+                usleep(200_000)
+                found["\(who), \(name)"] = blocks(in: report, holding: typed)
+            }
+        }
+        let freed = found.filter { !$0.value.isEmpty }
+        XCTAssertTrue(freed.isEmpty, "freed blocks holding a typed code: \(freed.sorted { $0.key < $1.key })")
+    }
+
     /// totp-enroll add-phone (root for nobody) and pam-totpd, both under the digit scanner: a
     /// wrong code typed, then the right one; no freed block of either holds a code.
     func testTotpEnrollAddPhoneLeavesNoCodeInFreedMemory() throws {
