@@ -297,6 +297,23 @@ public enum DaemonReply: Equatable, Sendable {
         return DaemonProtocol.frame(DaemonProtocol.replyMagic, b) ?? DaemonProtocol.replyMagic + [0, 1, 5]
     }
 
+    /// An `enrolled` reply's body: flags (1 typed, 2 no TOTP/HOTP factor, 4 a live sent code,
+    /// bits 3-4 the code's digits less 6), disallowed, then each sent-code factor offered.
+    static func hints(_ r: inout Reader) throws(MFAError) -> FactorHints {
+        guard let flags = r.u8(), flags >> 3 <= 2, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
+            throw .malformed("reply")
+        }
+        var hints = FactorHints(typed: flags & 1 != 0, disallowed: Int(disallowed), device: flags & 2 == 0, pending: flags & 4 != 0)
+        hints.codeDigits = 6 + Int(flags >> 3)
+        for _ in 0..<n {
+            guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.isOutOfBand, let label = r.short(), let masked = r.short() else {
+                throw .malformed("reply")
+            }
+            hints.sent.append(FactorHint(kind: k, label: label, masked: masked))
+        }
+        return hints
+    }
+
     public static func decode(_ frame: [UInt8]) throws(MFAError) -> DaemonReply {
         guard var r = DaemonProtocol.body(frame, reply: true), let kind = r.u8() else { throw .malformed("reply") }
         let reply: DaemonReply
@@ -323,18 +340,7 @@ public enum DaemonReply: Equatable, Sendable {
             guard let error = r.error() else { throw .malformed("reply") }
             reply = .outcome(.failed(error))
         case 7:
-            guard let flags = r.u8(), flags >> 3 <= 2, let disallowed = r.u8(), let n = r.u8(), Int(n) <= FactorHints.maxOffered else {
-                throw .malformed("reply")
-            }
-            var hints = FactorHints(typed: flags & 1 != 0, disallowed: Int(disallowed), device: flags & 2 == 0, pending: flags & 4 != 0)
-            hints.codeDigits = 6 + Int(flags >> 3)
-            for _ in 0..<n {
-                guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.isOutOfBand, let label = r.short(), let masked = r.short() else {
-                    throw .malformed("reply")
-                }
-                hints.sent.append(FactorHint(kind: k, label: label, masked: masked))
-            }
-            reply = .enrolled(hints)
+            reply = .enrolled(try hints(&r))
         case 10:
             guard let fresh = r.u8(), fresh <= 1, let sentAt = r.u64(), let expiresAt = r.u64(), let masked = r.short() else {
                 throw .malformed("reply")

@@ -120,23 +120,30 @@ func verify(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: (
         forwardPassword(pamh, answer, codeLength: digits)
         return .deferred(deferCode(pamh, answer.suffix(digits), user: user, key: key))
     }
+    return .decided(checkAnswer(pamh, store, user: user, answer: answer, options: options, handOn: options.forwardPass))
+}
+
+/// Checks `answer` (counted, spent, logged) and returns the PAM code. `handOn` (forward_pass):
+/// the answer less the code goes on as PAM_AUTHTOK whatever the verdict — less as many digits
+/// as an accepted code had, the whole of it for an un-enrolled user under nullok, else less six
+/// (a refusal by pam-totpd too: the next module does its usual work, this line denies and says why).
+func checkAnswer(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], answer: [UInt8], options: ModuleOptions,
+                 handOn: Bool) -> Int32 {
     var verdict = store.authenticate(user: user, answer: answer, previous: nil, options: options)
     if case .outcome(.resyncNeeded) = verdict {
-        guard let resynced = resync(pamh, store, user: user, answer: answer, first: verdict, options: options) else { return .decided(PAM_CONV_ERR) }
+        guard let resynced = resync(pamh, store, user: user, answer: answer, first: verdict, options: options) else { return PAM_CONV_ERR }
         verdict = resynced
     }
     switch verdict {
     case .refused(let why):
-        // The password part still goes on: the next module does its usual work (and logs no
-        // "could not identify password"); this line denies, and says why.
-        if options.forwardPass { forwardPassword(pamh, answer, codeLength: 6) }
-        return .decided(refused(pamh, user: user, why))
+        if handOn { forwardPassword(pamh, answer, codeLength: 6) }
+        return refused(pamh, user: user, why)
     case .outcome(.unenrolled) where options.nullok:
-        if options.forwardPass { forwardPassword(pamh, answer, codeLength: 0) }
-        return .decided(ignored(pamh, user: user, options: options))
+        if handOn { forwardPassword(pamh, answer, codeLength: 0) }
+        return ignored(pamh, user: user, options: options)
     case .outcome(let outcome):
-        if options.forwardPass { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
-        return .decided(finish(pamh, outcome, user: user, debug: options.debug))
+        if handOn { forwardPassword(pamh, answer, codeLength: codeLength(outcome)) }
+        return finish(pamh, outcome, user: user, debug: options.debug)
     }
 }
 

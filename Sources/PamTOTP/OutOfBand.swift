@@ -159,21 +159,9 @@ func afterPassword(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions,
 func checkDeferred(_ pamh: OpaquePointer, user: [UInt8], options: ModuleOptions, key: (key: [UInt8], base: Int)) -> Int32 {
     guard var code = deferredCode(pamh, key: key) else { return PAM_AUTH_ERR }
     defer { wipe(&code) }
-    let store = LoginStore.open(pamh, user: user, options: options)
-    var verdict = store.authenticate(user: user, answer: code, previous: nil, options: options)
-    if case .outcome(.resyncNeeded) = verdict {
-        guard let resynced = resync(pamh, store, user: user, answer: code, first: verdict, options: options) else {
-            if !rememberVerdict(pamh, key: key, code: PAM_CONV_ERR) { forgetVerdict(pamh) }
-            return PAM_CONV_ERR
-        }
-        verdict = resynced
-    }
-    let result: Int32
-    switch verdict {
-    case .refused(let why): result = refused(pamh, user: user, why)
-    case .outcome(.unenrolled) where options.nullok: result = ignored(pamh, user: user, options: options)
-    case .outcome(let outcome): result = finish(pamh, outcome, user: user, debug: options.debug)
-    }
+    // The password was handed on by the first line: nothing more goes on from here.
+    let result = checkAnswer(pamh, LoginStore.open(pamh, user: user, options: options), user: user, answer: code, options: options,
+                             handOn: false)
     if !rememberVerdict(pamh, key: key, code: result) { forgetVerdict(pamh) }
     return result
 }
