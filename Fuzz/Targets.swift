@@ -556,6 +556,7 @@ func fuzzPamStack(_ data: [UInt8]) {
     }
     guard counter.reads <= PamStack.maxFiles else { violated("pamstack", "more files read than maxFiles") }
     guard stack.entries.count <= PamStack.maxEntries else { violated("pamstack", "more entries than maxEntries") }
+    guard stack.problems.count <= PamStack.maxProblems else { violated("pamstack", "more problems than maxProblems") }
     // Each file's line count once (an entry per line of a large file made this quadratic).
     let lineCounts = files.map { f in f.text.reduce(1) { $1 == 0x0A ? $0 + 1 : $0 } }
     for e in stack.entries {

@@ -8,8 +8,8 @@ import MFASystem
 /// service file falls back to `other`, as libpam does.
 ///
 /// The files are an administrator's text, so nothing here may trap: every read is bounded
-/// (`maxFileSize` a file, `maxFiles` reads, `maxEntries` lines kept, includes at most `maxDepth`
-/// deep, which also stops a file that includes itself), no index is unchecked, and whatever
+/// (`maxFileSize` a file, `maxFiles` reads, `maxEntries` lines kept, `maxProblems` problems, includes
+/// at most `maxDepth` deep, which also stops a file that includes itself), no index is unchecked, and whatever
 /// cannot be followed is reported as a `Problem` naming FILE:LINE instead. The files are read
 /// through `reader`, so tests and the fuzz target (`pamstack`) need no file system.
 public struct PamStack: Equatable, Sendable {
@@ -17,6 +17,8 @@ public struct PamStack: Equatable, Sendable {
     public static let maxFileSize = 256 * 1024
     public static let maxFiles = 256
     public static let maxEntries = 4096
+    /// Problems kept for one stack: a file included many times would repeat its own.
+    public static let maxProblems = 256
 
     /// One line of the stack: a module, or an include whose lines follow it in `entries`.
     public struct Entry: Equatable, Sendable {
@@ -99,8 +101,8 @@ public struct PamStack: Equatable, Sendable {
         stack.file = path
         switch text {
         case .lines(let lines): walk.parse(lines, file: path, depth: 0, substack: false)
-        case .missing: walk.problems.append(Problem(file: path, line: 0, message: literal("cannot be read")))
-        case .tooLarge: walk.problems.append(Problem(file: path, line: 0, message: literal("is larger than 256 KiB: not read")))
+        case .missing: walk.report(Problem(file: path, line: 0, message: literal("cannot be read")))
+        case .tooLarge: walk.report(Problem(file: path, line: 0, message: literal("is larger than 256 KiB: not read")))
         case .limit: break
         }
         stack.entries = walk.entries
@@ -270,11 +272,20 @@ public struct PamStack: Equatable, Sendable {
             return p + name
         }
 
+        /// Keeps a problem while fewer than `maxProblems` are kept; then says once that the rest are not.
+        mutating func report(_ problem: Problem) {
+            if problems.count < PamStack.maxProblems - 1 {
+                problems.append(problem)
+            } else if problems.count == PamStack.maxProblems - 1 {
+                problems.append(Problem(file: problem.file, line: problem.line, message: literal("more than 255 problems in one stack: the rest are not listed")))
+            }
+        }
+
         mutating func load(_ path: [UInt8]) -> Loaded {
             guard reads < PamStack.maxFiles else {
                 if !limitReported {
                     limitReported = true
-                    problems.append(Problem(file: path, line: 0, message: literal("more than 256 files read for one stack: the rest is not followed")))
+                    report(Problem(file: path, line: 0, message: literal("more than 256 files read for one stack: the rest is not followed")))
                 }
                 return .limit
             }
@@ -296,13 +307,13 @@ public struct PamStack: Equatable, Sendable {
                 guard entries.count < PamStack.maxEntries else {
                     if !limitReported {
                         limitReported = true
-                        problems.append(Problem(file: file, line: number, message: literal("more than 4096 lines in one stack: the rest is not read")))
+                        report(Problem(file: file, line: number, message: literal("more than 4096 lines in one stack: the rest is not read")))
                     }
                     return
                 }
                 switch numbered.line {
                 case .skip: continue
-                case .problem(let message): problems.append(Problem(file: file, line: number, message: message))
+                case .problem(let message): report(Problem(file: file, line: number, message: message))
                 case .atInclude(let name):
                     follow(name, kind: .atInclude, control: literal("@include"), quiet: false, file: file, line: number,
                            depth: depth, substack: substack, into: substack)
@@ -321,7 +332,7 @@ public struct PamStack: Equatable, Sendable {
             entries.append(Entry(kind: kind, file: file, line: line, quiet: quiet, control: control, module: name, arguments: [],
                                  depth: depth, inSubstack: substack))
             guard depth + 1 <= PamStack.maxDepth else {
-                problems.append(Problem(file: file, line: line, message: literal("includes nested more than 16 deep (a loop?): ")
+                report(Problem(file: file, line: line, message: literal("includes nested more than 16 deep (a loop?): ")
                                         + printableBytes(name) + literal(" is not followed")))
                 return
             }
@@ -329,9 +340,9 @@ public struct PamStack: Equatable, Sendable {
             switch load(path) {
             case .lines(let lines): parse(lines, file: path, depth: depth + 1, substack: into)
             case .missing:
-                problems.append(Problem(file: file, line: line, message: printableBytes(path) + literal(" cannot be read")))
+                report(Problem(file: file, line: line, message: printableBytes(path) + literal(" cannot be read")))
             case .tooLarge:
-                problems.append(Problem(file: file, line: line, message: printableBytes(path) + literal(" is larger than 256 KiB: not read")))
+                report(Problem(file: file, line: line, message: printableBytes(path) + literal(" is larger than 256 KiB: not read")))
             case .limit: break
             }
         }

@@ -125,6 +125,16 @@ final class PamStackTests: XCTestCase {
         XCTAssertEqual(chain.modules(named: Array("pam_totp.so".utf8)).count, PamStack.maxDepth)
         XCTAssertEqual(chain.problems.count, 1)
 
+        // A file with bad lines included over and over: its problems once per visit, at most
+        // maxProblems, the last saying so (the fuzz target found this quadratic: 256 visits
+        // of a file with hundreds of bad lines).
+        let bad = String(repeating: "auth\n", count: 200)
+        let (noisy, noisyReads) = read(["/p/svc": String(repeating: "@include bad\n", count: 50), "/p/bad": bad])
+        XCTAssertEqual(noisyReads, ["/p/svc", "/p/bad"], "each file read once")
+        XCTAssertEqual(noisy.problems.count, PamStack.maxProblems)
+        XCTAssertEqual(noisy.problems.last.map { String(decoding: $0.message, as: UTF8.self) },
+                       "more than 255 problems in one stack: the rest are not listed")
+
         // A file too large is not read.
         let (big, _) = read(["/p/svc": "@include big\n", "/p/big": String(repeating: "#", count: PamStack.maxFileSize + 1)])
         XCTAssertTrue(big.problems.contains { String(decoding: $0.message, as: UTF8.self).contains("larger than 256 KiB") })
