@@ -173,6 +173,8 @@ uninstall:
 # Every test: the library's unit tests, the module through the real libpam (pam_start_confdir and
 # pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
 check: test-deps module daemon enroll fuzz-smoke
+	@# No hand-written function over 60 lines (a hash's unrolled compression is marked exempt).
+	python3 scripts/function-lengths.py Sources Fuzz
 	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) PAM_TOTPD=$(abspath $(DAEMON_BIN)) TOTP_ENROLL=$(abspath $(ENROLL_BIN)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
 	@# One plain closing line from XCTest's final summary: "Executed N tests, with [S tests skipped and] F failures".
 	@summary=$$(grep -E '^\s*Executed [0-9]+ tests?, with' .build-test.log | tail -1); \

@@ -441,22 +441,31 @@ func fuzzCommandLine(_ data: [UInt8]) {
 /// with `invalidOption`; an accepted one renders to printable text that holds the code, also
 /// with the input itself as the host name (values never bring a control character in).
 func fuzzDestination(_ data: [UInt8]) {
-    func isDigit(_ c: UInt8) -> Bool { c >= 0x30 && c <= 0x39 }
-    func isLetter(_ c: UInt8) -> Bool { (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) }
-    func refusal(_ body: () throws(MFAError) -> Void) -> Message? {
-        do throws(MFAError) { try body() } catch {
-            guard case .invalidParameters(let m) = error else { violated("destination", "an error other than invalidParameters") }
-            guard !m.bytes.isEmpty, m.bytes.count <= 200, m.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
-                violated("destination", "an error message that is empty, long or not printable")
-            }
-            return m
-        }
-        return nil
-    }
+    fuzzPhone(data)
+    fuzzEmail(data)
+    fuzzTemplate(data)
+}
 
-    // E.164.
-    let phoneOK = refusal({ () throws(MFAError) in try Destination.validatePhone(data) }) == nil
-    let e164 = data.count >= 9 && data.count <= 16 && data[0] == 0x2B && data[1] != 0x30 && data.dropFirst().allSatisfy(isDigit)
+func fuzzIsDigit(_ c: UInt8) -> Bool { c >= 0x30 && c <= 0x39 }
+func fuzzIsLetter(_ c: UInt8) -> Bool { (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) }
+
+/// A validation's refusal: only `invalidParameters`, with a short printable message.
+func fuzzRefusal(_ body: () throws(MFAError) -> Void) -> Message? {
+    do throws(MFAError) { try body() } catch {
+        guard case .invalidParameters(let m) = error else { violated("destination", "an error other than invalidParameters") }
+        guard !m.bytes.isEmpty, m.bytes.count <= 200, m.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
+            violated("destination", "an error message that is empty, long or not printable")
+        }
+        return m
+    }
+    return nil
+}
+
+/// E.164: validatePhone agrees with the reference; the mask shows at most the country's first
+/// digit and the last four.
+func fuzzPhone(_ data: [UInt8]) {
+    let phoneOK = fuzzRefusal({ () throws(MFAError) in try Destination.validatePhone(data) }) == nil
+    let e164 = data.count >= 9 && data.count <= 16 && data[0] == 0x2B && data[1] != 0x30 && data.dropFirst().allSatisfy(fuzzIsDigit)
     guard phoneOK == e164 else { violated("destination", "validatePhone disagrees with E.164") }
     let phoneMask = Destination.maskPhone(data)
     guard phoneMask.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }), phoneMask.first == 0x2B else {
@@ -471,9 +480,11 @@ func fuzzDestination(_ data: [UInt8]) {
         let expected = [0x2B, data[1]] + [UInt8](repeating: 0x2A, count: data.count - 6) + Array(data.suffix(4))
         guard phoneMask == expected else { violated("destination", "a number's mask is not +D***DDDD") }
     }
+}
 
-    // Email addresses.
-    let emailOK = refusal({ () throws(MFAError) in try Destination.validateEmail(data) }) == nil
+/// Email addresses: validateEmail agrees with the reference; the mask is a***@domain.
+func fuzzEmail(_ data: [UInt8]) {
+    let emailOK = fuzzRefusal({ () throws(MFAError) in try Destination.validateEmail(data) }) == nil
     let parts = data.split(separator: 0x40, omittingEmptySubsequences: false)
     var reference = parts.count == 2 && data.count <= 254
     if reference {
@@ -482,14 +493,14 @@ func fuzzDestination(_ data: [UInt8]) {
         let words = local.split(separator: 0x2E, omittingEmptySubsequences: false)
         let labels = domain.split(separator: 0x2E, omittingEmptySubsequences: false)
         reference = local.count >= 1 && local.count <= 64
-            && words.allSatisfy { !$0.isEmpty && $0.allSatisfy { isLetter($0) || isDigit($0) || atext.contains($0) } }
+            && words.allSatisfy { !$0.isEmpty && $0.allSatisfy { fuzzIsLetter($0) || fuzzIsDigit($0) || atext.contains($0) } }
             && local.first != 0x2D && local.first != 0x7C && local.first != 0x2F
             && labels.count >= 2
             && labels.allSatisfy { l in
                 !l.isEmpty && l.count <= 63 && l.first != 0x2D && l.last != 0x2D
-                    && l.allSatisfy { isLetter($0) || isDigit($0) || $0 == 0x2D }
+                    && l.allSatisfy { fuzzIsLetter($0) || fuzzIsDigit($0) || $0 == 0x2D }
             }
-            && !(labels.last ?? []).allSatisfy(isDigit)
+            && !(labels.last ?? []).allSatisfy(fuzzIsDigit)
     }
     guard emailOK == reference else { violated("destination", "validateEmail disagrees with the reference") }
     let emailMask = Destination.maskEmail(data)
@@ -501,8 +512,11 @@ func fuzzDestination(_ data: [UInt8]) {
     } else if let at = data.firstIndex(of: 0x40) {
         guard emailMask.count <= 5 + 4 * (data.count - at) else { violated("destination", "an email mask too long") }
     }
+}
 
-    // Templates.
+/// Message templates: refused only with `invalidOption`; an accepted one renders printable text
+/// that holds the code, also with the input itself as the host name.
+func fuzzTemplate(_ data: [UInt8]) {
     for needsCode in [false, true] {
         let template: MessageTemplate
         do throws(MFAError) {

@@ -35,11 +35,30 @@ func factor(_ label: String, _ algorithm: HashAlgorithm, _ digits: Int, _ period
 
 @main
 struct MakeSeeds {
+    /// What several seed files share.
+    struct Shared {
+        var one: UserRecord
+        var codes: RecoverySet
+        var three: UserRecord
+        var token: Factor
+        var mobile: Factor
+        var mail: Factor
+    }
+
     static func main() throws {
         guard CommandLine.arguments.count == 2 else { fatalError("usage: make-seeds CORPUS_DIR") }
         let corpus = CommandLine.arguments[1]
         var rng = Mix(state: 7)
+        // In this order: each takes its numbers from rng, and the files must stay the same bytes.
+        let shared = try records(corpus, &rng)
+        states(corpus, shared, &rng)
+        uris(corpus, shared)
+        protocolSeeds(corpus)
+        adminSeeds(corpus, shared, &rng)
+        destinationSeeds(corpus)
+    }
 
+    static func records(_ corpus: String, _ rng: inout Mix) throws -> Shared {
         // Records: one default factor; three factors with every algorithm, a label that needs
         // percent-encoding and recovery codes; recovery codes alone.
         let one = UserRecord(uid: 1000, id: rng.next(), factors: [try factor("phone", .sha1, 6, 30, 1_700_000_000, &rng)])
@@ -67,6 +86,11 @@ struct MakeSeeds {
                               created: 1_700_000_400)
         save(UserRecord(uid: 1000, id: 0x0B0B, factors: [one.factors[0], mobile, mail]).serialized(), corpus + "/record", "gen-sms-email")
 
+        return Shared(one: one, codes: codes, three: three, token: token, mobile: mobile, mail: mail)
+    }
+
+    static func states(_ corpus: String, _ shared: Shared, _ rng: inout Mix) {
+        let (three, codes, mobile) = (shared.three, shared.codes, shared.mobile)
         // State files as writeStateLocked leaves them: the first write (one slot, the other
         // zero), and two slots after several writes (failures, lockout, used recovery codes).
         func file(_ states: [UserState]) -> [UInt8] {
@@ -102,6 +126,10 @@ struct MakeSeeds {
         for i in 0..<5 { sent.recordSend(at: 1_700_000_000 + Int64(i) * 100) }
         save(file([t, sent]), corpus + "/state", "gen-code-sent")
 
+    }
+
+    static func uris(_ corpus: String, _ shared: Shared) {
+        let (one, three, token) = (shared.one, shared.three, shared.token)
         // URIs as totp-enroll writes them.
         let uris = [
             OTPAuthURI(issuer: [], account: Array("alice".utf8), secret: one.factors[0].secret, parameters: .default),
@@ -114,6 +142,9 @@ struct MakeSeeds {
         ]
         for (i, u) in uris.enumerated() { save(u.bytes, corpus + "/uri", "gen-\(i + 1)") }
 
+    }
+
+    static func protocolSeeds(_ corpus: String) {
         // pam-totpd's socket: requests as the module sends them, and every kind of reply.
         var o = ModuleOptions()
         o.forwardPass = true
@@ -143,6 +174,10 @@ struct MakeSeeds {
         ]
         for (i, r) in replies.enumerated() { save(r.encoded(), corpus + "/protocol", "gen-reply-\(i + 1)") }
 
+    }
+
+    static func adminSeeds(_ corpus: String, _ shared: Shared, _ rng: inout Mix) {
+        let (three, token, mobile, mail) = (shared.three, shared.token, shared.mobile, shared.mail)
         // totp-enroll to pam-totpd (fleet mode): every request and reply kind.
         let user = Array("alice".utf8)
         let (adminCodes, adminSet) = RecoverySet.generate(count: 3, iterations: 1_000, using: &rng)
@@ -179,6 +214,9 @@ struct MakeSeeds {
         ]
         for (i, r) in adminReplies.enumerated() { save(r.encoded(), corpus + "/admin", "gen-reply-\(i + 1)") }
 
+    }
+
+    static func destinationSeeds(_ corpus: String) {
         // Out-of-band destinations and the message templates (one input feeds every check):
         // numbers and addresses as enrolment takes them, at their bounds, and what is refused
         // next to them; the default templates and ones with every escape.

@@ -50,12 +50,14 @@ static inline const char *cpam_get_string_item(pam_handle_t *pamh, int item) {
 //
 // A code_after_password line (a one-field stack's line before the password module) decides
 // nothing: it leaves PAM_IGNORE and the code it split off the answer (`deferred`, at most 8
-// digits) for the after_password line after the password module, which checks it. The block is
-// zeroed before it is freed, and replaced (so the code is gone) when that line decides.
+// digits, possibly none: an empty answer) for the after_password line after the password
+// module, which checks it. The block is zeroed before it is freed, and replaced (so the code is
+// gone) when that line decides.
 #define CPAM_DEFERRED_MAX 8
 struct cpam_verdict {
     int code;                                 // the PAM code the deciding line returned
-    size_t deferred_length;                   // 0: no code waits for the after_password line
+    int deferred_set;                         // 1: a code (of deferred_length bytes) waits for the after_password line
+    size_t deferred_length;
     unsigned char deferred[CPAM_DEFERRED_MAX];
     size_t key_length;
     unsigned char key[];
@@ -106,17 +108,19 @@ static inline int cpam_verdict_code(pam_handle_t *pamh, const unsigned char *key
     const struct cpam_verdict *v = cpam_verdict_get(pamh);
     if (!v || v->key_length <= base_length || v->key[base_length] != 0 || memcmp(v->key, key, base_length) != 0) return -1;
     if (any) return v->code;
-    // A code waits for the after_password line: a line in between asks nothing and decides nothing.
-    if (v->deferred_length) return PAM_IGNORE;
+    // A code waits for the after_password line: any other pam_totp line for the same user before
+    // that line has run denies (it cannot tell whether the password was checked: fail closed).
+    if (v->deferred_set) return PAM_AUTH_ERR;
     if (v->code == PAM_IGNORE) return -1;
     if (v->code != PAM_SUCCESS) return v->code;
     return v->key_length == key_length && memcmp(v->key, key, key_length) == 0 ? v->code : -1;
 }
 // The verdict of the line that decided: kept only in a marked pam_authenticate (otherwise no
 // later line could tell it from an earlier pass's). Replaces any verdict left for another key.
-// `deferred`: the code a code_after_password line leaves for the after_password line (NULL, 0: none).
+// `deferred_set`: the code a code_after_password line leaves for the after_password line,
+// `deferred_length` bytes at `deferred` (0: an empty answer; it is still checked there).
 static inline int cpam_verdict_keep(pam_handle_t *pamh, const unsigned char *key, size_t key_length, int code,
-                                    const unsigned char *deferred, size_t deferred_length) {
+                                    const unsigned char *deferred, size_t deferred_length, int deferred_set) {
     if (!key_length || !key || key_length > 65536 || !cpam_pass_marked(pamh) || deferred_length > CPAM_DEFERRED_MAX
         || (deferred_length && !deferred)) return PAM_BUF_ERR;
     struct cpam_verdict *v = (struct cpam_verdict *)calloc(1, sizeof *v + key_length);
@@ -124,6 +128,7 @@ static inline int cpam_verdict_keep(pam_handle_t *pamh, const unsigned char *key
     v->code = code;
     if (deferred_length) memcpy(v->deferred, deferred, deferred_length);
     v->deferred_length = deferred_length;
+    v->deferred_set = deferred_set ? 1 : 0;
     v->key_length = key_length;
     memcpy(v->key, key, key_length);
     int rc = pam_set_data(pamh, CPAM_VERDICT_NAME, v, cpam_verdict_free);  // frees the old block
@@ -131,15 +136,16 @@ static inline int cpam_verdict_keep(pam_handle_t *pamh, const unsigned char *key
     return rc;
 }
 // The code a code_after_password line of this pam_authenticate left for this base (copied to
-// `out`, which holds CPAM_DEFERRED_MAX bytes; NULL: only its length is asked): its length, 0 for none.
-static inline size_t cpam_verdict_deferred(pam_handle_t *pamh, const unsigned char *key, size_t key_length, size_t base_length,
-                                           unsigned char *out) {
-    if (!cpam_pass_marked(pamh) || !key || base_length >= key_length || key[base_length] != 0) return 0;
+// `out`, which holds CPAM_DEFERRED_MAX bytes; NULL: only whether there is one is asked): its
+// length (0 for an empty answer), -1 for none.
+static inline int cpam_verdict_deferred(pam_handle_t *pamh, const unsigned char *key, size_t key_length, size_t base_length,
+                                        unsigned char *out) {
+    if (!cpam_pass_marked(pamh) || !key || base_length >= key_length || key[base_length] != 0) return -1;
     const struct cpam_verdict *v = cpam_verdict_get(pamh);
-    if (!v || !v->deferred_length || v->deferred_length > CPAM_DEFERRED_MAX || v->key_length <= base_length
-        || v->key[base_length] != 0 || memcmp(v->key, key, base_length) != 0) return 0;
-    if (out) memcpy(out, v->deferred, v->deferred_length);
-    return v->deferred_length;
+    if (!v || !v->deferred_set || v->deferred_length > CPAM_DEFERRED_MAX || v->key_length <= base_length
+        || v->key[base_length] != 0 || memcmp(v->key, key, base_length) != 0) return -1;
+    if (out && v->deferred_length) memcpy(out, v->deferred, v->deferred_length);
+    return (int)v->deferred_length;
 }
 
 #endif

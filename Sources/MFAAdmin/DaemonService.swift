@@ -96,6 +96,7 @@ public struct DaemonService<S: TOTPStore> {
         }
         var o = site
         o.forwardPass = request.options.forwardPass
+        o.codeAfterPassword = request.options.codeAfterPassword
         o.nullok = request.options.nullok
         o.debug = site.debug || request.options.debug
         o.adjacentIntervals = min(site.adjacentIntervals, request.options.adjacentIntervals)
@@ -208,10 +209,13 @@ public struct DaemonService<S: TOTPStore> {
         }
         switch enrollment {
         case .enrolled(let enrolled):
-            let hints: FactorHints
+            var hints: FactorHints
             do throws(MFAError) { hints = try openStore(options.store).hints(enrolled, kinds: options.factorKinds) } catch {
                 return (.outcome(.failed(error)), who + "lookup failed")
             }
+            // The code's digits only to a module that asks (code_after_password): a module
+            // from before them takes a reply with them for malformed.
+            if !options.codeAfterPassword { hints.codeDigits = 6 }
             return (.enrolled(hints), who + "lookup: enrolled")
         case .unenrolled, .otherAccount: return (.outcome(.unenrolled), who + "lookup: not enrolled")
         case .failed(let e): return (.outcome(.failed(e)), who + "lookup failed")

@@ -24,6 +24,7 @@ struct SHA1State: MDHashState {
         SHA1State(h0: 0x6745_2301, h1: 0xEFCD_AB89, h2: 0x98BA_DCFE, h3: 0x1032_5476, h4: 0xC3D2_E1F0)
     }
     @_optimize(speed)
+    // function-length: exempt (a hash's unrolled compression: 80 rounds written out)
     mutating func compress(_ w: inout InlineArray<16, UInt32>) {
         var a = h0, b = h1, c = h2, d = h3, e = h4
 

@@ -86,18 +86,7 @@ public enum Authenticator {
             if m.replayed { replayed = true }
             if m.far { far = true }
         }
-        // A recovery-code-shaped answer costs one PBKDF2 whether or not a factor matched and
-        // whether or not the user has recovery codes (an absent set is checked against a
-        // throwaway one): a right 8-digit code costs what a wrong one does. forward_pass takes
-        // no recovery code: the password cannot be told from its digits.
-        var recoveryIndex: Int? = nil
-        if !options.forwardPass, let digits = RecoverySet.normalize(answer) {  // isCostly
-            if let recovery = record.recovery {
-                recoveryIndex = recovery.match(digits, used: state.usedRecovery(set: recovery.id))
-            } else {
-                _ = RecoverySet.decoy.match(digits, used: 0)
-            }
-        }
+        let recoveryIndex = recoveryMatch(record: record, state: state, answer: answer, options: options)
 
         if state.failures >= UserState.hardFailureCap {
             return Decision(outcome: .lockedOut(until: Int64.max, permanent: true), state: nil)
@@ -131,6 +120,21 @@ public enum Authenticator {
             return Decision(outcome: .resyncNeeded(failures: failed.failures), state: failed)
         }
         return Decision(outcome: .wrongCode(replayed: replayed, failures: failed.failures, lockedUntil: lockedUntil), state: failed)
+    }
+
+    /// The recovery code `answer` matches (its index in the set), if it is one. A
+    /// recovery-code-shaped answer costs one PBKDF2 whether or not a factor matched and whether
+    /// or not the user has recovery codes (an absent set is checked against a throwaway one): a
+    /// right 8-digit code costs what a wrong one does. forward_pass takes no recovery code: the
+    /// password cannot be told from its digits.
+    @inline(__always)
+    static func recoveryMatch(record: UserRecord, state: UserState, answer: [UInt8], options: ModuleOptions) -> Int? {
+        guard !options.forwardPass, let digits = RecoverySet.normalize(answer) else { return nil }  // isCostly
+        guard let recovery = record.recovery else {
+            _ = RecoverySet.decoy.match(digits, used: 0)
+            return nil
+        }
+        return recovery.match(digits, used: state.usedRecovery(set: recovery.id))
     }
 
     /// Whether checking `answer` costs a PBKDF2 (it is shaped like a recovery code): the

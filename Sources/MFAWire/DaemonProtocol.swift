@@ -9,7 +9,8 @@ import MFASystem
 //
 // A frame is a 4-byte magic, a big-endian UInt16 body length, then the body:
 //   request  "PTQ4": op u8 (1 lookup, 2 authenticate, 3 send a code, 4 may this user enrol at
-//            login, 5 enrol at login) · flags u8 (1 nullok, 2 forward_pass, 4 debug) ·
+//            login, 5 enrol at login) · flags u8 (1 nullok, 2 forward_pass, 4 debug,
+//            8 code_after_password: the reply to a look-up tells the code's digits) ·
 //            adjacent_intervals u8 · hotp_window u8 · hotp_resync_window u16 · max_failures u8 ·
 //            lockout u32 · factor_kinds u8 · oob_digits u8 · oob_max_attempts u8 ·
 //            oob_lifetime u16 · oob_resend_interval u16 · oob_max_per_hour u8 · oob_max_per_day u8 ·
@@ -25,7 +26,9 @@ import MFASystem
 //            3 not recorded: error      4 locked out: until i64 · permanent u8
 //            5 unenrolled               6 failed: error
 //            7 enrolled (lookup): flags u8 (1 typed, 2 no TOTP/HOTP factor, 4 a live sent
-//              code) · disallowed u8 · count u8 · per sent-code
+//              code; bits 3-4 the code's digits less 6, only asked with code_after_password:
+//              a module before them takes a reply with them for malformed) · disallowed u8 ·
+//              count u8 · per sent-code
 //              factor: kind u8 · label (u8 + bytes) · masked destination (u8 + bytes)
 //            8 refused: message (u16 + bytes)
 //            9 resync needed: failures u32
@@ -148,7 +151,7 @@ public struct DaemonRequest: Equatable, Sendable {
         var b: [UInt8] = []
         b.reserveCapacity(20 + service.count + user.count + options.store.count + answer.count + previous.count)
         b.append(operation.rawValue)
-        b.append((options.nullok ? 1 : 0) | (options.forwardPass ? 2 : 0) | (options.debug ? 4 : 0))
+        b.append((options.nullok ? 1 : 0) | (options.forwardPass ? 2 : 0) | (options.debug ? 4 : 0) | (options.codeAfterPassword ? 8 : 0))
         b.append(UInt8(truncatingIfNeeded: options.adjacentIntervals))
         b.append(UInt8(truncatingIfNeeded: options.hotpWindow))
         Writer.u16(UInt16(truncatingIfNeeded: options.hotpResyncWindow), &b)
@@ -181,7 +184,7 @@ public struct DaemonRequest: Equatable, Sendable {
         // The reader's copy of the body holds the answer (a typed code): wiped, not just freed (issue 36).
         defer { wipeInPlace(r.data) }
         guard let opByte = r.u8(), let operation = DaemonOperation(rawValue: opByte),
-              let flags = r.u8(), flags & ~7 == 0,
+              let flags = r.u8(), flags & ~15 == 0,
               let adjacent = r.u8(), let hotpWindow = r.u8(), let resync = r.u16(), let maxFailures = r.u8(),
               let lockout = r.u32(), let kinds = r.u8(), let oobDigits = r.u8(), let oobAttempts = r.u8(),
               let oobLifetime = r.u16(), let oobResend = r.u16(), let oobHour = r.u8(), let oobDay = r.u8(),
@@ -214,6 +217,7 @@ public struct DaemonRequest: Equatable, Sendable {
         o.nullok = flags & 1 != 0
         o.forwardPass = flags & 2 != 0
         o.debug = flags & 4 != 0
+        o.codeAfterPassword = flags & 8 != 0
         o.adjacentIntervals = Int(adjacent)
         o.hotpWindow = Int(hotpWindow)
         o.hotpResyncWindow = Int(resync)

@@ -51,7 +51,10 @@ public func pam_sm_authenticate(_ pamh: OpaquePointer?, _ flags: Int32, _ argc: 
     if options.afterPassword { return afterPassword(pamh, user: user, options: options, key: key) }
     // A line before this one in the same pam_authenticate decided for this user: its code,
     // unasked (OneVerdict.swift).
-    if let code = verdictLeft(pamh, key: key) { return earlierVerdict(pamh, code, user: user, options: options) }
+    if let code = verdictLeft(pamh, key: key) {
+        if code == PAM_AUTH_ERR && hasDeferredCode(pamh, key: key) { return lineInTheSplit(pamh, user: user) }
+        return earlierVerdict(pamh, code, user: user, options: options)
+    }
     // Exempt by a section of the configuration file: PAM_IGNORE, never PAM_SUCCESS (the line
     // does not count; the rest of the stack decides). Logged every time.
     switch options.exempt ? exempted(pamh, user: user, options: options) : verify(pamh, user: user, options: options, key: key) {
@@ -225,6 +228,16 @@ func refusedBeforePrompt(_ pamh: OpaquePointer, user: [UInt8], _ why: Message, o
         wipe(&answer)
     }
     return refused(pamh, user: user, why)
+}
+
+/// A pam_totp line (not after_password) after a code_after_password line, before its
+/// after_password line has checked the code: it cannot tell whether the password was checked,
+/// so it denies (a stricter line there must not be skipped).
+@_optimize(size)  // cold: a misconfigured stack
+func lineInTheSplit(_ pamh: OpaquePointer, user: [UInt8]) -> Int32 {
+    log(pamh, LOG_ERR, "denied user " + printable(user) + ": a pam_totp line between a code_after_password line and its "
+        + "after_password line (misconfigured stack: pam_totp(8))")
+    return PAM_AUTH_ERR
 }
 
 /// code_after_password: the code split off the answer waits in the handle for the

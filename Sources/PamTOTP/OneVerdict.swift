@@ -91,10 +91,10 @@ func verdictLeft(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), any: Boo
 /// The deciding line's code, for the later lines of this pam_authenticate; `deferred`: the code
 /// a code_after_password line split off the answer, for the after_password line to check.
 @inline(never)
-func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code: Int32, deferred: ArraySlice<UInt8> = []) -> Bool {
+func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code: Int32, deferred: ArraySlice<UInt8>? = nil) -> Bool {
     key.key.withUnsafeBufferPointer { k in
-        deferred.withUnsafeBufferPointer { d in
-            cpam_verdict_keep(pamh, k.baseAddress, k.count, code, d.baseAddress, d.count) == PAM_SUCCESS
+        (deferred ?? []).withUnsafeBufferPointer { d in
+            cpam_verdict_keep(pamh, k.baseAddress, k.count, code, d.baseAddress, d.count, deferred == nil ? 0 : 1) == PAM_SUCCESS
         }
     }
 }
@@ -103,7 +103,7 @@ func rememberVerdict(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int), code
 /// and service (no copy of it is made).
 @inline(never)
 func hasDeferredCode(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int)) -> Bool {
-    key.key.withUnsafeBufferPointer { cpam_verdict_deferred(pamh, $0.baseAddress, $0.count, key.base, nil) } > 0
+    key.key.withUnsafeBufferPointer { cpam_verdict_deferred(pamh, $0.baseAddress, $0.count, key.base, nil) } >= 0
 }
 
 /// The code a code_after_password line of this pam_authenticate left for this user, store and
@@ -114,8 +114,8 @@ func deferredCode(_ pamh: OpaquePointer, key: (key: [UInt8], base: Int)) -> [UIn
     let n = key.key.withUnsafeBufferPointer { k in
         out.withUnsafeMutableBufferPointer { cpam_verdict_deferred(pamh, k.baseAddress, k.count, key.base, $0.baseAddress) }
     }
-    guard n > 0, n <= out.count else { wipe(&out); return nil }
-    out.removeSubrange(n...)  // the tail is zeros
+    guard n >= 0, Int(n) <= out.count else { wipe(&out); return nil }
+    out.removeSubrange(Int(n)...)  // the tail is zeros (an empty answer: no code at all)
     return out
 }
 

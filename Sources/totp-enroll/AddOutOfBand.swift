@@ -77,21 +77,7 @@ struct OutOfBandEnrolment {
         let masked = String(decoding: factor.maskedDestination, as: UTF8.self)
         print(kind == .sms ? "Sending a code by text message to \(masked). Standard message rates may apply."
                            : "Sending a code by email to \(masked).")
-        let request = AdminRequest.sendEnrolmentCode(user: context.user, uid: context.uid, factor: factor)
-        guard let frame = request.encoded() else { throw CLIError("the request does not fit in a frame") }
-        let sentAt: Int64
-        do throws(MFAError) {
-            let reply = try AdminReply.decode(try DaemonConnection.exchange(frame, socket: site.socket, replyMagic: DaemonProtocol.adminReplyMagic,
-                                                                              timeout: DaemonConnection.sendTimeoutMilliseconds))
-            switch reply {
-            case .number(let t): sentAt = t
-            case .refused(let why): throw MFAError.daemon(why)
-            case .failed(let e): throw e
-            default: throw MFAError.malformed("unexpected reply")
-            }
-        } catch {
-            throw CLIError("no code was sent, nothing was saved: \(CLIError.text(error))")
-        }
+        let sentAt = try Self.send(factor, context: context, socket: site.socket)
         let again = "run totp-enroll \(kind == .sms ? "add-phone" : "add-email") again"
         while true {
             writeStderr("Code sent to \(masked): ")
@@ -122,6 +108,24 @@ struct OutOfBandEnrolment {
             case .expired:
                 throw CLIError("the code sent has expired or was replaced; nothing was saved, \(again)")
             }
+        }
+    }
+
+    /// Asks pam-totpd to send the enrolment code to `factor`: when it was sent.
+    static func send(_ factor: Factor, context: CallerContext, socket: [UInt8]) throws(CommandError) -> Int64 {
+        let request = AdminRequest.sendEnrolmentCode(user: context.user, uid: context.uid, factor: factor)
+        guard let frame = request.encoded() else { throw CLIError("the request does not fit in a frame") }
+        do throws(MFAError) {
+            let reply = try AdminReply.decode(try DaemonConnection.exchange(frame, socket: socket, replyMagic: DaemonProtocol.adminReplyMagic,
+                                                                              timeout: DaemonConnection.sendTimeoutMilliseconds))
+            switch reply {
+            case .number(let t): return t
+            case .refused(let why): throw MFAError.daemon(why)
+            case .failed(let e): throw e
+            default: throw MFAError.malformed("unexpected reply")
+            }
+        } catch {
+            throw CLIError("no code was sent, nothing was saved: \(CLIError.text(error))")
         }
     }
 

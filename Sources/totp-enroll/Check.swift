@@ -84,23 +84,10 @@ struct Check: Command {
             }
             Self.afterPassword(s.lines, service: s.name).forEach(add)
             Self.codeOrder(s.lines, service: s.name).forEach(add)
+            Self.splitGuards(s.stack, s.lines, service: s.name).forEach(add)
             Self.shadowedNullok(s.lines, service: s.name).forEach(add)
             Self.sentKinds(s.lines).forEach(add)
-            // pam_totp asks pam-totpd whenever it runs without root (a screen locker runs as the
-            // user) and always in fleet mode.
-            let locker = Self.lockers.contains(s.name)
-            if let first = s.lines.first, let options = first.options, locker || options.backend == .postgresql {
-                let socket = utf8Text(options.socket)
-                if !Self.accepts(socket) {
-                    add(locker
-                        ? Finding(place: first.place, trap: "locker-without-daemon",
-                                  problem: "the screen locker \(s.name) runs pam_totp, and nothing accepts on \(socket): pam_totp asks pam-totpd there whenever it runs as the user, so those unlocks are denied",
-                                  fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd), or take pam_totp out of \(s.name)'s stack")
-                        : Finding(place: first.place, trap: "fleet-without-daemon",
-                                  problem: "backend = postgresql and nothing accepts on \(socket): pam_totp asks pam-totpd for every login of \(s.name), which is denied",
-                                  fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd)"))
-                }
-            }
+            Self.daemonReachable(s.lines, service: s.name).forEach(add)
         }
         if let s = stacks.first(where: { $0.name == "totp-enroll" }) { mandatoryGroups(s.stack, s.lines).forEach(add) }
         if let s = stacks.first(where: { $0.name == "sshd" }), !s.lines.isEmpty {
@@ -162,6 +149,22 @@ struct Check: Command {
         return out
     }
 
+    /// pam_totp asks pam-totpd whenever it runs without root (a screen locker runs as the user)
+    /// and always in fleet mode: something must accept on the first line's socket.
+    static func daemonReachable(_ lines: [TOTPLine], service: String) -> [Finding] {
+        let locker = lockers.contains(service)
+        guard let first = lines.first, let options = first.options, locker || options.backend == .postgresql else { return [] }
+        let socket = utf8Text(options.socket)
+        if accepts(socket) { return [] }
+        return [locker
+            ? Finding(place: first.place, trap: "locker-without-daemon",
+                      problem: "the screen locker \(service) runs pam_totp, and nothing accepts on \(socket): pam_totp asks pam-totpd there whenever it runs as the user, so those unlocks are denied",
+                      fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd), or take pam_totp out of \(service)'s stack")
+            : Finding(place: first.place, trap: "fleet-without-daemon",
+                      problem: "backend = postgresql and nothing accepts on \(socket): pam_totp asks pam-totpd for every login of \(service), which is denied",
+                      fix: "start pam-totpd: systemctl enable --now pam-totpd.socket (or run pam-totpd)")]
+    }
+
     /// A one-field (`forward_pass`) line: without `code_after_password` it checks the code before
     /// the password module, so anyone with a user name can lock the user out and spend codes;
     /// with it, an `after_password` line must follow, or the code is never checked.
@@ -181,6 +184,63 @@ struct Check: Command {
             }
         }
         return out
+    }
+
+    /// Around a `code_after_password` line, what its promise rests on: the password module right
+    /// after it ends the stack on a wrong password (`requisite`), nothing lets the stack skip the
+    /// `after_password` line, which is itself required, and no other pam_totp line sits between
+    /// them (it denies: it cannot tell whether the password was checked).
+    static func splitGuards(_ stack: PamStack, _ lines: [TOTPLine], service: String) -> [Finding] {
+        var out: [Finding] = []
+        let modules = stack.entries.filter { $0.kind == .module }
+        for l in lines where l.options?.codeAfterPassword == true && l.options?.afterPassword != true {
+            guard let i = modules.firstIndex(where: { $0.file == l.entry.file && $0.line == l.entry.line }) else { continue }
+            let rest = modules[(i + 1)...]
+            let isTOTP = { (e: PamStack.Entry) in e.moduleName == literal("pam_totp.so") }
+            let after = rest.firstIndex { e in isTOTP(e) && lines.contains { $0.entry == e && $0.options?.afterPassword == true } }
+            let between = rest[..<(after ?? rest.endIndex)]
+            if let password = between.first(where: { !isTOTP($0) }), !endsOnFailure(password.control) {
+                out.append(Finding(place: utf8Text(password.place), trap: "password-not-requisite",
+                                   problem: "the password module after the code_after_password line \(l.place) does not end the stack on a wrong password in the stack of \(service): the after_password line then checks (counts, spends) the code after a wrong one",
+                                   fix: "make it 'auth requisite' (pam_totp(8), VPN AND RADIUS)"))
+            }
+            for e in between where !isTOTP(e) && skipsOn(e.control) {
+                out.append(Finding(place: utf8Text(e.place), trap: "after-password-skippable",
+                                   problem: "this line can end the stack or jump before the after_password line in the stack of \(service): the code split off by \(l.place) is then never checked",
+                                   fix: "use requisite or required here, no sufficient, done or jump, between the two pam_totp lines"))
+            }
+            for e in between where isTOTP(e) {
+                out.append(Finding(place: utf8Text(e.place), trap: "line-in-the-split",
+                                   problem: "a pam_totp line between the code_after_password line \(l.place) and its after_password line in the stack of \(service): it denies every login (it cannot tell whether the password was checked)",
+                                   fix: "remove it, or move it after the after_password line"))
+            }
+            if let a = after, !endsOnFailure(modules[a].control) && modules[a].control != literal("required") {
+                out.append(Finding(place: utf8Text(modules[a].place), trap: "after-password-not-required",
+                                   problem: "the after_password line's control lets a wrong code through in the stack of \(service)",
+                                   fix: "make it 'auth required'"))
+            }
+        }
+        return out
+    }
+
+    /// `requisite`, or a bracketed control whose failures die and that neither ends the stack nor jumps.
+    static func endsOnFailure(_ control: [UInt8]) -> Bool {
+        if control == literal("requisite") { return true }
+        let text = utf8Text(control)
+        let words = text.split(whereSeparator: { $0 == " " || $0 == "[" || $0 == "]" })
+        return text.hasPrefix("[") && words.contains("default=die") && !skipsOn(control)
+    }
+
+    /// `sufficient`, or a bracketed control with `done` or a jump (a number).
+    static func skipsOn(_ control: [UInt8]) -> Bool {
+        if control == literal("sufficient") { return true }
+        let text = utf8Text(control)
+        guard text.hasPrefix("[") else { return false }
+        return text.split(whereSeparator: { $0 == " " || $0 == "[" || $0 == "]" }).contains { word in
+            guard let eq = word.firstIndex(of: "=") else { return false }
+            let action = word[word.index(after: eq)...]
+            return action == "done" || (!action.isEmpty && action.allSatisfy({ $0.isNumber }))
+        }
     }
 
     /// A `nullok` line followed by a strict one: a user with no factor passes the first and is

@@ -118,7 +118,7 @@ final class DaemonProtocolTests: XCTestCase {
         frame[9] = 0   // max_failures
         XCTAssertThrowsError(try DaemonRequest.decode(frame))
         frame = try XCTUnwrap(r.encoded())
-        frame[7] = 8   // an unknown flag
+        frame[7] = 16  // an unknown flag (8 is code_after_password)
         XCTAssertThrowsError(try DaemonRequest.decode(frame))
         r.answer = [UInt8](repeating: 0x31, count: DaemonProtocol.maxAnswerLength + 1)
         XCTAssertNil(r.encoded(), "an answer over the limit is not sent")

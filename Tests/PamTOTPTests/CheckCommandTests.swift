@@ -80,6 +80,11 @@ final class CheckCommandTests: XCTestCase {
         // One-field stacks: the code checked before the password; a code split off and never checked.
         try write("radiusd", "auth required pam_totp.so forward_pass\nauth required pam_unix.so use_first_pass\n")
         try write("openvpn", "auth [success=ok ignore=ignore default=die] pam_totp.so forward_pass code_after_password\nauth requisite pam_unix.so use_first_pass\n")
+        // Review: what the one-field stack's promise rests on.
+        try write("vpn-required", "auth [success=ok ignore=ignore default=die] pam_totp.so forward_pass code_after_password\n"
+                  + "auth required pam_unix.so use_first_pass\nauth required pam_totp.so nullok\nauth optional pam_totp.so forward_pass after_password\n")
+        try write("vpn-jump", "auth [success=ok ignore=ignore default=die] pam_totp.so forward_pass code_after_password\n"
+                  + "auth [success=1 default=die] pam_unix.so use_first_pass\nauth required pam_totp.so forward_pass after_password\nauth required pam_permit.so\n")
         try "store = \(dir.path)/store\nsocket = \(socketPath)\nfactor_kinds = totp email\n[group daemon]\nnullok = no\n[service totp-enroll]\nnullok = no\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
         let r = try check()
@@ -97,6 +102,10 @@ final class CheckCommandTests: XCTestCase {
         XCTAssertTrue(found("\(pamdir)/common-auth:4", "nullok is shadowed by the strict pam_totp line \(pamdir)/sshd:2"), r.stdout)
         XCTAssertTrue(found("\(pamdir)/radiusd:1", "checks the code before the password module"), r.stdout)
         XCTAssertTrue(found("\(pamdir)/openvpn:1", "the code is split off and never checked"), r.stdout)
+        XCTAssertTrue(found("\(pamdir)/vpn-required:2", "does not end the stack on a wrong password"), r.stdout)
+        XCTAssertTrue(found("\(pamdir)/vpn-required:3", "a pam_totp line between the code_after_password line"), r.stdout)
+        XCTAssertTrue(found("\(pamdir)/vpn-required:4", "lets a wrong code through"), r.stdout)
+        XCTAssertTrue(found("\(pamdir)/vpn-jump:2", "can end the stack or jump before the after_password line"), r.stdout)
         XCTAssertFalse(lines.contains { !$0.hasPrefix("/") }, "one finding a line, each naming its place: \(r.stdout)")
 
         let json = try check(["--json"])
@@ -107,7 +116,8 @@ final class CheckCommandTests: XCTestCase {
         let traps = Set(findings.compactMap { $0["trap"] as? String })
         XCTAssertEqual(traps, ["publickey-stack-asks-password", "publickey-stack-earlier-line",
                                "after-password-without-forward-pass", "mandatory-group-cannot-enrol", "locker-without-daemon",
-                               "sent-kind-without-sender", "nullok-shadowed", "code-before-password", "code-never-checked"])
+                               "sent-kind-without-sender", "nullok-shadowed", "code-before-password", "code-never-checked",
+                               "password-not-requisite", "after-password-skippable", "line-in-the-split", "after-password-not-required"])
         XCTAssertTrue(findings.allSatisfy { $0["file"] is String && $0["line"] is Int && $0["fix"] is String })
     }
 

@@ -55,8 +55,9 @@ final class FleetDaemonTests: XCTestCase {
     func failures() throws -> Int { Int(try sql("SELECT failures FROM pam_totp.users WHERE name = 'root'")) ?? -1 }
 
     /// One request as root to host `i`, as pam_totp.so sends it.
-    func ask(_ i: Int, _ op: DaemonOperation = .authenticate, answer: String) throws -> (reply: DaemonReply, seconds: Double) {
+    func ask(_ i: Int, _ op: DaemonOperation = .authenticate, answer: String, codeAfterPassword: Bool = false) throws -> (reply: DaemonReply, seconds: Double) {
         var o = ModuleOptions()
+        o.codeAfterPassword = codeAfterPassword
         o.backend = .postgresql
         o.adjacentIntervals = 10
         o.maxFailures = 100
@@ -319,11 +320,14 @@ final class FleetDaemonTests: XCTestCase {
     /// database's enrolled() gives each factor's digits), so the code_after_password line hands
     /// the right password on; the after_password line checks the code through the daemon.
     func testAOneFieldStackSplitsAtTheFactorsLength() throws {
-        guard case .enrolled(let six) = try ask(0, .lookup, answer: "").reply else { return XCTFail("no hints") }
+        guard case .enrolled(let six) = try ask(0, .lookup, answer: "", codeAfterPassword: true).reply else { return XCTFail("no hints") }
         XCTAssertEqual(six.codeDigits, 6)
         try sql("UPDATE pam_totp.factors SET digits = 8 WHERE user_name = 'root'")
-        guard case .enrolled(let eight) = try ask(0, .lookup, answer: "").reply else { return XCTFail("no hints") }
+        guard case .enrolled(let eight) = try ask(0, .lookup, answer: "", codeAfterPassword: true).reply else { return XCTFail("no hints") }
         XCTAssertEqual(eight.codeDigits, 8)
+        // A module that does not ask (one from before the digits were sent) is not sent them.
+        guard case .enrolled(let plain) = try ask(0, .lookup, answer: "").reply else { return XCTFail("no hints") }
+        XCTAssertEqual(plain.codeDigits, 6)
         let service = "pam_totp_fleet_one_\(getpid())"
         // pam_exec stands in for the password module: it accepts exactly the password part.
         let checker = hosts[0].root.appendingPathComponent("password-check").path

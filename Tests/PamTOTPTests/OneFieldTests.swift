@@ -126,24 +126,74 @@ final class OneFieldTests: XCTestCase {
         XCTAssertEqual(login(account.password), PAM_AUTH_ERR)
     }
 
-    /// A pam_totp line between the two (the profile's, in an included common-auth) asks nothing
-    /// and decides nothing; a line after the after_password line is bound by its verdict.
-    func testLinesAroundTheSplitAskOnce() throws {
+    /// A pam_totp line between the two cannot tell whether the password was checked: it denies
+    /// (review: it returned PAM_IGNORE, so a strict line after a jump over the after_password line
+    /// asked nothing). A line after the after_password line is bound by its verdict.
+    func testLinesAroundTheSplit() throws {
         try pam.enroll(user, secret: secret)
-        try pam.service("vpn", [
+        try pam.service("between", [
             "auth [success=ok ignore=ignore cred_insufficient=bad default=die] MODULE forward_pass code_after_password STORE",
             "auth required MODULE STORE nullok",
             "auth requisite pam_unix.so use_first_pass",
             "auth required MODULE forward_pass after_password STORE",
-            "auth required MODULE STORE",
         ])
         awayFromStepBoundary(margin: 4)
-        let conversation = Conversation(answer: Array((account.password + (try code())).utf8))
-        XCTAssertEqual(pam.authenticate(service: "vpn", user: user, conversation: conversation), PAM_SUCCESS)
-        XCTAssertEqual(conversation.prompts.count, 1, "asked more than once: \(conversation.prompts)")
+        let between = Conversation(answer: Array((account.password + (try code())).utf8))
+        XCTAssertEqual(pam.authenticate(service: "between", user: user, conversation: between), PAM_AUTH_ERR)
+        XCTAssertEqual(between.prompts.count, 1)
+        // The review's stack: pam_unix jumps over the after_password line to a strict "safety net".
+        try pam.service("net", [
+            "auth [success=ok ignore=ignore cred_insufficient=bad default=die] MODULE forward_pass code_after_password STORE",
+            "auth [success=1 default=die] pam_unix.so use_first_pass",
+            "auth required MODULE forward_pass after_password STORE",
+            "auth required pam_permit.so",
+            "auth required MODULE STORE",
+        ])
+        let net = Conversation(answer: Array((account.password + (try codeOutsideWindow(secret))).utf8))
+        XCTAssertEqual(pam.authenticate(service: "net", user: user, conversation: net), PAM_AUTH_ERR, "the password alone passed")
+        // After the after_password line: bound by its verdict, asked nothing.
+        try pam.service("after", [
+            "auth [success=ok ignore=ignore cred_insufficient=bad default=die] MODULE forward_pass code_after_password STORE",
+            "auth requisite pam_unix.so use_first_pass",
+            "auth required MODULE forward_pass after_password STORE",
+            "auth required MODULE STORE",
+        ])
+        // (The "between" stack's after_password line spent this step's code: the next step's.)
+        let ok = Conversation(answer: Array((account.password + (try code(offset: 1))).utf8))
+        XCTAssertEqual(pam.authenticate(service: "after", user: user, conversation: ok), PAM_SUCCESS)
+        XCTAssertEqual(ok.prompts.count, 1, "asked more than once: \(ok.prompts)")
         let wrong = Conversation(answer: Array((account.password + (try codeOutsideWindow(secret))).utf8))
-        XCTAssertEqual(pam.authenticate(service: "vpn", user: user, conversation: wrong), PAM_AUTH_ERR)
-        XCTAssertEqual(wrong.prompts.count, 1, "asked more than once: \(wrong.prompts)")
+        XCTAssertEqual(pam.authenticate(service: "after", user: user, conversation: wrong), PAM_AUTH_ERR)
+        XCTAssertEqual(wrong.prompts.count, 1)
         XCTAssertEqual(try pam.state(user).failures, 1, "one wrong code, counted once")
+    }
+
+    /// Review: an empty answer left no code to check, and the after_password line let the stack
+    /// through on the password module alone (an account without a password under pam_unix's
+    /// nullok; a password module that reads no password). An answer over 1,024 bytes is empty too.
+    func testAnEmptyAnswerIsCheckedLikeAnyOther() throws {
+        try pam.enroll(user, secret: secret)
+        try pam.service("permit", [
+            "auth [success=ok ignore=ignore cred_insufficient=bad default=die] MODULE forward_pass code_after_password STORE",
+            "auth requisite pam_permit.so",
+            "auth required MODULE forward_pass after_password STORE",
+        ])
+        for answer in ["", String(repeating: "x", count: 1_100)] {
+            let c = Conversation(answer: Array(answer.utf8))
+            XCTAssertEqual(pam.authenticate(service: "permit", user: user, conversation: c), PAM_AUTH_ERR,
+                           "an answer of \(answer.count) bytes passed without a code")
+        }
+        XCTAssertEqual(try pam.state(user).failures, 2, "after the password module, each is a wrong code")
+        // pam_unix with nullok, an account without a password.
+        XCTAssertEqual(try runCommand(["passwd", "-d", user]).status, 0)
+        try pam.service("nullok", [
+            "auth [success=ok ignore=ignore cred_insufficient=bad default=die] MODULE forward_pass code_after_password STORE",
+            "auth requisite pam_unix.so use_first_pass nullok",
+            "auth required MODULE forward_pass after_password STORE",
+        ])
+        XCTAssertEqual(pam.authenticate(service: "nullok", user: user, conversation: Conversation(answer: [])), PAM_AUTH_ERR)
+        awayFromStepBoundary(margin: 4)
+        XCTAssertEqual(pam.authenticate(service: "nullok", user: user, conversation: Conversation(answer: Array(try code().utf8))), PAM_SUCCESS,
+                       "no password and the code")
     }
 }
