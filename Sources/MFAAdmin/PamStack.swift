@@ -15,8 +15,11 @@ import MFASystem
 public struct PamStack: Equatable, Sendable {
     public static let maxDepth = 16
     public static let maxFileSize = 256 * 1024
-    public static let maxFiles = 256
-    public static let maxEntries = 4096
+    /// Far above any distribution's stacks (Debian's largest follow a handful of files and keep
+    /// a few dozen lines), low enough that a loop of includes costs little.
+    public static let maxFiles = 64
+    public static let maxEntries = 1024
+    static let atIncludeControl = literal("@include")
     /// Problems kept for one stack: a file included many times would repeat its own.
     public static let maxProblems = 256
 
@@ -274,10 +277,15 @@ public struct PamStack: Equatable, Sendable {
 
         /// Keeps a problem while fewer than `maxProblems` are kept; then says once that the rest are not.
         mutating func report(_ problem: Problem) {
+            report(file: problem.file, line: problem.line) { problem.message }
+        }
+
+        /// As `report(_:)`, the message made only if it is kept (a loop repeats its problems).
+        mutating func report(file: [UInt8], line: Int, _ message: () -> [UInt8]) {
             if problems.count < PamStack.maxProblems - 1 {
-                problems.append(problem)
+                problems.append(Problem(file: file, line: line, message: message()))
             } else if problems.count == PamStack.maxProblems - 1 {
-                problems.append(Problem(file: problem.file, line: problem.line, message: literal("more than 255 problems in one stack: the rest are not listed")))
+                problems.append(Problem(file: file, line: line, message: literal("more than 255 problems in one stack: the rest are not listed")))
             }
         }
 
@@ -285,7 +293,7 @@ public struct PamStack: Equatable, Sendable {
             guard reads < PamStack.maxFiles else {
                 if !limitReported {
                     limitReported = true
-                    report(Problem(file: path, line: 0, message: literal("more than 256 files read for one stack: the rest is not followed")))
+                    report(Problem(file: path, line: 0, message: literal("more than 64 files read for one stack: the rest is not followed")))
                 }
                 return .limit
             }
@@ -307,7 +315,7 @@ public struct PamStack: Equatable, Sendable {
                 guard entries.count < PamStack.maxEntries else {
                     if !limitReported {
                         limitReported = true
-                        report(Problem(file: file, line: number, message: literal("more than 4096 lines in one stack: the rest is not read")))
+                        report(Problem(file: file, line: number, message: literal("more than 1024 lines in one stack: the rest is not read")))
                     }
                     return
                 }
@@ -315,7 +323,7 @@ public struct PamStack: Equatable, Sendable {
                 case .skip: continue
                 case .problem(let message): report(Problem(file: file, line: number, message: message))
                 case .atInclude(let name):
-                    follow(name, kind: .atInclude, control: literal("@include"), quiet: false, file: file, line: number,
+                    follow(name, kind: .atInclude, control: PamStack.atIncludeControl, quiet: false, file: file, line: number,
                            depth: depth, substack: substack, into: substack)
                 case .include(let control, let name, let quiet, let isSub):
                     follow(name, kind: isSub ? .substack : .include, control: control, quiet: quiet, file: file, line: number,
@@ -332,17 +340,16 @@ public struct PamStack: Equatable, Sendable {
             entries.append(Entry(kind: kind, file: file, line: line, quiet: quiet, control: control, module: name, arguments: [],
                                  depth: depth, inSubstack: substack))
             guard depth + 1 <= PamStack.maxDepth else {
-                report(Problem(file: file, line: line, message: literal("includes nested more than 16 deep (a loop?): ")
-                                        + printableBytes(name) + literal(" is not followed")))
+                report(file: file, line: line) { literal("includes nested more than 16 deep (a loop?): ") + printableBytes(name) + literal(" is not followed") }
                 return
             }
             let path = self.path(of: name)
             switch load(path) {
             case .lines(let lines): parse(lines, file: path, depth: depth + 1, substack: into)
             case .missing:
-                report(Problem(file: file, line: line, message: printableBytes(path) + literal(" cannot be read")))
+                report(file: file, line: line) { printableBytes(path) + literal(" cannot be read") }
             case .tooLarge:
-                report(Problem(file: file, line: line, message: printableBytes(path) + literal(" is larger than 256 KiB: not read")))
+                report(file: file, line: line) { printableBytes(path) + literal(" is larger than 256 KiB: not read") }
             case .limit: break
             }
         }
