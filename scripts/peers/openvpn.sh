@@ -78,7 +78,8 @@ wait_log() {
     while [ $SECONDS -lt $deadline ]; do
         grep -Eq "$ok" "$f" 2>/dev/null && return 0
         grep -Eq "$bad" "$f" 2>/dev/null && return 1
-        alive "$pid" || { grep -Eq "$ok" "$f" 2>/dev/null && return 0; return 2; }
+        # Dead: read the log once more (it may have written its last line after the greps above).
+        alive "$pid" || { grep -Eq "$ok" "$f" 2>/dev/null && return 0; grep -Eq "$bad" "$f" 2>/dev/null && return 1; return 2; }
         sleep 0.1
     done
     return 3
@@ -184,7 +185,10 @@ connect)
         fi
         for o in "$@"; do echo "$o"; done
     } > "$dir/client.conf"
-    setsid ip netns exec "$NS_C" openvpn --config "$dir/client.conf" </dev/null >"$dir/client.log" 2>&1 &
+    # Emptied here, not by the background job's redirection: wait_log must not read the last
+    # connection's "Initialization Sequence Completed" before the new client truncates it.
+    : > "$dir/client.log"
+    setsid ip netns exec "$NS_C" openvpn --config "$dir/client.conf" </dev/null >>"$dir/client.log" 2>&1 &
     cpid=$!; echo $cpid > "$dir/client.pid"
 
     if [ $chal_set = 1 ]; then
