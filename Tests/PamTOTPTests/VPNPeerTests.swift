@@ -63,6 +63,11 @@ final class RADIUSTests: XCTestCase {
     /// radiusd as freerad on it. The module is copied where freerad can read it (the build
     /// directory may be under a home freerad cannot enter).
     func start(daemonSettings: String, nullok: Bool = false) throws {
+        // A second start: a fresh pam-totpd (the running one would be left behind).
+        if daemon.process != nil {
+            daemon.cleanup()
+            daemon = try DaemonFixture()
+        }
         try "store = \(daemon.store)\nmax_failures = 3\nlockout = 300\n\(daemonSettings)\n"
             .write(toFile: daemon.config, atomically: true, encoding: .utf8)
         XCTAssertEqual(chmod(daemon.config, 0o644), 0)
@@ -103,7 +108,6 @@ final class RADIUSTests: XCTestCase {
         daemon.cleanup()
         daemon = try DaemonFixture()
         try daemon.enroll(account.name, uid: account.uid, secret: secret)
-
         try start(daemonSettings: "trusted_callers = freerad")
         awayFromStepBoundary(margin: 10)
         // Strangers: any password and a code, 3 times (max_failures = 3): nothing counted.
