@@ -36,13 +36,8 @@
 # does (no User=); the auth-pam plugin runs PAM in a process forked as root anyway.
 # Env: OPENVPN_TIMEOUT (default 20 s) bounds start/connect.
 set -euo pipefail
-# Close every descriptor the caller left open (but bash's own 255, the script): a daemon started
-# here would hold it, and a caller that waits for its end-of-file (swift-corelibs-foundation's
-# Process does) would wait as long as the daemon lives.
-for fd in /proc/$$/fd/*; do
-    fd=${fd##*/}
-    if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
 
 TIMEOUT=${OPENVPN_TIMEOUT:-20}
 PLUGIN=/usr/lib/x86_64-linux-gnu/openvpn/plugins/openvpn-plugin-auth-pam.so
@@ -57,9 +52,6 @@ VS=ovs$h VC=ovc$h         # veth ends (<= 15 chars)
 in_s() { ip netns exec "$NS_S" "$@"; }
 in_c() { ip netns exec "$NS_C" "$@"; }
 
-# alive PID: running and not a zombie (an orphaned daemon stays a zombie until
-# PID 1 reaps it, which here takes ~1.5 s; kill -0 would count it as alive).
-alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]; }
 
 # kill_pidfile FILE: stop the openvpn whose pid is in FILE (only if it is openvpn).
 kill_pidfile() {

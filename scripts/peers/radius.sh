@@ -28,21 +28,13 @@
 #
 # Env: RADIUS_TIMEOUT (default 20 s) bounds start-up and each auth.
 set -euo pipefail
-# Close every descriptor the caller left open (but bash's own 255, the script): a daemon started
-# here would hold it, and a caller that waits for its end-of-file (swift-corelibs-foundation's
-# Process does) would wait as long as the daemon lives.
-for fd in /proc/$$/fd/*; do
-    fd=${fd##*/}
-    if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
 
 TIMEOUT=${RADIUS_TIMEOUT:-20}
 SECRET=testing123
 die() { echo "radius.sh: $*" >&2; exit 2; }
 
-# alive PID: running and not a zombie (an orphaned daemon stays a zombie until
-# PID 1 reaps it; kill -0 would count it as alive).
-alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]; }
 
 cmd=${1:-}; shift || true
 case "$cmd" in
