@@ -40,10 +40,6 @@ let pamModuleLinker: [LinkerSetting] = [
         // module never compares function addresses) and, without a separate read-only segment,
         // pads less: 212,904 -> 207,040 B stripped, and fewer instructions per login (make bench).
         "-use-ld=lld", "-Xlinker", "--icf=all", "-Xlinker", "--no-rosegment",
-        // No C start files: crtbeginS.o's four weak references (__cxa_finalize,
-        // __gmon_start__, the two transactional-memory hooks) are looked up at every load and
-        // serve C++ and profiling only (~3,500 instructions a login, docs/benchmarks.md).
-        "-Xclang-linker", "-nostartfiles",
     ] : [])),
 ]
 
@@ -68,11 +64,8 @@ var targets: [Target] = [
     // The module ↔ pam-totpd protocol: frames, requests and replies, and the client's one
     // bounded exchange over a Unix socket.
     .target(name: "MFAWire", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "CLibc"], swiftSettings: embeddedSwift),
-    // The module's own memcpy, time, strerror… (module_support.c says why): fewer imports, so
-    // less work for the dynamic linker at every login. Linked into pam_totp.so only.
-    .target(name: "CModuleSupport", cSettings: [.unsafeFlags(["-fno-builtin", "-Os"])]),
     .target(
-        name: "PamTOTP", dependencies: library + ["MFAWire", "CLibc", "CPAM", "CModuleSupport"], exclude: ["exports.map"],
+        name: "PamTOTP", dependencies: library + ["MFAWire", "CLibc", "CPAM"], exclude: ["exports.map"],
         swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),
     // Bench-only (`make bench`, scripts/bench.sh; never installed): TOTPVerifier.match and its
     // HMACs behind two fixed symbol names for callgrind. Built in both modes, so `make bench`

@@ -34,25 +34,17 @@
 
 #include <sys/syscall.h>
 
-// Kernel calls go through one libc entry point, syscall(2), where the kernel ABI is the one
-// libc's own types describe (x86_64, aarch64: struct stat and off_t match the kernel's).
-// Why: libpam loads modules with dlopen(RTLD_NOW), so every libc function the module imports
-// is looked up in the host's whole symbol scope on every login, about 930 instructions each
-// (measured with callgrind, docs/benchmarks.md); one import instead of twenty-one saves that
-// on every path. The clock (time, clock_gettime) and NSS (getpwnam_r) stay libc calls: faketime
-// and NSS modules work by interposing them. Elsewhere the plain libc calls are used.
-#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__LP64__)  // not x32: 32-bit longs
-#define CLIBC_SYSCALL(name, libc_call, ...) return (long)syscall(SYS_##name, __VA_ARGS__)
-#else
-#define CLIBC_SYSCALL(name, libc_call, ...) return (long)(libc_call)
-#endif
+// Kernel calls are libc's own functions, as in any other PAM module (the module's imports are
+// bound once at each load; a copy of libc inside sshd's address space would be risk for no gain
+// a user can feel, docs/benchmarks.md). The clock (time, clock_gettime) and NSS (getpwnam_r)
+// being libc calls is also what lets faketime and NSS modules interpose them.
 
 // open(2)/openat(2) are variadic (mode is optional).
 static inline int clibc_openat(int dirfd, const char *path, int flags, unsigned int mode) {
-    CLIBC_SYSCALL(openat, openat(dirfd, path, flags, (mode_t)mode), dirfd, path, flags, (mode_t)mode);
+    return openat(dirfd, path, flags, (mode_t)mode);
 }
 static inline int clibc_open(const char *path, int flags, unsigned int mode) {
-    CLIBC_SYSCALL(openat, open(path, flags, (mode_t)mode), AT_FDCWD, path, flags, (mode_t)mode);
+    return open(path, flags, (mode_t)mode);
 }
 // SIG_IGN and SIG_DFL are casts in a macro, which Swift cannot import (totp-enroll).
 static inline __sighandler_t clibc_sig_ign(void) { return SIG_IGN; }
@@ -75,37 +67,34 @@ static inline void clibc_wipe(void *p, size_t n) {
 
 // Fixed names for the calls MFASystem's LiveSystemCalls forwards to: inside that type an
 // unqualified `read` would name its own static method.
-static inline long clibc_read(int fd, void *buf, size_t n) { CLIBC_SYSCALL(read, read(fd, buf, n), fd, buf, n); }
-static inline long clibc_write(int fd, const void *buf, size_t n) { CLIBC_SYSCALL(write, write(fd, buf, n), fd, buf, n); }
+static inline long clibc_read(int fd, void *buf, size_t n) { return read(fd, buf, n); }
+static inline long clibc_write(int fd, const void *buf, size_t n) { return write(fd, buf, n); }
 static inline long clibc_pwrite(int fd, const void *buf, size_t n, long long off) {
-    CLIBC_SYSCALL(pwrite64, pwrite(fd, buf, n, (off_t)off), fd, buf, n, (off_t)off);
+    return pwrite(fd, buf, n, (off_t)off);
 }
-static inline int clibc_fsync(int fd) { CLIBC_SYSCALL(fsync, fsync(fd), fd); }
-static inline int clibc_fdatasync(int fd) { CLIBC_SYSCALL(fdatasync, fdatasync(fd), fd); }
+static inline int clibc_fsync(int fd) { return fsync(fd); }
+static inline int clibc_fdatasync(int fd) { return fdatasync(fd); }
 static inline int clibc_renameat(int a, const char *f, int b, const char *t) {
-    // aarch64 has only renameat2 (flags 0 is renameat).
-    CLIBC_SYSCALL(renameat2, renameat(a, f, b, t), a, f, b, t, 0);
+    return renameat(a, f, b, t);
 }
-static inline int clibc_unlinkat(int d, const char *p, int flags) { CLIBC_SYSCALL(unlinkat, unlinkat(d, p, flags), d, p, flags); }
-static inline int clibc_flock(int fd, int op) { CLIBC_SYSCALL(flock, flock(fd, op), fd, op); }
-static inline int clibc_close(int fd) { CLIBC_SYSCALL(close, close(fd), fd); }
-static inline int clibc_fstat(int fd, struct stat *st) { CLIBC_SYSCALL(fstat, fstat(fd, st), fd, st); }
+static inline int clibc_unlinkat(int d, const char *p, int flags) { return unlinkat(d, p, flags); }
+static inline int clibc_flock(int fd, int op) { return flock(fd, op); }
+static inline int clibc_close(int fd) { return close(fd); }
+static inline int clibc_fstat(int fd, struct stat *st) { return fstat(fd, st); }
 static inline int clibc_fstatat(int d, const char *p, struct stat *st, int flags) {
-    CLIBC_SYSCALL(newfstatat, fstatat(d, p, st, flags), d, p, st, flags);
+    return fstatat(d, p, st, flags);
 }
-static inline int clibc_fchmod(int fd, unsigned int mode) { CLIBC_SYSCALL(fchmod, fchmod(fd, (mode_t)mode), fd, (mode_t)mode); }
-static inline unsigned int clibc_geteuid(void) { CLIBC_SYSCALL(geteuid, geteuid(), 0); }
-static inline int clibc_getpid(void) { CLIBC_SYSCALL(getpid, getpid(), 0); }
+static inline int clibc_fchmod(int fd, unsigned int mode) { return fchmod(fd, (mode_t)mode); }
+static inline unsigned int clibc_geteuid(void) { return geteuid(); }
+static inline int clibc_getpid(void) { return getpid(); }
 static inline int clibc_socket(int domain, int type, int protocol) {
-    CLIBC_SYSCALL(socket, socket(domain, type, protocol), domain, type, protocol);
+    return socket(domain, type, protocol);
 }
 static inline int clibc_poll(struct pollfd *fds, unsigned long n, int timeout_ms) {
-    // aarch64 has only ppoll: a relative timeout (NULL: wait for ever).
-    struct timespec t = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
-    CLIBC_SYSCALL(ppoll, poll(fds, (nfds_t)n, timeout_ms), fds, (nfds_t)n, timeout_ms < 0 ? NULL : &t, NULL, 0);
+    return poll(fds, (nfds_t)n, timeout_ms);
 }
 static inline int clibc_nanosleep(const struct timespec *req, struct timespec *rem) {
-    CLIBC_SYSCALL(nanosleep, nanosleep(req, rem), req, rem);
+    return nanosleep(req, rem);
 }
 // syslog(3) is variadic: totp-enroll logs one preformatted line.
 static inline void clibc_syslog(int priority, const char *line) { syslog(priority, "%s", line); }
@@ -121,40 +110,26 @@ static inline int clibc_connect_unix(int fd, const char *path) {
     size_t n = strlen(path);
     if (n >= sizeof a.sun_path) { errno = ENAMETOOLONG; return -1; }
     memcpy(a.sun_path, path, n);
-    CLIBC_SYSCALL(connect, connect(fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1)),
-                  fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
+    return connect(fd, (const struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
 }
 // This host's name (uname(2)'s nodename, what gethostname returns), NUL-terminated in `buf`.
 static inline int clibc_hostname(char *buf, size_t n) {
-#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__LP64__)
-    struct utsname u;
-    if (syscall(SYS_uname, &u) != 0 || n == 0) return -1;
-    size_t len = strnlen(u.nodename, sizeof u.nodename);
-    if (len >= n) len = n - 1;
-    memcpy(buf, u.nodename, len);
-    buf[len] = 0;
+    if (n == 0 || gethostname(buf, n) != 0) return -1;
+    buf[n - 1] = 0;
     return 0;
-#else
-    return gethostname(buf, n);
-#endif
 }
 // The uid of the process that created the listening socket a connected Unix socket reached
 // (SO_PEERCRED; struct ucred spelled out, it is declared only with _GNU_SOURCE); -1 if unknown.
 static inline long long clibc_peer_uid(int fd) {
     struct { int pid; unsigned int uid; unsigned int gid; } cred = { 0, 0, 0 };
     socklen_t n = sizeof cred;
-    long rc;
-#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__LP64__)
-    rc = syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_PEERCRED, &cred, &n);
-#else
-    rc = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &n);
-#endif
+    int rc = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &n);
     if (rc != 0 || n < sizeof cred) return -1;
     return (long long)cred.uid;
 }
 // send(2) with MSG_NOSIGNAL: a daemon that went away must not raise SIGPIPE in the PAM host.
 static inline long clibc_send(int fd, const void *buf, size_t n) {
-    CLIBC_SYSCALL(sendto, send(fd, buf, n, MSG_NOSIGNAL), fd, buf, n, MSG_NOSIGNAL, NULL, 0);
+    return send(fd, buf, n, MSG_NOSIGNAL);
 }
 // A monotonic clock in milliseconds, for the module's deadline (immune to clock changes).
 static inline long long clibc_monotonic_ms(void) {

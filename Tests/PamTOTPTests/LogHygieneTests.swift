@@ -63,8 +63,8 @@ final class LogHygieneTests: XCTestCase {
     /// A group look-up that fails without asking for more room (getgrouplist returning -1 with
     /// errno set: the module found no such function, or NSS failed) is denied and logged with
     /// its own errno. It was logged as "errno 34" (too small), a misleading line for an admin.
-    /// The failure is made by a preloaded getgrouplist, which the module's first-use look-up
-    /// (dlsym, Sources/CModuleSupport/module_support.c) finds before libc's, as an import would.
+    /// The failure is made by a preloaded getgrouplist, which the module's import binds to
+    /// before libc's.
     func testAFailedGroupLookUpIsLoggedWithItsOwnError() throws {
         guard let capture else { throw XCTSkip("no capture") }
         let source = root.appendingPathComponent("nogroups.c")
