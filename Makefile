@@ -71,7 +71,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: all module enroll daemon install uninstall check test bench bench-fleet deps test-deps bench-deps deb-deps clean fuzz fuzz-smoke fuzz-seeds deb deb-test
+.PHONY: all module enroll daemon programs test-bundle test-quick install uninstall check test bench bench-fleet deps test-deps bench-deps deb-deps clean fuzz fuzz-smoke fuzz-seeds deb deb-test
 
 all: module enroll daemon
 
@@ -171,18 +171,35 @@ uninstall:
 	@echo "kept $(STOREDIR) (enrolments), $(PAMCONFDIR)/totp-enroll, /etc/security/pam_totp.conf if you wrote it, and the system user pam-totp-sender (docs/ADMIN.md, \"Uninstalling\")"
 
 # Every test: the library's unit tests, the module through the real libpam (pam_start_confdir and
-# pamtester), symbol and dependency checks. PAM_TOTP_SO tells the tests which .so to load.
-check: test-deps module daemon enroll fuzz-smoke
+# pamtester), the programs, sshd, PostgreSQL, the VPN peers, symbol and dependency checks.
+# The builds run side by side (each in its own scratch path; the Embedded ones compile a module
+# on one core), with the fuzzing smoke run once its binary is built; then every test class runs
+# in its own process, TEST_JOBS at a time, as Tests/test-plan.txt places them
+# (scripts/run-tests.py). PAM_TOTP_SO tells the tests which .so to load. One class or one test:
+# README, "Contributing".
+TEST_JOBS ?= 6
+TEST_BUNDLE := .build/debug/pam_totpPackageTests.xctest
+TEST_ENV = PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) PAM_TOTPD=$(abspath $(DAEMON_BIN)) TOTP_ENROLL=$(abspath $(ENROLL_BIN))
+check: test-deps
 	@# No hand-written function over 60 lines (a hash's unrolled compression is marked exempt).
 	python3 scripts/function-lengths.py Sources Fuzz
-	PAM_TOTP_SO=$(abspath $(STRIPPED_SO)) PAM_TOTPD=$(abspath $(DAEMON_BIN)) TOTP_ENROLL=$(abspath $(ENROLL_BIN)) $(SWIFT) test --scratch-path .build --disable-swift-testing 2>&1 | tee .build-test.log
-	@# One plain closing line from XCTest's final summary: "Executed N tests, with [S tests skipped and] F failures".
-	@summary=$$(grep -E '^\s*Executed [0-9]+ tests?, with' .build-test.log | tail -1); \
-	  n=$$(sed -E 's/.*Executed ([0-9]+) tests?.*/\1/' <<<"$$summary"); \
-	  f=$$(sed -E 's/.* ([0-9]+) failures?.*/\1/' <<<"$$summary"); \
-	  s=$$(grep -Eo '[0-9]+ tests? skipped' <<<"$$summary" | grep -Eo '^[0-9]+' || echo 0); \
-	  [ -n "$$n" ] && [ "$$n" -gt 0 ] || { echo "check: no tests ran" >&2; exit 1; }; \
-	  echo "check: $$((n - f - s)) passed, $$f failed, $$s skipped"; [ "$$f" -eq 0 ]
+	$(MAKE) -j4 --output-sync=target module programs fuzz-smoke test-bundle
+	$(TEST_ENV) python3 scripts/run-tests.py --binary $(TEST_BUNDLE) --jobs $(TEST_JOBS) --log .build-test.log
+
+# Pure and in-process tests only (the library; the module loaded through libpam in the test
+# process), side by side: the tier to run while working (README, "Contributing").
+test-quick: deps
+	$(MAKE) -j2 --output-sync=target module test-bundle
+	$(TEST_ENV) python3 scripts/run-tests.py --binary $(TEST_BUNDLE) --tier quick --jobs $(TEST_JOBS) --log .build-test.log
+
+# pam-totpd, then totp-enroll: one scratch path, so one after the other.
+programs:
+	$(MAKE) daemon
+	$(MAKE) enroll
+
+# The normal build of everything and the XCTest bundle (make check's tests run it directly).
+test-bundle:
+	$(SWIFT) build --build-tests --scratch-path .build
 
 test: check
 

@@ -213,8 +213,20 @@ final class DaemonTests: XCTestCase {
         let line = try XCTUnwrap(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
         let fields = line.split(separator: " ").filter { !$0.isEmpty }
         let (soft, hard) = (String(fields[3]), String(fields[4]))
-        // No room for another descriptor: the limit is the lowest number not in use.
-        let open = Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").compactMap { Int($0) })
+        // No room for another descriptor: the limit is the lowest number not in use, read once the
+        // daemon is serving and its descriptors have stopped changing (under load, start-up's or
+        // the first request's last descriptor could still be open at the first look).
+        XCTAssertEqual(try ask(try request()).reply, .outcome(.unenrolled))
+        func descriptors() throws -> Set<Int> {
+            Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").compactMap { Int($0) })
+        }
+        var open = try descriptors()
+        for _ in 0..<50 {
+            usleep(100_000)
+            let again = try descriptors()
+            if again == open { break }
+            open = again
+        }
         let lowestFree = (0...).first { !open.contains($0) } ?? 0
         XCTAssertEqual(try runCommand(["prlimit", "--pid", "\(pid)", "--nofile=\(lowestFree):\(hard)"]).status, 0)
         let refused = Self.connectTo(daemon.socketPath)

@@ -13,7 +13,7 @@ public struct CommandResult {
 public func runCommand(_ arguments: [String], input: String = "", environment: [String: String]? = nil) throws -> CommandResult {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    p.arguments = arguments
+    p.arguments = accountTools.contains(arguments.first ?? "") ? ["flock", accountLock] + arguments : arguments
     if let environment { p.environment = environment }
     // Files rather than pipes: no reader threads, no deadlock on large outputs.
     let dir = try makeTemporaryDirectory("run")
@@ -36,6 +36,12 @@ public func runCommand(_ arguments: [String], input: String = "", environment: [
                          stdout: String(decoding: out, as: UTF8.self),
                          stderr: String(decoding: err, as: UTF8.self))
 }
+
+/// Account and group changes rewrite /etc/passwd, /etc/shadow and /etc/group under shadow's lock,
+/// which another holder makes them wait for and then give up on; test classes run side by side
+/// (scripts/run-tests.py), so each such command takes its turn under one lock file first.
+private let accountTools: Set<String> = ["useradd", "userdel", "usermod", "groupadd", "groupdel", "groupmod", "chpasswd", "gpasswd"]
+private let accountLock = "/tmp/pam_totp_tests.accounts.lock"
 
 /// The package root (Tests/TestSupport/Support.swift is two levels below it).
 public let packageRoot: URL = URL(fileURLWithPath: #filePath)
