@@ -19,9 +19,10 @@ PAMCONFDIR  ?= /etc/pam.d
 SWIFT       ?= swift
 SWIFTC      ?= swiftc
 
-# The package version (make deb): BASE_VERSION, then the commit count and commit in a git tree,
-# so that every commit on main builds a higher version. VERSION=... overrides it.
-BASE_VERSION := 0.1
+# The package version (make deb): BASE_VERSION (the release, Sources/MFACommandLine/Version.swift,
+# NEWS), then the commit count and commit in a git tree, so that every commit on main builds a
+# higher version. VERSION=... overrides it.
+BASE_VERSION := $(shell sed -n 's/^public let packageVersion = "\(.*\)"$$/\1/p' Sources/MFACommandLine/Version.swift)
 VERSION     ?= $(BASE_VERSION)$(shell n=$$(git rev-list --count HEAD 2>/dev/null) && echo "+git$$n.$$(git rev-parse --short=7 HEAD)")
 DEB_ARCH    := $(shell dpkg-architecture -qDEB_HOST_ARCH 2>/dev/null || dpkg --print-architecture)
 DEB         := dist/pam-totp_$(VERSION)_$(DEB_ARCH).deb
@@ -71,7 +72,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: all module enroll daemon programs test-bundle test-quick install uninstall check test bench bench-fleet deps test-deps bench-deps deb-deps clean fuzz fuzz-smoke fuzz-seeds deb deb-test
+.PHONY: all module enroll daemon programs test-bundle test-quick version install uninstall check test bench bench-fleet deps test-deps bench-deps deb-deps clean fuzz fuzz-smoke fuzz-seeds deb deb-test
 
 all: module enroll daemon
 
@@ -191,6 +192,10 @@ check: test-deps
 test-quick: deps
 	$(MAKE) -j2 --output-sync=target module test-bundle
 	$(TEST_ENV) python3 scripts/run-tests.py --binary $(TEST_BUNDLE) --tier quick --jobs $(TEST_JOBS) --log .build-test.log
+
+# The release (Sources/MFACommandLine/Version.swift, NEWS).
+version:
+	@echo $(BASE_VERSION)
 
 # pam-totpd, then totp-enroll: one scratch path, so one after the other.
 programs:

@@ -102,7 +102,9 @@ targets += [
     // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
     // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
     .target(name: "MFACommandLine", dependencies: ["CLibc"], swiftSettings: programSwift),
-    .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ"],
+    // The fleet schema's SQL files, embedded at build time with C23 #embed (no committed copy).
+    .target(name: "CFleetSQL", path: "Sources/CFleetSQL", cSettings: [.unsafeFlags(["-std=c23"])]),
+    .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ", "CFleetSQL"],
             swiftSettings: programSwift + [.swiftLanguageMode(.v5)]),
     // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): a poll(2) loop
     // and worker threads, syslog; every rule is MFAAdmin's DaemonService.

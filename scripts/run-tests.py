@@ -2,7 +2,8 @@
 """scripts/run-tests.py: runs the XCTest bundle's classes side by side (make check, make test-quick).
 
 Usage: scripts/run-tests.py --binary XCTEST [--plan Tests/test-plan.txt] [--tier quick|full]
-                            [--jobs N] [--log FILE] [--timeout SECONDS]
+                            [--jobs N] [--log FILE] [--timeout SECONDS (420: a class that takes
+                            longer is stopped and fails)]
 
 Each test class runs in its own process (`XCTEST Module.Class`), up to N at once (default 4:
 most of the suite waits on peers, sshd, PostgreSQL, the fail delay of pamtester, not on the
@@ -200,7 +201,7 @@ def main():
     parser.add_argument("--tier", choices=("quick", "full"), default="full")
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--log")
-    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--timeout", type=float, default=420)
     args = parser.parse_args()
 
     chosen = units(read_plan(args.plan), list_tests(args.binary), args.tier)

@@ -109,7 +109,7 @@ public enum Migrator {
                   version integer PRIMARY KEY, name text NOT NULL, applied timestamptz NOT NULL DEFAULT now())
                 """)
             _ = try c.execute("REVOKE ALL ON pam_totp.schema_version FROM PUBLIC")
-            try adoptPreRelease(c)
+            try refuseUnknownHistory(c)
             let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
             let from = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
             var to = from
@@ -135,6 +135,21 @@ public enum Migrator {
         }
     }
 
+    /// Every version the database says it has must be the migration of that number here, by
+    /// name: a database made by another series (the unreleased pre-release schema, whose
+    /// version 1 was 001_fleet.sql) or a newer pam-totpd is refused, not built on.
+    static func refuseUnknownHistory(_ c: PQConnection) throws(PQError) {
+        for row in try c.execute("SELECT version, name FROM pam_totp.schema_version ORDER BY version") {
+            let version = Int(row.first.flatMap { $0 } ?? "") ?? -1
+            let name = row.count > 1 ? row[1] ?? "" : ""
+            guard Migrations.all.contains(where: { $0.version == version && $0.name == name }) else {
+                throw PQError(message: "this database's schema_version has version \(version) as \(name), which this pam-totpd "
+                              + "does not know (another series, or a newer release): nothing was changed",
+                              sqlState: nil, connectionLost: false, sent: true)
+            }
+        }
+    }
+
     static func run(_ c: PQConnection, _ sql: String, named name: String) throws(PQError) {
         do throws(PQError) {
             _ = try c.execute(sql, timeoutMilliseconds: 120_000)
@@ -142,32 +157,6 @@ public enum Migrator {
             throw PQError(message: name + ": " + error.message, sqlState: error.sqlState,
                           connectionLost: error.connectionLost, sent: true)
         }
-    }
-
-    /// The pre-release series (versions 1-8, files 001_fleet.sql ... 008_changes_need_proof.sql,
-    /// functions in the schema pam_totp) folded into 001_tables.sql: a database it made at
-    /// version 8 has exactly that migration's tables, so it is taken as version 1 and its
-    /// functions are dropped (the API is re-created in its own schema). One at an earlier
-    /// version is refused: nothing was released at those.
-    static func adoptPreRelease(_ c: PQConnection) throws(PQError) {
-        let first = try c.execute("SELECT name FROM pam_totp.schema_version WHERE version = 1").first?.first ?? nil
-        guard first == "001_fleet.sql" else { return }
-        let last = try c.execute("SELECT max(version) FROM pam_totp.schema_version").first?.first ?? nil
-        guard last == "8" else {
-            throw PQError(message: "this database has the pre-release schema at version \(last ?? "?"), which cannot be upgraded: "
-                          + "only its version 8 can; nothing was changed", sqlState: nil, connectionLost: false, sent: true)
-        }
-        _ = try c.execute("""
-            DO $$
-            DECLARE f regprocedure;
-            BEGIN
-              FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'pam_totp'::regnamespace LOOP
-                EXECUTE pg_catalog.format('DROP ROUTINE %s', f);
-              END LOOP;
-            END $$
-            """)
-        _ = try c.execute("DELETE FROM pam_totp.schema_version")
-        _ = try c.execute("INSERT INTO pam_totp.schema_version (version, name) VALUES (1, '001_tables.sql')")
     }
 }
 
@@ -201,6 +190,7 @@ extension Migrator {
         let versionTable = try c.execute("SELECT to_regclass('pam_totp.schema_version') IS NOT NULL")
         var version = 0
         if versionTable.first?.first ?? nil == "t" {
+            try refuseUnknownHistory(c)
             let rows = try c.execute("SELECT coalesce(max(version), 0) FROM pam_totp.schema_version")
             version = Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
         }

@@ -264,6 +264,10 @@ public struct Program: Sendable {
         var rest = movingOptionsAfterSubcommand(arguments)
         var path = name
         if let first = rest.first {
+            if first == "--version", rest.count == 1 {
+                print(name + " " + packageVersion)
+                exit(0)
+            }
             if first == "help" {
                 print(rest.count > 1 ? (subcommand(named: rest[1]).map { help($0) } ?? topHelp()) : topHelp(), terminator: "")
                 exit(0)
@@ -337,7 +341,7 @@ public struct Program: Sendable {
         if !discussion.isEmpty { text += wrapped(discussion, indent: 0) + "\n\n" }
         text += "USAGE: " + name + " <subcommand>\n"
         text += subcommandList(defaultName: root.name)
-        text += "\n  See '\(name) help <subcommand>' for detailed help.\n"
+        text += "\n  See '\(name) help <subcommand>' for detailed help; '\(name) --version' for the release.\n"
         return text
     }
 

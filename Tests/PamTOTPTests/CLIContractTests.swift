@@ -25,6 +25,20 @@ final class CLIContractTests: XCTestCase {
         ("check", ["--json", "--pamdir", "--config", "--sshd-config", "--sshd"]),
     ]
 
+    /// Both programs say their release (NEWS's first entry), which the Debian package's version
+    /// starts with too (the Makefile reads the same line).
+    func testBothProgramsSayTheRelease() throws {
+        let news = try String(contentsOf: packageRoot.appendingPathComponent("NEWS"), encoding: .utf8)
+        let release = try XCTUnwrap(news.split(separator: "\n").first { $0.first?.isNumber == true }?.split(separator: " ").first)
+        for (program, name) in [(enrollURL.path, "totp-enroll"), (daemonURL.path, "pam-totpd")] {
+            let r = try runCommand([program, "--version"])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertEqual(r.stdout, "\(name) \(release)\n")
+        }
+        let make = try runCommand(["make", "-s", "--no-print-directory", "-C", packageRoot.path, "version"])
+        XCTAssertEqual(make.stdout, "\(release)\n", "the Makefile's release (the package's version)")
+    }
+
     func testHelpIsCompleteForEverySubcommand() throws {
         let top = try runCommand([enrollURL.path, "--help"])
         XCTAssertEqual(top.status, 0, top.stderr)

@@ -40,16 +40,14 @@ final class FleetSQLTests: XCTestCase {
     func testEmbeddedMigrationsAreTheFiles() throws {
         let dir = packageRoot.appendingPathComponent("sql/migrations")
         let files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".sql") }.sorted()
-        XCTAssertEqual(Migrations.all.map(\.name), files, "run scripts/embed-sql.sh")
+        XCTAssertEqual(Migrations.all.map(\.name), files, "every file under sql/migrations, in Sources/CFleetSQL/fleet_sql.c")
         for (m, f) in zip(Migrations.all, files) {
-            var text = try String(contentsOf: dir.appendingPathComponent(f), encoding: .utf8)
-            if text.hasSuffix("\n") { text.removeLast() }
-            XCTAssertEqual(m.sql, text, "\(f) differs from Migrations.swift: run scripts/embed-sql.sh")
+            let text = try String(contentsOf: dir.appendingPathComponent(f), encoding: .utf8)
+            XCTAssertEqual(m.sql, text, "\(f): Sources/CFleetSQL/fleet_sql.c embeds another file under this name")
             XCTAssertEqual(m.version, Int(f.prefix(3)))
         }
-        var api = try String(contentsOf: packageRoot.appendingPathComponent("sql/api.sql"), encoding: .utf8)
-        if api.hasSuffix("\n") { api.removeLast() }
-        XCTAssertEqual(Migrations.api, api, "sql/api.sql differs from Migrations.swift: run scripts/embed-sql.sh")
+        let api = try String(contentsOf: packageRoot.appendingPathComponent("sql/api.sql"), encoding: .utf8)
+        XCTAssertEqual(Migrations.api, api)
     }
 
     func testInitDatabaseIsIdempotent() throws {
@@ -161,39 +159,52 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertThrowsError(try store.enroll(user: Array("ulla".utf8), accountUID: 1040, factor: plain, importedCodes: nil, using: &rng))
     }
 
-    /// A database made by the pre-release series at its version 8 (Tests/Fixtures/fleet-schema-8.sql:
-    /// pg_dump of what the main of that day's init-database made, with two users) upgrades in
-    /// place: every enrolment, used step, failure count, lockout and recovery code is kept, the
-    /// old functions are gone from the data schema, and the API works on the data.
-    func testUpgradeFromThePreReleaseVersionEightKeepsEverything() throws {
-        try cluster.psql("CREATE DATABASE fleet_v8")
-        let dump = packageRoot.appendingPathComponent("Tests/Fixtures/fleet-schema-8.sql").path
-        let restore = try runCommand(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", cluster.socketDirectory, "-p", String(cluster.port),
-                                      "-U", "postgres", "-d", "fleet_v8", "-f", dump])
-        XCTAssertEqual(restore.status, 0, restore.stderr)
-        func v8(_ q: String) throws -> String { try cluster.psql(q, database: "fleet_v8") }
-        let before = try v8("SELECT string_agg(name || ':' || uid || ':' || failures || ':' || locked_until || ':' || coalesce(proof_role, '-') || ':' || proof_until, ',' ORDER BY name) FROM pam_totp.users")
-        let factors = try v8("SELECT string_agg(user_name || ':' || label || ':' || algorithm || ':' || digits || ':' || period || ':' || last_step || ':' || encode(secret, 'hex'), ',' ORDER BY id) FROM pam_totp.factors")
-        let recovery = try v8("SELECT string_agg(user_name || ':' || set_id || ':' || used || ':' || cardinality(hashes), ',') FROM pam_totp.recovery")
-        XCTAssertEqual(try v8("SELECT max(version) FROM pam_totp.schema_version"), "8")
-        let up = try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_v8"))
-        XCTAssertEqual(up.from, 1, "the pre-release version 8 is this series' version 1")
+    /// The released schemas (NEWS): the last one's upgrade test stays as the schema changes.
+    static let lastRelease = (name: "0.1.0", schema: 11)
+
+    /// A database at the last release's schema, with an enrolment, a used step, failures and a
+    /// lockout written as that release's tables hold them, is upgraded in place by this tree's
+    /// init-database: the data stays and the API works on it.
+    func testUpgradeFromTheLastReleaseKeepsTheData() throws {
+        try cluster.psql("CREATE DATABASE fleet_release")
+        let conninfo = cluster.conninfo(database: "fleet_release")
+        XCTAssertEqual(try Migrator.migrate(conninfo: conninfo, upTo: Self.lastRelease.schema).to, Self.lastRelease.schema)
+        func q(_ text: String) throws -> String { try cluster.psql(text, database: "fleet_release") }
+        _ = try q("INSERT INTO pam_totp.users (name, uid, failures, locked_until) VALUES ('jo', 1006, 2, 0), ('kim', 1007, 9, 4102444800)")
+        for user in ["jo", "kim"] {
+            _ = try q("INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind) "
+                  + "VALUES ('\(user)', 'phone', 'sha1', 6, 30, 0, 1, '\\x3132333435363738393031323334353637383930', 'totp')")
+        }
+        let up = try Migrator.migrate(conninfo: conninfo)
+        XCTAssertEqual(up.from, Self.lastRelease.schema)
         XCTAssertEqual(up.to, Migrations.all.last?.version)
-        XCTAssertEqual(try v8("SELECT string_agg(name || ':' || uid || ':' || failures || ':' || locked_until || ':' || coalesce(proof_role, '-') || ':' || proof_until, ',' ORDER BY name) FROM pam_totp.users"), before)
-        XCTAssertEqual(try v8("SELECT string_agg(user_name || ':' || label || ':' || algorithm || ':' || digits || ':' || period || ':' || last_step || ':' || encode(secret, 'hex'), ',' ORDER BY id) FROM pam_totp.factors"), factors)
-        XCTAssertEqual(try v8("SELECT string_agg(user_name || ':' || set_id || ':' || used || ':' || cardinality(hashes), ',') FROM pam_totp.recovery"), recovery)
-        XCTAssertEqual(before, "alice:1001:3:0:postgres:1700000800,bob:1002:100:0:postgres:1795489260")
-        XCTAssertEqual(try v8("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pam_totp'::regnamespace"), "0", "the pre-release functions are gone")
-        // The API on the kept data: alice's used step stays used, her used recovery code stays
-        // used, her unused one works once; bob stays at the cap.
-        func call(_ args: String) throws -> String { try cluster.login("outcome || ' ' || coalesce(replayed::text, '') || ' ' || failures || ' ' || coalesce(remaining::text, '-')", args, procedure: "login_at", database: "fleet_v8") }
-        let used = String(decoding: try TOTP.code(secret: Array("12345678901234567890".utf8), parameters: .default, at: 56_666_666 * 30), as: UTF8.self)
-        XCTAssertEqual(try call("'alice', 1001, '\(used)', \(56_666_666 * 30), 0, 10, 300, false"), "wrong true 4 -")
-        XCTAssertEqual(try call("'alice', 1001, '11112222333344445555', \(56_666_666 * 30), 0, 10, 300, false"), "wrong false 5 -")
-        XCTAssertEqual(try call("'alice', 1001, '66667777888899990000', \(56_666_666 * 30), 0, 10, 300, false"), "recovery false 0 0")
-        XCTAssertEqual(try call("'bob', 1002, '000000', \(56_666_666 * 30), 0, 10, 300, false"), "locked false 100 -")
-        // And init-database again changes nothing.
-        XCTAssertEqual(try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_v8")).from, Migrations.all.last?.version)
+        func login(_ user: String, _ uid: Int, _ code: String) throws -> String {
+            try cluster.login("outcome || ' ' || replayed || ' ' || failures", "'\(user)', \(uid), '\(code)', 59, 1, 10, 300, false",
+                              procedure: "login_at", database: "fleet_release")
+        }
+        XCTAssertEqual(try login("jo", 1006, "287082"), "wrong true 3", "the step used before the upgrade stays used, the failures count on")
+        XCTAssertEqual(try login("kim", 1007, "287082"), "locked false 9", "the lockout stays")
+        let next = String(decoding: try TOTP.code(secret: Array("12345678901234567890".utf8), parameters: .default, at: 89), as: UTF8.self)
+        XCTAssertEqual(try cluster.login("outcome || ' ' || failures", "'jo', 1006, '\(next)', 89, 1, 10, 300, false",
+                                         procedure: "login_at", database: "fleet_release"), "success 0")
+    }
+
+    /// A database whose schema_version names a migration this tree does not have by that number
+    /// (the unreleased pre-release series, whose version 1 was 001_fleet.sql; or a newer
+    /// release's) is refused, and nothing in it changes.
+    func testADatabaseOfAnotherSeriesIsRefusedUnchanged() throws {
+        try cluster.psql("CREATE DATABASE fleet_other")
+        func q(_ text: String) throws -> String { try cluster.psql(text, database: "fleet_other") }
+        _ = try q("CREATE SCHEMA pam_totp; CREATE TABLE pam_totp.schema_version (version integer PRIMARY KEY, name text NOT NULL, "
+              + "applied timestamptz NOT NULL DEFAULT now()); INSERT INTO pam_totp.schema_version (version, name) "
+              + "VALUES (1, '001_fleet.sql'), (8, '008_changes_need_proof.sql'); CREATE TABLE pam_totp.users (name text PRIMARY KEY)")
+        XCTAssertThrowsError(try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_other"))) { error in
+            XCTAssertTrue("\(error)".contains("001_fleet.sql"), "\(error)")
+        }
+        XCTAssertEqual(try q("SELECT string_agg(version || ':' || name, ',' ORDER BY version) FROM pam_totp.schema_version"),
+                       "1:001_fleet.sql,8:008_changes_need_proof.sql")
+        XCTAssertEqual(try q("SELECT count(*) FROM pg_class WHERE relnamespace = 'pam_totp'::regnamespace AND relkind = 'r'"), "2")
+        XCTAssertEqual(try q("SELECT to_regnamespace('pam_totp_api') IS NULL"), "t")
     }
 
     /// A CONNINFO without TLS to a host on another machine was accepted silently (a new

@@ -286,12 +286,22 @@ final class StoreIntegrityTests: XCTestCase {
     /// an unenrolled user; nullok: ignored), the module says why, and root can purge it.
     func testFactorsDoNotOutliveTheAccount() throws {
         let user = tag + "x"
-        let uid1 = freeUID()
-        let uid2 = freeUID(excluding: [uid1])
-        XCTAssertNotEqual(uid1, uid2)
+        // Accounts made by other test classes at the same time take the next free uid (the
+        // highest + 1): the second account's uid is far from the first, and a uid taken between
+        // the look-up and useradd (status 4, "not unique") is tried again with another.
+        enum AccountError: Error { case useradd(String) }
+        func addUser(excluding: [uid_t]) throws -> uid_t {
+            var uid = freeUID(excluding: excluding)
+            for _ in 0..<20 {
+                let add = try runCommand(["useradd", "-M", "-s", "/usr/sbin/nologin", "-u", String(uid), user])
+                if add.status == 0 { return uid }
+                guard add.status == 4 else { throw AccountError.useradd(add.stderr) }
+                uid = freeUID(excluding: excluding + [uid])
+            }
+            throw AccountError.useradd("no free uid")
+        }
         users.append(user)
-        let add1 = try runCommand(["useradd", "-M", "-s", "/usr/sbin/nologin", "-u", String(uid1), user])
-        XCTAssertEqual(add1.status, 0, add1.stderr)
+        let uid1 = try addUser(excluding: [])
         let capture = try SyslogCapture(scratch: fixture.root)
         defer { _ = capture.stop() }
 
@@ -306,8 +316,8 @@ final class StoreIntegrityTests: XCTestCase {
         XCTAssertEqual(first.status, 0, "the account it was enrolled for logs in: " + describe(first))
 
         XCTAssertEqual(try runCommand(["userdel", user]).status, 0)
-        let add2 = try runCommand(["useradd", "-M", "-s", "/usr/sbin/nologin", "-u", String(uid2), user])
-        XCTAssertEqual(add2.status, 0, add2.stderr)
+        let uid2 = try addUser(excluding: Array(uid1...(uid1 + 1_000)))
+        XCTAssertNotEqual(uid1, uid2)
 
         let reused = try runCommand(capture.wrap(["pamtester", strict, user, "authenticate"]), input: code(secret, s0 + 1) + "\n")
         XCTAssertNotEqual(reused.status, 0, "the old account's factor logs the new account in: " + describe(reused))

@@ -48,20 +48,15 @@ final class TerminalTests: XCTestCase {
 
     /// Starts `totp-enroll ARGS` as the user in a new session whose controlling terminal is
     /// the pseudo-terminal (stdin, stdout and stderr too), as a login shell would run it.
-    func startOnTerminal(_ args: [String]) throws -> Process {
+    func startOnTerminal(_ args: [String]) throws -> SpawnedProcess {
         try startAsUserOnTerminal([binary] + args)
     }
 
     /// Starts `command` as the user in a new session on the pseudo-terminal.
-    func startAsUserOnTerminal(_ command: [String]) throws -> Process {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
-        p.arguments = ["--ctty", "--wait", "setpriv", "--reuid=\(uid)", "--regid=\(gid)", "--clear-groups"] + command
-        let handle = FileHandle(fileDescriptor: slave, closeOnDealloc: false)
-        p.standardInput = handle
-        p.standardOutput = handle
-        p.standardError = handle
-        try p.run()
+    func startAsUserOnTerminal(_ command: [String]) throws -> SpawnedProcess {
+        let p = SpawnedProcess()
+        try p.run(["/usr/bin/setsid", "--ctty", "--wait", "setpriv", "--reuid=\(uid)", "--regid=\(gid)", "--clear-groups"] + command,
+                  stdio: slave)
         return p
     }
 
@@ -89,7 +84,7 @@ final class TerminalTests: XCTestCase {
     }
 
     /// Waits (at most 15 s, reading the terminal meanwhile) for the process to end.
-    func waitForExit(_ p: Process, transcript: inout String) {
+    func waitForExit(_ p: SpawnedProcess, transcript: inout String) {
         let deadline = Date().addingTimeInterval(15)
         while p.isRunning && Date() < deadline {
             if !drain(into: &transcript) { usleep(100_000) }

@@ -11,25 +11,21 @@ public struct CommandResult {
 /// stdin, and waits for it. Never throws for a non-zero exit: callers assert on `status`.
 @discardableResult
 public func runCommand(_ arguments: [String], input: String = "", environment: [String: String]? = nil) throws -> CommandResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    p.arguments = accountTools.contains(arguments.first ?? "") ? ["flock", accountLock] + arguments : arguments
-    if let environment { p.environment = environment }
     // Files rather than pipes: no reader threads, no deadlock on large outputs.
     let dir = try makeTemporaryDirectory("run")
     defer { removeTemporaryDirectory(dir) }
     let inURL = dir.appendingPathComponent("in"), outURL = dir.appendingPathComponent("out"),
         errURL = dir.appendingPathComponent("err")
     try Data(input.utf8).write(to: inURL)
-    FileManager.default.createFile(atPath: outURL.path, contents: nil)
-    FileManager.default.createFile(atPath: errURL.path, contents: nil)
-    let inHandle = try FileHandle(forReadingFrom: inURL)
-    let outHandle = try FileHandle(forWritingTo: outURL), errHandle = try FileHandle(forWritingTo: errURL)
-    defer { try? inHandle.close(); try? outHandle.close(); try? errHandle.close() }
-    p.standardInput = inHandle
-    p.standardOutput = outHandle
-    p.standardError = errHandle
-    try p.run()
+    let inFD = open(inURL.path, O_RDONLY | O_CLOEXEC)
+    let outFD = open(outURL.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    let errFD = open(errURL.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    defer { for fd in [inFD, outFD, errFD] where fd >= 0 { close(fd) } }
+    guard inFD >= 0, outFD >= 0, errFD >= 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno)) }
+    let command = accountTools.contains(arguments.first ?? "") ? ["flock", accountLock] + arguments : arguments
+    // Reaped here, not by Foundation's Process (SpawnedProcess says why).
+    let p = SpawnedProcess()
+    try p.run(["/usr/bin/env"] + command, stdin: inFD, stdout: outFD, stderr: errFD, environment: environment)
     p.waitUntilExit()
     let out = try Data(contentsOf: outURL), err = try Data(contentsOf: errURL)
     return CommandResult(status: p.terminationStatus,
@@ -85,3 +81,59 @@ public func hex(_ bytes: [UInt8]) -> String {
 }
 
 public var isRoot: Bool { geteuid() == 0 }
+
+/// A child process started with posix_spawn and reaped with waitpid by its owner alone: the
+/// members of Foundation's Process a test uses, without its shared exit monitor (which, with
+/// test classes running side by side, once missed a child's exit: the child stayed a zombie and
+/// waitUntilExit never returned).
+public final class SpawnedProcess {
+    public private(set) var processIdentifier: pid_t = 0
+    private var status: Int32?
+
+    public init() {}
+
+    /// Starts `arguments` (argv[0] a path) with standard input, output and error on `fd`.
+    public func run(_ arguments: [String], stdio fd: Int32) throws {
+        try run(arguments, stdin: fd, stdout: fd, stderr: fd)
+    }
+
+    /// Starts `arguments` (argv[0] a path) on these descriptors, with `environment` (else this
+    /// process's); every other descriptor is closed in the child.
+    public func run(_ arguments: [String], stdin: Int32, stdout: Int32, stderr: Int32, environment: [String: String]? = nil) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for (source, target) in [(stdin, Int32(0)), (stdout, 1), (stderr, 2)] { posix_spawn_file_actions_adddup2(&actions, source, target) }
+        let open = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).compactMap { Int32($0) }
+        for other in open where other > 2 && fcntl(other, F_GETFD) >= 0 { posix_spawn_file_actions_addclose(&actions, other) }
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        var envp: [UnsafeMutablePointer<CChar>?] = (environment ?? ProcessInfo.processInfo.environment)
+            .map { strdup($0.key + "=" + $0.value) } + [nil]
+        defer { for p in envp { free(p) } }
+        let rc = posix_spawn(&processIdentifier, arguments[0], &actions, nil, &argv, &envp)
+        guard rc == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(rc)) }
+    }
+
+    public var isRunning: Bool {
+        if status != nil { return false }
+        var s: Int32 = 0
+        if waitpid(processIdentifier, &s, WNOHANG) == processIdentifier { status = s; return false }
+        return true
+    }
+
+    public func waitUntilExit() {
+        guard status == nil else { return }
+        var s: Int32 = 0
+        while waitpid(processIdentifier, &s, 0) < 0 && errno == EINTR {}
+        status = s
+    }
+
+    public func terminate() { if isRunning { kill(processIdentifier, SIGTERM) } }
+
+    /// The exit status, or the signal that ended it (as Foundation's Process says); -1 while running.
+    public var terminationStatus: Int32 {
+        guard let s = status else { return -1 }
+        return (s & 0x7f) == 0 ? (s >> 8) & 0xff : s & 0x7f
+    }
+}

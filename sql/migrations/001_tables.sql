@@ -3,8 +3,8 @@
 -- function lives once in sql/api.sql, which init-database drops and re-creates after them.
 -- Applied by `pam-totpd init-database --admin CONNINFO` inside one transaction, after the
 -- schema `pam_totp` and its table `schema_version` exist: this file runs once per database.
--- It is the pre-release series 1-8 folded into one: a database that series made at version
--- 8 has exactly these tables and is taken as version 1 (Migrator.adoptPreRelease).
+-- It is the unreleased pre-release series 1-8 folded into one (a database that series made is
+-- refused: its version 1 has another name).
 --
 -- Secrets stay in the database: the tables are readable by no login role; host roles get
 -- EXECUTE on the API's functions and nothing else.
