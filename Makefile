@@ -49,12 +49,12 @@ FUZZ_RUNS    ?= 10000000
 FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_SWIFTFLAGS := -swift-version 6 -sanitize=fuzzer,address -parse-as-library -O -wmo \
                    -module-name PamTOTPFuzz -package-name pam_totp -I Sources/CLibc -I Sources/CSpawn/include -use-ld=lld
-# The fuzz and seed programs compile the library's targets, MFAWire, MFAAdmin and MFACommandLine as one module:
+# The fuzz and seed programs compile the library's targets, MFAWire, MFAImport, MFAPamStacks, MFADaemon and MFACommandLine as one module:
 # copies of the sources without their imports of each other, in $(FUZZ_DIR)/src.
-FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAAdmin MFACommandLine
+FUZZ_TARGETS := MFASystem MFACrypto MFAPolicy MFAFileStore MFAWire MFAImport MFAPamStacks MFADaemon MFACommandLine
 FUZZ_INPUTS  := $(sort $(foreach t,$(FUZZ_TARGETS),$(wildcard Sources/$(t)/*.swift)))
 FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
-# MFAAdmin's C target (the sender's start, Sources/CSpawn), compiled once for both programs.
+# MFADaemon's C target (the sender's start, Sources/CSpawn), compiled once for both programs.
 FUZZ_OBJECTS := $(FUZZ_DIR)/cspawn.o
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
@@ -250,7 +250,7 @@ deb-test: deb-deps
 define fuzz_copy
 $$(FUZZ_DIR)/src/%.swift: Sources/$(1)/%.swift
 	@mkdir -p $$(@D)
-	sed -E '/^(@testable )?import MFA(System|Crypto|Policy|FileStore|Wire|Admin|CommandLine)$$$$/d' $$< > $$@
+	sed -E '/^(@testable )?import MFA(System|Crypto|Policy|FileStore|Wire|Import|PamStacks|Daemon|CommandLine)$$$$/d' $$< > $$@
 endef
 $(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_copy,$(t))))
 

@@ -61,9 +61,10 @@ var targets: [Target] = [
     .target(name: "MFAPolicy", dependencies: ["MFASystem", "MFACrypto", "CLibc"], swiftSettings: librarySettings),
     .target(name: "MFAFileStore", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "CLibc"],
             swiftSettings: librarySettings),
-    // The module ↔ pam-totpd protocol: frames, requests and replies, and the client's one
-    // bounded exchange over a Unix socket.
-    .target(name: "MFAWire", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "CLibc"], swiftSettings: embeddedSwift),
+    // The protocols with pam-totpd: the module's (frames, requests and replies, the client's one
+    // bounded exchange over a Unix socket) and totp-enroll's admin codec with its audit events
+    // and its store over the daemon (DaemonStore). The module links only what it calls.
+    .target(name: "MFAWire", dependencies: ["MFASystem", "MFACrypto", "MFAPolicy", "MFAFileStore", "CLibc"], swiftSettings: embeddedSwift),
     .target(
         name: "PamTOTP", dependencies: library + ["MFAWire", "CLibc", "CPAM"], exclude: ["exports.map"],
         swiftSettings: embeddedSwift, linkerSettings: pamModuleLinker),
@@ -92,26 +93,29 @@ targets += [
     // file (AES-CBC, PBKDF2): no package dependency on a TLS library. totp-enroll only; the
     // module, pam-totpd and the library targets never load it.
     .target(name: "CLibCrypto", path: "Sources/CLibCrypto", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]),
-    // pam-totpd's sender start (issue 19, MFAAdmin's Delivery.swift): fork and the child's steps up to execve, in C,
+    // pam-totpd's sender start (issue 19, MFADaemon's Delivery.swift): fork and the child's steps up to execve, in C,
     // since a child of a multi-threaded process may only make async-signal-safe calls.
     .target(name: "CSpawn", path: "Sources/CSpawn"),
-    // Enrolment management between processes, never built into the module: the admin
-    // protocol, pam-totpd's service, totp-enroll's daemon-backed store, imports of Google
-    // Authenticator files.
-    .target(name: "MFAAdmin", dependencies: library + ["MFAWire", "CLibc", "CSpawn"], swiftSettings: programSwift),
+    // Never built into the module, one job each: the import formats totp-enroll reads (PSKC
+    // with its XML reader, Google Authenticator files, otpauth:// URIs); reading PAM stacks
+    // (totp-enroll check and policy); pam-totpd's rules (DaemonService over any store, the
+    // limits that share it among callers, starting senders, the passwd reader).
+    .target(name: "MFAImport", dependencies: library + ["CLibc"], swiftSettings: programSwift),
+    .target(name: "MFAPamStacks", dependencies: ["MFASystem", "MFAPolicy"], swiftSettings: programSwift),
+    .target(name: "MFADaemon", dependencies: library + ["MFAWire", "CLibc", "CSpawn"], swiftSettings: programSwift),
     // totp-enroll's and pam-totpd's command lines and --help (a general parser pulled
     // Foundation into both programs: docs/ARCHITECTURE.md, section 3).
     .target(name: "MFACommandLine", dependencies: ["CLibc"], swiftSettings: programSwift),
     // The fleet schema's SQL files, embedded at build time with C23 #embed (no committed copy).
     .target(name: "CFleetSQL", path: "Sources/CFleetSQL", cSettings: [.unsafeFlags(["-std=c23"])]),
-    .target(name: "FleetStore", dependencies: library + ["MFAAdmin", "CLibPQ", "CFleetSQL"],
+    .target(name: "FleetStore", dependencies: library + ["MFAWire", "CLibPQ", "CFleetSQL"],
             swiftSettings: programSwift + [.swiftLanguageMode(.v5)]),
     // The daemon for callers without root (docs/ARCHITECTURE.md, section 5.2): a poll(2) loop
-    // and worker threads, syslog; every rule is MFAAdmin's DaemonService.
+    // and worker threads, syslog; every rule is MFADaemon's.
     .executableTarget(
         name: "pam-totpd",
         dependencies: library + [
-            "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "FleetStore",
+            "MFAWire", "MFADaemon", "MFACommandLine", "CLibc", "FleetStore",
         ],
         swiftSettings: programSwift + [.swiftLanguageMode(.v5)],
         linkerSettings: programLinker),
@@ -119,7 +123,7 @@ targets += [
     .executableTarget(
         name: "totp-enroll",
         dependencies: library + [
-            "MFAWire", "MFAAdmin", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
+            "MFAWire", "MFAImport", "MFAPamStacks", "MFACommandLine", "CLibc", "CPAM", "CQREncode", "CLibCrypto",
         ],
         swiftSettings: programSwift,
         // libpam (re-authentication) and libqrencode: the module maps' autolinking is not
@@ -139,8 +143,8 @@ if !embedded {
         // Test-only: rewrites a record and a state file in a loop, for the SIGKILL crash test.
         .executableTarget(name: "store-writer", dependencies: library, path: "Tests/StoreWriter"),
         // CLibCrypto: the PSKC tests decrypt the RFC 6030 figures with the AES-CBC totp-enroll uses.
-        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAAdmin", "MFACommandLine", "TestSupport", "FleetStore", "CLibCrypto"]),
-        .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAAdmin", "CPAM", "TestSupport", "FleetStore"]),
+        .testTarget(name: "LibraryTests", dependencies: library + ["MFAWire", "MFAImport", "MFAPamStacks", "MFADaemon", "MFACommandLine", "TestSupport", "FleetStore", "CLibCrypto"]),
+        .testTarget(name: "PamTOTPTests", dependencies: library + ["MFAWire", "MFAImport", "MFAPamStacks", "MFADaemon", "CPAM", "TestSupport", "FleetStore"]),
     ]
 }
 

@@ -1,4 +1,4 @@
-// One libFuzzer binary for every parser of outside bytes. It is built from the library's sources (with MFAWire's and MFAAdmin's)
+// One libFuzzer binary for every parser of outside bytes. It is built from the library's sources (with MFAWire's, MFAImport's, MFAPamStacks' and MFADaemon's)
 // plus this directory as a single module (see `make fuzz`), so the harnesses can also reach
 // internal entry points such as `UserState.parse(file:)` and `ModuleOptions.applyConfig`.
 //

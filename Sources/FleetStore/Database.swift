@@ -1,5 +1,4 @@
 import CLibc
-import MFAAdmin
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

@@ -1,6 +1,5 @@
 import CLibPQ
 import CLibc
-import MFAAdmin
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

@@ -1,5 +1,5 @@
 import CLibc
-import MFAAdmin
+import MFADaemon
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

@@ -1,6 +1,6 @@
 import CLibc
 import FleetStore
-import MFAAdmin
+import MFADaemon
 import MFACommandLine
 import MFAPolicy
 import MFASystem

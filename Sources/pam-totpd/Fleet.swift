@@ -1,6 +1,6 @@
 import FleetStore
 import CLibc
-import MFAAdmin
+import MFADaemon
 import MFACommandLine
 import MFACrypto
 import MFAFileStore

@@ -1,6 +1,6 @@
 import CLibc
 import FleetStore
-import MFAAdmin
+import MFADaemon
 import MFACommandLine
 import MFACrypto
 import MFAFileStore
@@ -9,7 +9,7 @@ import MFASystem
 import MFAWire
 
 /// pam-totpd: answers pam_totp.so for callers without root (screen lockers) over a Unix socket
-/// (docs/ARCHITECTURE.md, section 5.2). All policy is MFAAdmin's DaemonService; this is transport.
+/// (docs/ARCHITECTURE.md, section 5.2). All policy is MFADaemon's (DaemonService, the limits); this is transport.
 @main
 struct PamTOTPD: Command {
     static let name = "pam-totpd"

@@ -1,10 +1,10 @@
 import CLibc
-import MFAAdmin
+import MFADaemon
 import MFAPolicy
 import MFASystem
 
 // How pam-totpd sends a code (issue "Text-message and email codes", "Delivery"): the configured
-// program, run by MFAAdmin's `deliver` as the delivery user, with the message built from the
+// program, run by MFADaemon's `deliver` as the delivery user, with the message built from the
 // configuration's templates. DaemonService decides whether to send; this only sends.
 
 enum Sending {

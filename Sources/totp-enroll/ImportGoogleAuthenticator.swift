@@ -1,5 +1,6 @@
 import CLibc
-import MFAAdmin
+import MFAImport
+import MFAPamStacks
 import MFACommandLine
 import MFACrypto
 import MFAFileStore

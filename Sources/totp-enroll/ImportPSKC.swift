@@ -1,6 +1,7 @@
 import CLibCrypto
 import CLibc
-import MFAAdmin
+import MFAImport
+import MFAPamStacks
 import MFACommandLine
 import MFACrypto
 import MFAFileStore

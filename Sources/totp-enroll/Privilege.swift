@@ -1,7 +1,8 @@
 import MFACommandLine
 import CLibc
 import CPAM
-import MFAAdmin
+import MFAImport
+import MFAPamStacks
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

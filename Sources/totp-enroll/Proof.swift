@@ -1,6 +1,7 @@
 import MFACommandLine
 import CLibc
-import MFAAdmin
+import MFAImport
+import MFAPamStacks
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

@@ -1,6 +1,8 @@
 import XCTest
 import TestSupport
-@testable import MFAAdmin
+@testable import MFADaemon
+@testable import MFAImport
+@testable import MFAPamStacks
 @testable import MFACrypto
 @testable import MFAFileStore
 @testable import MFAPolicy

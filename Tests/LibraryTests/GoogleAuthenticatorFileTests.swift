@@ -1,5 +1,7 @@
 import XCTest
-@testable import MFAAdmin
+@testable import MFADaemon
+@testable import MFAImport
+@testable import MFAPamStacks
 @testable import MFACrypto
 @testable import MFAFileStore
 @testable import MFAPolicy

@@ -2,7 +2,9 @@ import CLibCrypto
 import Foundation
 import TestSupport
 import XCTest
-@testable import MFAAdmin
+@testable import MFADaemon
+@testable import MFAImport
+@testable import MFAPamStacks
 @testable import MFACrypto
 @testable import MFAPolicy
 @testable import MFASystem

@@ -1,4 +1,6 @@
-import MFAAdmin
+import MFADaemon
+import MFAImport
+import MFAPamStacks
 import MFACrypto
 import MFAPolicy
 import MFASystem

@@ -1,4 +1,6 @@
-@testable import MFAAdmin
+@testable import MFADaemon
+@testable import MFAImport
+@testable import MFAPamStacks
 import XCTest
 
 /// pam-totpd's account cache reads /etc/passwd as glibc's `files` source does, or not at all.

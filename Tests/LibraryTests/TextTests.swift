@@ -1,7 +1,9 @@
 import Foundation
 import TestSupport
 import XCTest
-@testable import MFAAdmin
+@testable import MFADaemon
+@testable import MFAImport
+@testable import MFAPamStacks
 @testable import MFACrypto
 @testable import MFAFileStore
 @testable import MFAPolicy

@@ -1,6 +1,8 @@
 import FleetStore
 import Foundation
-import MFAAdmin
+import MFADaemon
+import MFAImport
+import MFAPamStacks
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

@@ -1,5 +1,7 @@
 import Foundation
-import MFAAdmin
+import MFADaemon
+import MFAImport
+import MFAPamStacks
 import MFACrypto
 import MFAFileStore
 import MFAPolicy

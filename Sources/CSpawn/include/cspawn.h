@@ -1,7 +1,7 @@
-// Starting a sender program for pam-totpd (MFAAdmin's Delivery.swift): the fork and everything
+// Starting a sender program for pam-totpd (MFADaemon's Delivery.swift): the fork and everything
 // the child does before execve, in C, because pam-totpd is multi-threaded and a forked child may
 // make only async-signal-safe calls until it execs (no malloc, no Swift code, no locks another
-// thread may have held at the fork). MFAAdmin only: never pam_totp.so, never the library targets.
+// thread may have held at the fork). MFADaemon only: never pam_totp.so, never the library targets.
 #ifndef CSPAWN_H
 #define CSPAWN_H
 #include <stdint.h>

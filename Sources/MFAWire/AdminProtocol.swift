@@ -366,9 +366,9 @@ public struct AuditEvent: Equatable, Sendable {
 }
 
 /// The pieces both admin frames share.
-enum AdminCodec {
+public enum AdminCodec {
     /// What stands in for a secret or a recovery hash in a status: it never leaves the daemon.
-    static var placeholderSecret: [UInt8] { [UInt8](repeating: 0, count: 10) }
+    public static var placeholderSecret: [UInt8] { [UInt8](repeating: 0, count: 10) }
 
     static func algorithmByte(_ a: HashAlgorithm) -> UInt8 {
         switch a {

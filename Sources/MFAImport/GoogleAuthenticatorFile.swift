@@ -5,7 +5,7 @@ import MFAPolicy
 import MFASystem
 import MFAWire
 
-// Only totp-enroll imports these files; the module never does (MFAAdmin is not in its build).
+// Only totp-enroll imports these files; the module never does (MFAImport is not in its build).
 
 /// A `~/.google_authenticator` file (google-authenticator-libpam's FILEFORMAT): line 1 the
 /// Base32 secret; option lines `" NAME [args]`; scratch codes, eight digits each. Parsed
