@@ -10,6 +10,9 @@
 -- with search_path and standard_conforming_strings pinned, set once for all of them at the
 -- end of this file (before the grants).
 -- Every limit is read from the one settings row.
+-- Every refusal has its own SQLSTATE, of the class PT (PT001 ...): the number is the Swift
+-- `Refusal` (Sources/MFASystem/Refusal.swift), which pam-totpd maps it to; callers branch on
+-- the code, never on the text.
 
 CREATE SCHEMA pam_totp_api;
 REVOKE ALL ON SCHEMA pam_totp_api FROM PUBLIC;
@@ -152,7 +155,7 @@ AS $$
 DECLARE cfg pam_totp.settings%ROWTYPE; code text;
 BEGIN
   IF p_host IS NULL OR p_host !~ '^[A-Za-z0-9][A-Za-z0-9.-]{0,63}$' THEN
-    RAISE EXCEPTION 'a host name must be 1 to 64 letters, digits, dots and hyphens' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'a host name must be 1 to 64 letters, digits, dots and hyphens' USING ERRCODE = 'PT018';
   END IF;
   SELECT * INTO cfg FROM pam_totp.settings;
   digits := cfg.oob_digits;
@@ -198,10 +201,10 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
   IF NOT p_found THEN
-    RAISE EXCEPTION '%: no such attempt of this role (each is finished once)', p_finish USING ERRCODE = 'P0001';
+    RAISE EXCEPTION '%: no such attempt of this role (each is finished once)', p_finish USING ERRCODE = 'PT020';
   END IF;
   IF pg_xact_status(p_xact) IS DISTINCT FROM 'committed' THEN
-    RAISE EXCEPTION '%: commit % first (a verdict is told only once its attempt is durable)', p_finish, p_begin USING ERRCODE = 'P0001';
+    RAISE EXCEPTION '%: commit % first (a verdict is told only once its attempt is durable)', p_finish, p_begin USING ERRCODE = 'PT021';
   END IF;
 END $$;
 
@@ -216,7 +219,7 @@ AS $$
 BEGIN
   IF NOT coalesce((SELECT c.collisdeterministic FROM pg_catalog.pg_collation c
                     WHERE c.oid = pg_catalog.pg_collation_for(p)::pg_catalog.regcollation), false) THEN
-    RAISE EXCEPTION 'pam_totp compares user names byte for byte: call without a nondeterministic COLLATE' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'pam_totp compares user names byte for byte: call without a nondeterministic COLLATE' USING ERRCODE = 'PT019';
   END IF;
 END $$;
 
@@ -231,7 +234,7 @@ BEGIN
   IF pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN RETURN; END IF;
   IF NOT EXISTS (SELECT 1 FROM pam_totp.users u
                   WHERE u.name = p_user AND u.proof_role = session_user AND u.proof_until >= pam_totp_api.now_seconds()) THEN
-    RAISE EXCEPTION 'changing the factors or recovery codes of a user who has a factor needs a current code of that user through this host first (within 10 minutes), or a role with pam_totp_admin' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'changing the factors or recovery codes of a user who has a factor needs a current code of that user through this host first (within 10 minutes), or a role with pam_totp_admin' USING ERRCODE = 'PT013';
   END IF;
 END $$;
 
@@ -441,7 +444,7 @@ DECLARE
 BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_user IS NULL OR p_answer IS NULL OR p_now IS NULL OR p_now < 0 THEN
-    RAISE EXCEPTION 'login: bad arguments';
+    RAISE EXCEPTION 'login: bad arguments' USING ERRCODE = 'PT022';
   END IF;
   SELECT * INTO cfg FROM pam_totp.settings;
   -- The host's adjacent_intervals (its default 5), capped by settings.max_window (default 5):
@@ -665,16 +668,16 @@ BEGIN
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
   IF NOT FOUND THEN RETURN; END IF;
   IF u.uid <> p_uid THEN
-    RAISE EXCEPTION 'the stored record of this name belongs to another account (another uid): root must run totp-enroll purge --user NAME first' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'the stored record of this name belongs to another account (another uid): root must run totp-enroll purge --user NAME first' USING ERRCODE = 'PT001';
   END IF;
   IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND label = p_label) THEN
-    RAISE EXCEPTION 'a factor with this name already exists; choose another name' USING ERRCODE = 'unique_violation';
+    RAISE EXCEPTION 'a factor with this name already exists; choose another name' USING ERRCODE = 'PT002';
   END IF;
   IF (SELECT count(*) FROM pam_totp.factors WHERE user_name = p_user) >= 32 THEN
-    RAISE EXCEPTION 'too many factors (32); remove one first' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'too many factors (32); remove one first' USING ERRCODE = 'PT003';
   END IF;
   IF p_secret IS NOT NULL AND EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND secret = p_secret) THEN
-    RAISE EXCEPTION 'this secret is already enrolled as another factor' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'this secret is already enrolled as another factor' USING ERRCODE = 'PT004';
   END IF;
 END $$;
 
@@ -693,7 +696,7 @@ DECLARE had boolean;
 BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_kind IS NULL OR p_kind NOT IN ('totp', 'hotp') OR p_secret IS NULL THEN
-    RAISE EXCEPTION 'enroll: an app or token factor with its secret (a phone or address: send_enrolment_code)' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'enroll: an app or token factor with its secret (a phone or address: send_enrolment_code)' USING ERRCODE = 'PT026';
   END IF;
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   had := pam_totp_api.lock_for_change(p_user);
@@ -704,7 +707,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('pam_totp serial ' || p_serial, 0));
     IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE serial = p_serial AND user_name <> p_user) THEN
       RAISE EXCEPTION 'the token with serial % is already another user''s factor: remove it there first', p_serial
-        USING ERRCODE = 'P0001';
+        USING ERRCODE = 'PT012';
     END IF;
   END IF;
   INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, serial)
@@ -745,7 +748,7 @@ BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR p_algorithm IS NULL OR p_digits IS NULL OR p_period IS NULL
      OR (p_secret IS NULL) <> (p_answer IS NULL) THEN
-    RAISE EXCEPTION 'enroll_first: bad arguments' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'enroll_first: bad arguments' USING ERRCODE = 'PT023';
   END IF;
   IF p_secret IS NULL THEN
     IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN RETURN 'had-factor'; END IF;
@@ -791,7 +794,7 @@ BEGIN
   PERFORM pam_totp_api.lock_for_change(p_user);
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
   IF NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
-    RAISE EXCEPTION 'no factor yet: enrol one first (totp-enroll), then make recovery codes' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'no factor yet: enrol one first (totp-enroll), then make recovery codes' USING ERRCODE = 'PT010';
   END IF;
   SELECT * INTO old FROM pam_totp.recovery WHERE user_name = p_user;
   had := FOUND;
@@ -828,11 +831,11 @@ BEGIN
   PERFORM pam_totp_api.lock_for_change(p_user);
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
   IF NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND label = p_label) THEN
-    RAISE EXCEPTION 'no factor with that label (see totp-enroll list)' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'no factor with that label (see totp-enroll list)' USING ERRCODE = 'PT008';
   END IF;
   SELECT count(*) INTO n FROM pam_totp.factors WHERE user_name = p_user;
   IF n <= 1 AND NOT p_may_remove_last THEN
-    RAISE EXCEPTION 'this is your last factor: enrol another one first (only root can remove a user''s last factor)' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'this is your last factor: enrol another one first (only root can remove a user''s last factor)' USING ERRCODE = 'PT009';
   END IF;
   DELETE FROM pam_totp.factors WHERE user_name = p_user AND label = p_label;
   IF n - 1 = 0 THEN DELETE FROM pam_totp.users WHERE name = p_user; END IF;
@@ -849,7 +852,7 @@ AS $$
 DECLARE u pam_totp.users%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
-  IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'P0001'; END IF;
+  IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'PT011'; END IF;
   UPDATE pam_totp.users SET failures = 0, locked_until = 0 WHERE name = p_user;
   UPDATE pam_totp.factors f SET last_step = now_ / f.period
    WHERE f.user_name = p_user AND f.kind = 'totp' AND f.last_step > now_ / f.period;
@@ -894,7 +897,7 @@ BEGIN
   SELECT * INTO cfg FROM pam_totp.settings;
   IF p_failures NOT BETWEEN 0 AND cfg.hard_failure_cap OR p_locked_until > now_ + cfg.max_lockout THEN
     RAISE EXCEPTION 'import: a failure count above % or a lockout beyond % s from now is not a file store''s', cfg.hard_failure_cap, cfg.max_lockout
-      USING ERRCODE = 'P0001';
+      USING ERRCODE = 'PT027';
   END IF;
   UPDATE pam_totp.users SET failures = greatest(failures, p_failures), locked_until = greatest(locked_until, p_locked_until)
    WHERE name = p_user;
@@ -911,10 +914,10 @@ AS $$
 DECLARE now_ bigint := pam_totp_api.now_seconds();
 BEGIN
   IF EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = p_user AND f.label = p_label AND p_last_step > now_ / f.period + 10) THEN
-    RAISE EXCEPTION 'import: a last used step in the future is not a file store''s' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'import: a last used step in the future is not a file store''s' USING ERRCODE = 'PT028';
   END IF;
   IF p_drift NOT BETWEEN -10 AND 10 THEN
-    RAISE EXCEPTION 'import: a clock drift beyond 10 steps is not a file store''s' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'import: a clock drift beyond 10 steps is not a file store''s' USING ERRCODE = 'PT029';
   END IF;
   UPDATE pam_totp.factors SET last_step = greatest(last_step, p_last_step),
                               drift = CASE WHEN kind = 'totp' THEN coalesce(p_drift, drift) ELSE drift END
@@ -1042,9 +1045,9 @@ DECLARE
 BEGIN
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR octet_length(p_label) NOT BETWEEN 1 AND 64 OR p_destination IS NULL THEN
-    RAISE EXCEPTION 'send_enrolment_code: a user, an account, a name of 1 to 64 bytes and a destination' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'send_enrolment_code: a user, an account, a name of 1 to 64 bytes and a destination' USING ERRCODE = 'PT024';
   ELSIF p_kind IS NULL OR p_kind NOT IN ('sms', 'email') THEN
-    RAISE EXCEPTION 'send_enrolment_code: a phone or an email address only' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'send_enrolment_code: a phone or an email address only' USING ERRCODE = 'PT025';
   END IF;
   -- The destination's rules are the domains' (migration 011), the same as the client's.
   BEGIN
@@ -1052,7 +1055,7 @@ BEGIN
   EXCEPTION WHEN check_violation THEN
     RAISE EXCEPTION '%', CASE p_kind
       WHEN 'sms' THEN 'a phone number must be + then 8 to 15 digits, the first not 0 (E.164, e.g. +15105551234)'
-      ELSE 'an email address must look like name@example.com (a host name with a dot, no IP address)' END USING ERRCODE = 'P0001';
+      ELSE 'an email address must look like name@example.com (a host name with a dot, no IP address)' END USING ERRCODE = CASE p_kind WHEN 'sms' THEN 'PT016' ELSE 'PT017' END;
   END;
   SELECT * INTO cfg FROM pam_totp.settings;
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
@@ -1062,10 +1065,10 @@ BEGIN
   -- (confirm_enrolment_finish): said here, a host could test guesses at a masked number.
   SELECT * INTO u FROM pam_totp.users x WHERE x.name = p_user;
   IF u.failures >= cfg.hard_failure_cap OR clock < u.locked_until THEN
-    RAISE EXCEPTION 'locked out: no code is sent' USING ERRCODE = 'P0001';
+    RAISE EXCEPTION 'locked out: no code is sent' USING ERRCODE = 'PT014';
   END IF;
   why := pam_totp_api.send_refusal(p_user, clock, p_kind, p_destination);
-  IF why IS NOT NULL THEN RAISE EXCEPTION '%', why USING ERRCODE = 'P0001'; END IF;
+  IF why IS NOT NULL THEN RAISE EXCEPTION '%', why USING ERRCODE = 'PT015'; END IF;
   q := pam_totp_api.queue_code(p_user, p_kind, p_destination, p_host, clock);
   INSERT INTO pam_totp.enrolment_codes (user_name, uid, id, label, kind, destination, digits, salt, hash, sent_at, expires_at, attempts_left)
   VALUES (p_user, p_uid, q.id, p_label, p_kind, p_destination, q.digits, q.salt, q.hash, clock, q.expires_at, cfg.oob_max_attempts)
@@ -1143,7 +1146,7 @@ BEGIN
   END IF;
   IF EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = a.user_name AND x.kind = a.kind AND x.destination = a.destination) THEN
     RAISE EXCEPTION '%', CASE a.kind WHEN 'sms' THEN 'this phone number is already enrolled' ELSE 'this email address is already enrolled' END
-      USING ERRCODE = 'P0001';
+      USING ERRCODE = CASE a.kind WHEN 'sms' THEN 'PT006' ELSE 'PT007' END;
   END IF;
   had := EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = a.user_name);
   PERFORM pam_totp_api.check_enrollable(a.user_name, a.uid, a.label, NULL);

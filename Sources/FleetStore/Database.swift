@@ -249,10 +249,10 @@ public final class PostgresStore: TOTPStore {
     }
 
     /// A PQError as the store's error, by its SQLSTATE (never its text): a refusal the API raised
-    /// for the user (raise_exception P0001, or unique_violation 23505: a name already taken) is
-    /// `invalidParameters`; anything else says the database is unavailable.
+    /// (class PT, one SQLSTATE each: `Refusal`) is `refused` with the database's text (which may
+    /// say more, as how long to wait); anything else says the database is unavailable.
     static func mapped(_ e: PQError) -> MFAError {
-        if e.sqlState == SQLState.raised || e.sqlState == SQLState.alreadyExists { return .invalidParameters(Message(Array(e.message.utf8))) }
+        if let state = e.sqlState, let r = Refusal(sqlState: state) { return .refused(r, Message(Array(e.message.utf8))) }
         if e.sqlState == SQLState.insufficientPrivilege {
             // insufficient_privilege: a host role (pam_totp_host) asked for an admin operation.
             return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
@@ -266,8 +266,8 @@ public final class PostgresStore: TOTPStore {
     /// a refusal the caller is told as such (nothing was done), never an unconfirmed change.
     static func mappedChange(_ e: PQError) -> MFAError {
         guard e.sqlState == SQLState.insufficientPrivilege else { return mapped(e) }
-        return .invalidParameters(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
-                                                 + "status --all and audit need pam_totp_admin: pam-totpd(8), FLEET MODE); nothing was changed").utf8)))
+        return .refused(.roleMayNot, Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "
+                                                    + "status --all and audit need pam_totp_admin: pam-totpd(8), FLEET MODE); nothing was changed").utf8)))
     }
 
     static func text(_ bytes: [UInt8]) throws(MFAError) -> String {
@@ -542,7 +542,7 @@ public final class PostgresStore: TOTPStore {
             guard factor.counter <= UInt64(Int64.max) else { throw .invalidParameters("the counter is too large") }
             used = Int64(factor.counter) - 1
         case .sms, .email:
-            throw .invalidParameters("a phone or an address is enrolled with totp-enroll add-phone or add-email: saved once the code sent to it is typed back")
+            throw .refusal(.enrolNeedsSecret)
         }
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),

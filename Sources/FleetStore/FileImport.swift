@@ -48,7 +48,9 @@ public enum FileImport {
                                     + ", \(state.failures) failure(s)")
             } catch {
                 report.failed += 1
-                report.lines.append("\(who): " + (error.sqlState == SQLState.alreadyExists ? "already in the database: left alone" : error.message))
+                // A factor of that name already there (the refusal labelTaken), or its row.
+                let there = error.sqlState == SQLState.alreadyExists || error.sqlState.flatMap { Refusal(sqlState: $0) } == .labelTaken
+                report.lines.append("\(who): " + (there ? "already in the database: left alone" : error.message))
             }
         }
         return report

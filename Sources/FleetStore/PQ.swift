@@ -27,9 +27,7 @@ public struct PQError: Error, CustomStringConvertible {
 
 /// The SQLSTATEs the fleet store tells apart (PostgreSQL, Appendix A).
 public enum SQLState {
-    /// raise_exception: a refusal `sql/api.sql` raised for the user.
-    public static let raised = "P0001"
-    /// unique_violation: a name that is already taken (`sql/api.sql` raises it for a factor name).
+    /// unique_violation: a row already there (import-files: a user already in the database).
     public static let alreadyExists = "23505"
     /// insufficient_privilege: this role may not call that function.
     public static let insufficientPrivilege = "42501"

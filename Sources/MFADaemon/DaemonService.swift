@@ -230,7 +230,7 @@ public struct DaemonService<S: TOTPStore> {
                       who: Message) -> (reply: DaemonReply, log: Message) {
         let label = " (factor " + printable(request.newLabel) + ")"
         guard let account else {
-            return (.outcome(.failed(.invalidParameters("no such account"))), who + "enrolment at login: no such account")
+            return (.outcome(.failed(.refusal(.noSuchAccount))), who + "enrolment at login: no such account")
         }
         let check = request.operation == .mayEnrolAtLogin
         do throws(MFAError) {

@@ -25,7 +25,7 @@ extension FileStore {
         try factor.validateNew()
         return try planAndRecord(user: user, at: now, options: options) { (record, state) throws(MFAError) -> SendPlan in
             let record = record ?? UserRecord(uid: accountUID)
-            guard record.belongs(toAccount: accountUID) else { throw .invalidParameters("the stored record belongs to another account") }
+            guard record.belongs(toAccount: accountUID) else { throw .refusal(.otherAccount) }
             return OutOfBand.planEnrolment(record: record, state: state, factor: factor, at: now, options: options, using: &generator)
         }
     }

@@ -60,20 +60,20 @@ extension FileStore {
     @_optimize(size)  // cold: not on a login's path
     static func checkAddable(to record: UserRecord, accountUID: UInt32, label: [UInt8], secret: [UInt8]?) throws(MFAError) {
         guard record.belongs(toAccount: accountUID) else {
-            throw .invalidParameters("the stored record of this name belongs to another account (another uid): root must run totp-enroll purge --user NAME first")
+            throw .refusal(.otherAccount)
         }
         guard record.factor(labelled: label) == nil else {
-            throw .invalidParameters("a factor with this name already exists; choose another name")
+            throw .refusal(.labelTaken)
         }
         guard record.factors.count < UserRecord.maxFactors else {
-            throw .invalidParameters("too many factors (32); remove one first")
+            throw .refusal(.tooManyFactors)
         }
         if let secret {
             // Every factor is compared, in constant time: a secret enrolled twice would make
             // each of its codes work twice.
             var duplicate = false
             for f in record.factors where constantTimeEqual(f.secret, secret) { duplicate = true }
-            guard !duplicate else { throw .invalidParameters("this secret is already enrolled as another factor") }
+            guard !duplicate else { throw .refusal(.secretTaken) }
         }
     }
 
@@ -145,14 +145,14 @@ extension FileStore {
             let existing = try read(user: user)
             defer { existing?.wipeSecretsInPlace() }  // the factors read, not the new one
             if onlyIfNone, let existing, !existing.factors.isEmpty {
-                throw .invalidParameters("a factor was enrolled meanwhile: enrolment at login is only for a user with none")
+                throw .refusal(.enrolledMeanwhile)
             }
             var record = existing ?? UserRecord()
             try Self.checkAddable(to: record, accountUID: accountUID, label: factor.label,
                                   secret: factor.kind.isOutOfBand ? nil : factor.secret)
             if factor.kind.isOutOfBand,
                record.factors.contains(where: { $0.kind == factor.kind && $0.destination == factor.destination }) {
-                throw .invalidParameters(factor.kind == .sms ? "this phone number is already enrolled" : "this email address is already enrolled")
+                throw .refusal(factor.kind == .sms ? .phoneTaken : .addressTaken)
             }
             record.factors.append(factor)
             var leftOut = 0
@@ -179,15 +179,15 @@ extension FileStore {
         var rng = SystemRandomNumberGenerator()
         return try withLock(user: user) { () throws(MFAError) -> Int in
             guard let read = try read(user: user), read.belongs(toAccount: accountUID) else {
-                throw .invalidParameters("no factor with that label (see totp-enroll list)")
+                throw .refusal(.noSuchFactor)
             }
             defer { read.wipeSecretsInPlace() }
             var record = read
             var index: Int? = nil
             for i in record.factors.indices where record.factors[i].label == label { index = i }
-            guard let index else { throw .invalidParameters("no factor with that label (see totp-enroll list)") }
+            guard let index else { throw .refusal(.noSuchFactor) }
             guard record.factors.count > 1 || mayRemoveLast else {
-                throw .invalidParameters("this is your last factor: enrol another one first (only root can remove a user's last factor)")
+                throw .refusal(.lastFactor)
             }
             record.factors.remove(at: index)
             if record.factors.isEmpty {
@@ -205,7 +205,7 @@ extension FileStore {
         var rng = SystemRandomNumberGenerator()
         return try withLock(user: user) { () throws(MFAError) -> Bool in
             guard let read = try read(user: user), read.belongs(toAccount: accountUID), !read.factors.isEmpty else {
-                throw .invalidParameters("no factor yet: enrol one first (totp-enroll), then make recovery codes")
+                throw .refusal(.noFactorYet)
             }
             defer { read.wipeSecretsInPlace() }
             var record = read
@@ -220,7 +220,7 @@ extension FileStore {
     /// every factor's steps up to `now` counted as used, so no earlier code replays.
     public func unlock(user: [UInt8], at now: Int64) throws(MFAError) -> UnlockResult {
         try withLock(user: user) { () throws(MFAError) -> UnlockResult in
-            guard let record = try read(user: user) else { throw .invalidParameters("this user has no factor") }
+            guard let record = try read(user: user) else { throw .refusal(.noFactor) }
             defer { record.wipeSecretsInPlace() }
             var state: UserState
             var rebuilt = false

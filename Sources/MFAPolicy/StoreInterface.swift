@@ -153,7 +153,7 @@ extension TOTPStore {
     /// A store without enrolment at first login.
     public func enrollAtLogin(user: [UInt8], accountUID: UInt32, label: [UInt8], secret: [UInt8], answer: [UInt8]?, at now: Int64,
                               options: ModuleOptions) throws(MFAError) -> FirstFactor {
-        throw .invalidParameters("enrolment at login is not available with this store")
+        throw .refusal(.enrolAtLoginUnavailable)
     }
 
     /// A store without sent codes: typed codes only.
@@ -169,7 +169,7 @@ extension TOTPStore {
     public func confirmEnrolment<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, sentAt: Int64,
                                                            answer: [UInt8], at now: Int64, options: ModuleOptions,
                                                            using generator: inout G) throws(MFAError) -> EnrolmentCheck {
-        throw .invalidParameters("text-message and email factors are not available with this store yet")
+        throw .refusal(.outOfBandUnavailable)
     }
 
     public static var queuesCodes: Bool { false }

@@ -8,8 +8,11 @@ public enum MFAError: Error, Equatable, Sendable {
     case invalidOption(Message)
     /// Base32 text that is not a valid RFC 4648 encoding.
     case invalidBase32
-    /// OTP parameters outside what we support (digits 6–8, period 1–3600 s, ...).
+    /// Input outside what is accepted (digits 6–8, period 1–3600 s, a file that does not
+    /// parse...), said in free text; a refusal the caller can act on is `refused`.
     case invalidParameters(Message)
+    /// A request refused for a named reason (`Refusal`), with the text the user is told.
+    case refused(Refusal, Message)
     /// The user name cannot name a record (empty, too long, '/', leading '.', control bytes).
     case invalidUserName
     /// A factor label that is empty, too long or contains control characters.
@@ -66,6 +69,7 @@ public func describe(_ error: MFAError, for audience: Audience = .log) -> Messag
     case .invalidBase32:
         return user ? "the secret is not valid Base32 (RFC 4648: letters A-Z and digits 2-7)" : "record holds invalid Base32"
     case .invalidParameters(let what): return user ? what : "invalid parameters: " + what
+    case .refused(_, let what): return user ? what : "refused: " + what
     case .invalidUserName: return user ? "this user name cannot be enrolled" : "user name cannot be enrolled"
     case .invalidLabel:
         return user ? "the factor name must be 1 to 64 characters without control characters" : "invalid factor label"

@@ -335,9 +335,7 @@ public struct AuditEvent: Equatable, Sendable {
 
     /// What a store without a trail answers: a single host's record is the log. (Not a
     /// requirement of TOTPStore: the module's file store carries no audit code.)
-    public static var notKept: MFAError {
-        .invalidParameters("the audit trail is kept in fleet mode (backend = postgresql); on a single host, see the authpriv log (pam_totp, pam-totpd and totp-enroll log every login, lockout and change there)")
-    }
+    public static var notKept: MFAError { .refusal(.auditNotKept) }
 
     /// Reads a page of the trail: up to `limit` events after the one numbered `after`, of
     /// `user` (nil: everyone) at or after `since`, oldest first.

@@ -421,6 +421,7 @@ package struct Reader {
         case 9: return .clockOutOfRange
         case 10: return .malformed(m)
         case 11: return .daemon(m)
+        case 12: return Refusal(rawValue: UInt8(truncatingIfNeeded: e)).flatMap { e <= 255 ? .refused($0, m) : nil }
         default: return nil
         }
     }
@@ -464,6 +465,7 @@ package enum Writer {
         case .clockOutOfRange: kind = 9
         case .malformed(let m): kind = 10; text = m.bytes
         case .daemon(let m): kind = 11; text = m.bytes
+        case .refused(let r, let m): kind = 12; text = m.bytes; errno = Int32(r.rawValue)
         case .unconfirmed(let m): kind = 11; text = describe(.unconfirmed(m)).bytes  // never sent; read back as .daemon
         }
         out.append(kind)

@@ -25,7 +25,7 @@ func enrolAtLogin(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], opt
     defer { enrolment.wipeSecret() }
     do throws(MFAError) {
         guard try store.enrollAtLogin(account: account, label: enrolment.label, secret: [], answer: nil, options: options) == .mayEnrol else {
-            throw .invalidParameters("a factor was enrolled meanwhile")
+            throw .refusal(.enrolledMeanwhile)
         }
     } catch {
         log(pamh, LOG_WARNING, "enroll_at_login not offered to " + who + ": " + describe(error))

@@ -19,7 +19,7 @@ func pamCode(_ outcome: AuthOutcome) -> Int32 {
     case .failed(let error):
         switch error {
         case .invalidOption: return PAM_SERVICE_ERR
-        case .invalidBase32, .invalidParameters, .invalidLabel, .corruptRecord: return PAM_AUTHINFO_UNAVAIL
+        case .invalidBase32, .invalidParameters, .refused, .invalidLabel, .corruptRecord: return PAM_AUTHINFO_UNAVAIL
         case .insecureStore, .system, .lockTimeout: return PAM_AUTHINFO_UNAVAIL
         case .invalidUserName: return PAM_AUTH_ERR
         case .clockOutOfRange: return PAM_AUTH_ERR

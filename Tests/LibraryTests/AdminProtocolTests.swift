@@ -102,7 +102,7 @@ final class AdminProtocolTests: XCTestCase {
             .done, .number(0), .number(-1), .number(Int64.max), .status(nil),
             .users([], more: false), .users([user, Array("bob".utf8)], more: true),
             .unlocked(UnlockResult(failures: 100, lockedUntil: 1_700_000_000, rebuilt: true)),
-            .failed(.invalidParameters("a factor with this name already exists; choose another name")),
+            .failed(.refusal(.labelTaken)), .failed(.refused(.sendLimited, "a code was sent 5 s ago: wait 55 s")),
             .failed(.daemon("database unavailable")), .failed(.invalidUserName), .refused("needs root"),
             .auditTrail([], more: false),
             .auditTrail([AuditEvent(id: 1, time: 1_700_000_000, role: Array("host_web1".utf8), account: user, uid: 1000,
@@ -116,6 +116,41 @@ final class AdminProtocolTests: XCTestCase {
             XCTAssertEqual(DaemonProtocol.adminFrameLength(header: frame.prefix(6), reply: true), frame.count)
             XCTAssertEqual(try AdminReply.decode(frame), r)
         }
+    }
+
+    /// Every refusal crosses the wire by its number, with its text; a number no refusal has
+    /// does not decode (an error, never another refusal); every SQLSTATE is its own.
+    func testEveryRefusalCrossesTheWireByItsNumber() throws {
+        XCTAssertEqual(Set(Refusal.allCases.map(\.sqlState)).count, Refusal.allCases.count)
+        for r in Refusal.allCases {
+            XCTAssertEqual(try AdminReply.decode(AdminReply.failed(.refusal(r)).encoded()), .failed(.refused(r, r.text)))
+            XCTAssertEqual(Refusal(sqlState: r.sqlState), r)
+            XCTAssertTrue(r.sqlState.hasPrefix("PT"), r.sqlState)
+        }
+        for state in ["P0001", "23505", "PT000", "PT999", "PT02", "pt002", "PT0021", "PTabc"] { XCTAssertNil(Refusal(sqlState: state), state) }
+        var frame = AdminReply.failed(.refusal(.labelTaken)).encoded()
+        // The refusal's number is the error's u32 after its kind byte: one no refusal has.
+        let kindAt = try XCTUnwrap(frame.indices.first { frame[$0] == 12 && frame[$0 + 4] == 2 })
+        frame[kindAt + 4] = 200
+        XCTAssertThrowsError(try AdminReply.decode(frame))
+    }
+
+    /// Every refusal sql/api.sql raises has its own SQLSTATE of class PT, each a Refusal.
+    func testEverySQLRefusalHasItsOwnSQLState() throws {
+        let api = try String(contentsOf: packageRoot.appendingPathComponent("sql/api.sql"), encoding: .utf8)
+        XCTAssertFalse(api.contains("P0001"), "a refusal raised as plain raise_exception")
+        let raises = api.components(separatedBy: "RAISE EXCEPTION").dropFirst()
+        XCTAssertGreaterThanOrEqual(raises.count, 23)
+        var states: [String] = []
+        for r in raises {
+            // To its end: a ';' that ends a line or comes before END IF (a message may hold one).
+            let statement = r.range(of: #";(\s*\n| END IF)"#, options: .regularExpression).map { String(r[..<$0.lowerBound]) } ?? String(r)
+            let codes = statement.matches(of: /'(PT\d{3})'/).map { String($0.1) }
+            XCTAssertFalse(codes.isEmpty, "a RAISE without its own SQLSTATE: \(statement)")
+            for c in codes { XCTAssertNotNil(Refusal(sqlState: c), c) }
+            states += codes
+        }
+        XCTAssertEqual(Set(states).count, states.count, "one SQLSTATE per refusal: \(states.sorted())")
     }
 
     /// Every truncation, an extra byte, and any flag byte other than 0 or 1: an error, never a trap.
@@ -285,7 +320,7 @@ final class AdminProtocolTests: XCTestCase {
         let service = DaemonService<Store>(site: site) { (p: [UInt8]) throws(MFAError) -> Store in try Store(path: p) }
         var rng = SystemRandomNumberGenerator()
         let reply = service.handleAdmin(.auditTrail(user: nil, since: 0, after: 0), peer: PeerCredentials(uid: 0, pid: 1), at: 0, using: &rng).reply
-        guard case .failed(.invalidParameters(let why)) = reply else { return XCTFail("\(reply)") }
+        guard case .failed(.refused(.auditNotKept, let why)) = reply else { return XCTFail("\(reply)") }
         XCTAssertTrue(why.string.contains("fleet mode"), why.string)
         let refused = service.handleAdmin(.auditTrail(user: nil, since: 0, after: 0), peer: PeerCredentials(uid: 1000, pid: 1), at: 0, using: &rng).reply
         guard case .refused = refused else { return XCTFail("only root: \(refused)") }
@@ -328,7 +363,7 @@ final class AdminProtocolTests: XCTestCase {
         // database refusing the change (a message for the user) is.
         let unavailable = AdminReply.failed(.daemon("database unavailable: server closed the connection")).encoded()
         XCTAssertTrue(message { _ = try store(sent: true, reply: unavailable).purge(user: self.user) }.contains("may have been made"))
-        let refused = AdminReply.failed(.invalidParameters("a factor with this name already exists")).encoded()
+        let refused = AdminReply.failed(.refusal(.labelTaken)).encoded()
         XCTAssertFalse(message { _ = try store(sent: true, reply: refused).purge(user: self.user) }.contains("may have been made"))
     }
 

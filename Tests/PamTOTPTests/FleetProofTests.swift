@@ -57,7 +57,7 @@ final class FleetProofTests: XCTestCase {
     }
 
     func isProofRefusal(_ error: Error) -> Bool {
-        if case .invalidParameters(let m) = error as? MFAError { return m.string.contains("needs a current code of that user") }
+        if case .refused(.proofNeeded, _) = error as? MFAError { return true }
         return false
     }
 

@@ -245,7 +245,7 @@ final class ManPageTests: XCTestCase {
 
 extension ManPageTests {
     /// pam-totpd(8) names what the daemon really does: its options (as --help prints them),
-    /// the limits in Sources/pam-totpd/Server.swift, and the sections an admin looks for.
+    /// the limits in Sources/MFADaemon/Limits.swift, and the sections an admin looks for.
     func testDaemonPageMatchesTheDaemon() throws {
         let text = try render(daemonPage)
         for name in ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "LIMITS", "SYSTEMD", "RUNNING WITHOUT SYSTEMD", "LOGGING", "FILES", "SEE ALSO"] {
@@ -257,13 +257,13 @@ extension ManPageTests {
             XCTAssertTrue(help.stdout.contains(option), "pam-totpd --help lacks \(option)")
             XCTAssertTrue(try section("OPTIONS", of: text).joined(separator: " ").contains(option), "pam-totpd.8 lacks \(option)")
         }
-        let server = try String(contentsOf: packageRoot.appendingPathComponent("Sources/pam-totpd/Server.swift"), encoding: .utf8)
+        let server = try String(contentsOf: packageRoot.appendingPathComponent("Sources/MFADaemon/Limits.swift"), encoding: .utf8)
         let limits = try section("LIMITS", of: text).joined(separator: " ")
         for (field, phrase) in [("requestTimeoutMilliseconds: Int64 = 5_000", "5 s after it was accepted"),
                                 ("maxConnections = 4096", "4096 in all"), ("maxConnectionsPerUser = 64", "64 open connections per uid"),
                                 ("maxQueued = 256", "more than 256 requests waiting"), ("workers = 4", "4 worker threads"),
                                 ("maxQueuedPerUser = 8", "more than 8 of one uid other than root")] {
-            XCTAssertTrue(server.contains(field), "Server.swift no longer has \(field): update pam-totpd.8")
+            XCTAssertTrue(server.contains(field), "Limits.swift no longer has \(field): update pam-totpd.8")
             XCTAssertTrue(collapsed(limits).contains(phrase), "pam-totpd.8 LIMITS lacks \"\(phrase)\"")
         }
     }

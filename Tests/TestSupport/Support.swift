@@ -111,7 +111,19 @@ public final class SpawnedProcess {
         var envp: [UnsafeMutablePointer<CChar>?] = (environment ?? ProcessInfo.processInfo.environment)
             .map { strdup($0.key + "=" + $0.value) } + [nil]
         defer { for p in envp { free(p) } }
-        let rc = posix_spawn(&processIdentifier, arguments[0], &actions, nil, &argv, &envp)
+        // As Foundation's Process: the child starts with no signal blocked and every signal's
+        // default action (an ignored SIGINT, as a background shell leaves it, would make Ctrl-C
+        // on a terminal do nothing).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t(), all = sigset_t()
+        sigemptyset(&none)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let rc = posix_spawn(&processIdentifier, arguments[0], &actions, &attributes, &argv, &envp)
         guard rc == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(rc)) }
     }
 
