@@ -14,8 +14,11 @@ alone. A line may also name one test (CLASS/TEST): it then runs on its own, with
 resources, and its class's line covers the class's other tests. A class the bundle has and the
 plan lacks (or the other way round) is an error, so a new class is placed on purpose.
 
-Before the run, the delivery account pam-totp-sender is made if missing (as make install does)
-and removed after: several classes start senders, and one class removing it would break another.
+What several classes share is made once for the run (as root), and removed after only if the
+run made it, so that no class makes or removes it under another: the delivery account
+pam-totp-sender (as make install does), the default store /var/lib/pam-totp, and, on a machine
+with no system logger, a /dev/log that drops what it gets (each class then captures syslog in a
+mount namespace of its own, over it, never by binding /dev/log itself).
 
 Prints a line per class as it ends, the failing classes' output at the end, and XCTest's closing
 line ("Executed N tests, with [S tests skipped and] F failures") for the whole run; --log gets
@@ -25,6 +28,9 @@ import argparse
 import os
 import pwd
 import re
+import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -143,28 +149,41 @@ class Run:
             item = self.take(pending)
             if item is None:
                 return
-            name, full, _ = item
-            log = os.path.join(self.workdir, name.replace("/", ".") + ".log")
-            started = time.monotonic()
-            finished = True
-            with open(log, "wb") as out:
-                try:
-                    p = subprocess.run([self.binary, full], stdin=subprocess.DEVNULL, stdout=out,
-                                       stderr=subprocess.STDOUT, timeout=self.timeout)
-                    finished = p.returncode in (0, 1)
-                except subprocess.TimeoutExpired:
-                    finished = False
-            seconds = time.monotonic() - started
-            with open(log, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            found = SUMMARY.findall(text)
-            if found:
-                executed, skipped, failures = int(found[-1][0]), int(found[-1][1] or 0), int(found[-1][2])
-            else:
-                executed, skipped, failures, finished = 0, 0, 0, False
-            if not finished:
-                failures = max(failures, 1)
-            self.finish(name, (name, executed, skipped, failures, seconds, log, finished))
+            name = item[0]
+            result = (name, 0, 0, 1, 0.0, os.devnull, False)
+            try:
+                result = self.run_unit(*item)
+            except Exception as e:  # a unit that could not run is a failure, and frees its lane
+                print(f"run-tests: {name}: {e}", file=sys.stderr, flush=True)
+            finally:
+                self.finish(name, result)
+
+    def run_unit(self, name, filt, _resources):
+        log = os.path.join(self.workdir, name.replace("/", ".") + ".log")
+        started = time.monotonic()
+        finished = True
+        with open(log, "wb") as out:
+            # A session of its own: a class that runs past the timeout is stopped with everything
+            # it started (daemons, PostgreSQL, sshd), not just the test process.
+            p = subprocess.Popen([self.binary, filt], stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                finished = p.wait(timeout=self.timeout) in (0, 1)
+            except subprocess.TimeoutExpired:
+                finished = False
+                stop_group(p)
+                out.write(f"\nrun-tests: {name} stopped after {self.timeout:.0f} s\n".encode())
+        seconds = time.monotonic() - started
+        with open(log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        found = SUMMARY.findall(text)
+        if found:
+            executed, skipped, failures = int(found[-1][0]), int(found[-1][1] or 0), int(found[-1][2])
+        else:
+            executed, skipped, failures, finished = 0, 0, 0, False
+        if not finished:
+            failures = max(failures, 1)
+        return (name, executed, skipped, failures, seconds, log, finished)
 
     def run(self, classes):
         # Units that run alone first (later they would wait for every other lane to empty), then
@@ -177,6 +196,71 @@ class Run:
             t.start()
         for t in threads:
             t.join()
+
+
+def stop_group(p):
+    """SIGTERM to the unit's whole process group, 5 s, then SIGKILL."""
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class SharedFixtures:
+    """What the classes share, made for the run if missing; undone after, if made here."""
+
+    def __init__(self):
+        self.made_sender = False
+        self.made_store = False
+        self.log_sink = None
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            return self
+        self.made_sender = ensure_sender_account()
+        store = "/var/lib/pam-totp"
+        if not os.path.lexists(store):
+            os.mkdir(store, 0o700)
+            self.made_store = True
+        if not os.path.lexists("/dev/log"):
+            sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sink.bind("/dev/log")
+            os.chmod("/dev/log", 0o666)
+            self.log_sink = (sink, os.stat("/dev/log").st_ino)
+            threading.Thread(target=drain, args=(sink,), daemon=True).start()
+        return self
+
+    def __exit__(self, *_):
+        if self.made_sender:
+            subprocess.run(["userdel", "pam-totp-sender"], capture_output=True)
+        if self.made_store:
+            try:
+                os.rmdir("/var/lib/pam-totp")
+            except OSError as e:
+                print(f"run-tests: /var/lib/pam-totp left as it is: {e}", file=sys.stderr)
+        if self.log_sink:
+            sink, inode = self.log_sink
+            try:
+                st = os.lstat("/dev/log")
+                if stat.S_ISSOCK(st.st_mode) and st.st_ino == inode:
+                    os.unlink("/dev/log")
+            except OSError:
+                pass
+            sink.close()
+
+
+def drain(sink):
+    while True:
+        try:
+            sink.recv(65536)
+        except OSError:
+            return
 
 
 def ensure_sender_account():
@@ -206,15 +290,12 @@ def main():
 
     chosen = units(read_plan(args.plan), list_tests(args.binary), args.tier)
 
-    made_sender = ensure_sender_account() if args.tier == "full" else False
+    if not chosen:
+        sys.exit("run-tests: no test class to run")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="pam_totp_run_tests.") as workdir:
+    with tempfile.TemporaryDirectory(prefix="pam_totp_run_tests.") as workdir, SharedFixtures():
         run = Run(args.binary, max(1, args.jobs), args.timeout, workdir)
-        try:
-            run.run(chosen)
-        finally:
-            if made_sender:
-                subprocess.run(["userdel", "pam-totp-sender"], capture_output=True)
+        run.run(chosen)
         took = time.monotonic() - started
         results = sorted(run.results)
         if args.log:

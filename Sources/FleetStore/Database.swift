@@ -135,17 +135,21 @@ public enum Migrator {
     }
 
     /// Every version the database says it has must be the migration of that number here, by
-    /// name: a database made by another series (the unreleased pre-release schema, whose
-    /// version 1 was 001_fleet.sql) or a newer pam-totpd is refused, not built on.
+    /// name, from 1 without a gap: a database made by another series (the unreleased
+    /// pre-release schema, whose version 1 was 001_fleet.sql) or a newer pam-totpd is refused,
+    /// not built on.
     static func refuseUnknownHistory(_ c: PQConnection) throws(PQError) {
+        var expected = 1
         for row in try c.execute("SELECT version, name FROM pam_totp.schema_version ORDER BY version") {
             let version = Int(row.first.flatMap { $0 } ?? "") ?? -1
             let name = row.count > 1 ? row[1] ?? "" : ""
-            guard Migrations.all.contains(where: { $0.version == version && $0.name == name }) else {
+            // Versions 1, 2, 3...: a gap is a history this tree did not write either.
+            guard version == expected, Migrations.all.contains(where: { $0.version == version && $0.name == name }) else {
                 throw PQError(message: "this database's schema_version has version \(version) as \(name), which this pam-totpd "
                               + "does not know (another series, or a newer release): nothing was changed",
                               sqlState: nil, connectionLost: false, sent: true)
             }
+            expected += 1
         }
     }
 
@@ -253,6 +257,8 @@ public final class PostgresStore: TOTPStore {
     /// say more, as how long to wait); anything else says the database is unavailable.
     static func mapped(_ e: PQError) -> MFAError {
         if let state = e.sqlState, let r = Refusal(sqlState: state) { return .refused(r, Message(Array(e.message.utf8))) }
+        // A row already there (two changes raced): refused by the database, nothing changed.
+        if e.sqlState == SQLState.alreadyExists { return .invalidParameters(Message(Array(e.message.utf8))) }
         if e.sqlState == SQLState.insufficientPrivilege {
             // insufficient_privilege: a host role (pam_totp_host) asked for an admin operation.
             return .daemon(Message(Array(("the database refused: this daemon's role may not do that (unlock, purge, "

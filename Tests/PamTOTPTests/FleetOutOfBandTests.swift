@@ -292,7 +292,7 @@ final class FleetOutOfBandTests: XCTestCase {
         let again = try sql("SELECT code FROM pam_totp_api.outbox_claim()", user: senderRole)
         let sentAt = try sql("SELECT sent_at FROM pam_totp.enrolment_codes WHERE user_name = 'cid'")
         XCTAssertThrowsError(try sql("CALL pam_totp_api.confirm_enrolment('cid', 1002, 'probe', \(sentAt), '\(again)', 5)", user: host)) { error in
-            XCTAssertTrue("\(error)".contains("this phone number is already enrolled"), "\(error)")
+            XCTAssertTrue("\(error)".contains(Refusal.phoneTaken.sqlState + ": this phone number is already enrolled"), "\(error)")
         }
     }
 

@@ -205,6 +205,15 @@ final class FleetSQLTests: XCTestCase {
                        "1:001_fleet.sql,8:008_changes_need_proof.sql")
         XCTAssertEqual(try q("SELECT count(*) FROM pg_class WHERE relnamespace = 'pam_totp'::regnamespace AND relkind = 'r'"), "2")
         XCTAssertEqual(try q("SELECT to_regnamespace('pam_totp_api') IS NULL"), "t")
+        // This series' own names with a version missing: refused too (4 would never be applied).
+        try cluster.psql("CREATE DATABASE fleet_gap")
+        _ = try cluster.psql("CREATE SCHEMA pam_totp; CREATE TABLE pam_totp.schema_version (version integer PRIMARY KEY, name text NOT NULL, "
+                             + "applied timestamptz NOT NULL DEFAULT now()); INSERT INTO pam_totp.schema_version (version, name) "
+                             + "VALUES (1, '001_tables.sql'), (2, '002_attempts.sql'), (3, '003_audit.sql'), (5, '005_hotp.sql')",
+                             database: "fleet_gap")
+        XCTAssertThrowsError(try Migrator.migrate(conninfo: cluster.conninfo(database: "fleet_gap"))) { error in
+            XCTAssertTrue("\(error)".contains("version 5 as 005_hotp.sql"), "\(error)")
+        }
     }
 
     /// A CONNINFO without TLS to a host on another machine was accepted silently (a new

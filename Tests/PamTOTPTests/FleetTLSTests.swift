@@ -17,7 +17,7 @@ final class FleetTLSTests: XCTestCase {
     var host: DaemonFixture?
     let db = "fleet"
     let role = "pamtotp_fleet_tls_host"
-    let port = 25_000 + Int(getpid() % 5_000)
+    var port = 0
 
     func openssl(_ args: [String]) throws {
         let r = try runCommand(["openssl"] + args)
@@ -44,6 +44,7 @@ final class FleetTLSTests: XCTestCase {
                          "-days", "2", "-out", f("\(name).crt")] + (name == "server" ? ["-extfile", f("server.ext")] : []))
         }
         chmod(f("client.key"), 0o600)
+        port = try freeTCPPort()
         cluster = try PostgresCluster(port: port, listen: "127.0.0.1")
         // The server's key and certificates inside its data directory, owned by postgres.
         let data = cluster.dataDirectory

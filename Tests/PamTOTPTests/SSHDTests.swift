@@ -745,6 +745,13 @@ final class SSHDServer {
         let r = try runCommand(["expect", "-f", world.script.path, String(port), user.name, Self.remoteCommand,
                                 usesKey ? world.clientKey.path : "-"], environment: environment)
         let output = r.stdout + r.stderr
+        // sshd writes its verdict line after the client has gone (a failure: after PAM's fail
+        // delay): waited for, so that a busy machine does not read the log before it.
+        waitUntil(timeout: 10) {
+            let added = String(decoding: Array(self.log().utf8).dropFirst(before), as: UTF8.self)
+            return added.contains("Accepted ") || added.contains("Failed ") || added.contains("Disconnected from")
+                || added.contains("Connection closed by")
+        }
         let prompts = output.components(separatedBy: "\n").last { $0.hasPrefix("EXPECT-PROMPTS:") }
             .map { String($0.dropFirst("EXPECT-PROMPTS:".count)).trimmingCharacters(in: .whitespacesAndNewlines) }
         return Login(what: "pam.d/\(stack), \(kind) user \(user.name)", status: r.status, output: output, prompts: prompts,

@@ -102,7 +102,7 @@ final class ShippedUnitTests: XCTestCase {
         let cc = try runCommand(["gcc", "-O1", "-o", launcher, launcher + ".c"])
         XCTAssertEqual(cc.status, 0, cc.stderr)
 
-        let port = 20_000 + Int(getpid() % 20_000)
+        let port = try freeTCPPort()
         let cluster = try PostgresCluster(port: port, listen: "127.0.0.1")
         defer { cluster.stop() }
         try cluster.psql("CREATE DATABASE fleet")

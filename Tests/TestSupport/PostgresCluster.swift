@@ -108,10 +108,11 @@ public final class PostgresCluster {
         removeTemporaryDirectory(directory)
     }
 
-    /// Runs SQL through psql as `user`; returns stdout (unaligned, tuples only), throws on error.
+    /// Runs SQL through psql as `user`; returns stdout (unaligned, tuples only), throws on error
+    /// (its text starts with the SQLSTATE: `ERROR:  PT013: ...`, so tests can match the code).
     @discardableResult
     public func psql(_ sql: String, user: String = "postgres", database: String = "postgres") throws -> String {
-        let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", socketDirectory,
+        let r = try runCommand(["psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-h", socketDirectory,
                                 "-p", String(port), "-U", user, "-d", database, "-c", sql])
         guard r.status == 0 else { throw ClusterError(r.stderr.trimmingCharacters(in: .whitespacesAndNewlines)) }
         return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -22,7 +22,7 @@ public func runCommand(_ arguments: [String], input: String = "", environment: [
     let errFD = open(errURL.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
     defer { for fd in [inFD, outFD, errFD] where fd >= 0 { close(fd) } }
     guard inFD >= 0, outFD >= 0, errFD >= 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno)) }
-    let command = accountTools.contains(arguments.first ?? "") ? ["flock", accountLock] + arguments : arguments
+    let command = accountTools.contains(arguments.first ?? "") ? ["flock", "-w", "120", accountLock] + arguments : arguments
     // Reaped here, not by Foundation's Process (SpawnedProcess says why).
     let p = SpawnedProcess()
     try p.run(["/usr/bin/env"] + command, stdin: inFD, stdout: outFD, stderr: errFD, environment: environment)
@@ -36,8 +36,8 @@ public func runCommand(_ arguments: [String], input: String = "", environment: [
 /// Account and group changes rewrite /etc/passwd, /etc/shadow and /etc/group under shadow's lock,
 /// which another holder makes them wait for and then give up on; test classes run side by side
 /// (scripts/run-tests.py), so each such command takes its turn under one lock file first.
-private let accountTools: Set<String> = ["useradd", "userdel", "usermod", "groupadd", "groupdel", "groupmod", "chpasswd", "gpasswd"]
-private let accountLock = "/tmp/pam_totp_tests.accounts.lock"
+private let accountTools: Set<String> = ["useradd", "userdel", "usermod", "groupadd", "groupdel", "groupmod", "chpasswd", "gpasswd", "passwd"]
+private let accountLock = "/run/pam_totp_tests.accounts.lock"
 
 /// The package root (Tests/TestSupport/Support.swift is two levels below it).
 public let packageRoot: URL = URL(fileURLWithPath: #filePath)
@@ -128,18 +128,24 @@ public final class SpawnedProcess {
     }
 
     public var isRunning: Bool {
-        if status != nil { return false }
+        guard status == nil, processIdentifier > 0 else { return false }
         var s: Int32 = 0
-        if waitpid(processIdentifier, &s, WNOHANG) == processIdentifier { status = s; return false }
+        let r = waitpid(processIdentifier, &s, WNOHANG)
+        if r == processIdentifier { status = s; return false }
+        if r < 0 && errno == ECHILD { status = Self.lost; return false }
         return true
     }
 
     public func waitUntilExit() {
-        guard status == nil else { return }
+        guard status == nil, processIdentifier > 0 else { return }
         var s: Int32 = 0
-        while waitpid(processIdentifier, &s, 0) < 0 && errno == EINTR {}
-        status = s
+        var r: pid_t
+        repeat { r = waitpid(processIdentifier, &s, 0) } while r < 0 && errno == EINTR
+        status = r == processIdentifier ? s : Self.lost
     }
+
+    /// What a child reaped by someone else reads as: ended by SIGKILL (never a success).
+    private static let lost: Int32 = SIGKILL
 
     public func terminate() { if isRunning { kill(processIdentifier, SIGTERM) } }
 
@@ -148,4 +154,22 @@ public final class SpawnedProcess {
         guard let s = status else { return -1 }
         return (s & 0x7f) == 0 ? (s >> 8) & 0xff : s & 0x7f
     }
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's choice: test classes run
+/// side by side, so a port made from the pid could be another's).
+public func freeTCPPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno)) }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+    guard bound == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno)) }
+    let named = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    guard named == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno)) }
+    return Int(UInt16(bigEndian: address.sin_port))
 }
