@@ -17,7 +17,8 @@ final class AccountCacheTests: XCTestCase {
         let daemon = try DaemonFixture()
         defer { daemon.cleanup() }
         let etc = daemon.root.appendingPathComponent("etc").path
-        XCTAssertEqual(try runCommand(["cp", "-a", "/etc", etc]).status, 0)
+        let copied = try runCommand(["sh", "-c", copyTreeShell + "copy_tree /etc \"$0\"", etc])
+        XCTAssertEqual(copied.status, 0, copied.stderr)
         let base = try String(contentsOfFile: "/etc/passwd", encoding: .utf8)
         func writePasswd(lastUID: Int) throws {
             var text = base

@@ -42,8 +42,9 @@ final class PamAuthUpdateTests: XCTestCase {
                                                        with: "\(moduleURL.path) nullok store=\(store.path)")
         let script = """
             set -eu
+            \(copyTreeShell)
             R=\(root.path)
-            cp -a /etc/pam.d "$R/pamd"; cp -a /usr/share/pam-configs "$R/configs"; mkdir -p "$R/varlib"
+            copy_tree /etc/pam.d "$R/pamd"; cp -a /usr/share/pam-configs "$R/configs"; mkdir -p "$R/varlib"
             cp -a /var/lib/pam/. "$R/varlib/" 2>/dev/null || true
             cat > "$R/configs/pam_totp" <<'PROFILE'
             \(testProfile)

@@ -173,3 +173,11 @@ public func freeTCPPort() throws -> Int {
     guard named == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno)) }
     return Int(UInt16(bigEndian: address.sin_port))
 }
+
+/// A shell function, `copy_tree SRC DST` (cp -a), for copying a system directory that other test
+/// classes change at the same time: a file removed between cp's listing and its copy is no
+/// error; any other failure is.
+public let copyTreeShell = """
+    copy_tree() { [ -d "$1" ] || return 1; cp -a "$1" "$2" 2>"$2.cp-errors" || ! grep -v 'No such file or directory' "$2.cp-errors" >&2; rm -f "$2.cp-errors"; }
+
+    """
