@@ -421,7 +421,7 @@ package struct Reader {
         case 9: return .clockOutOfRange
         case 10: return .malformed(m)
         case 11: return .daemon(m)
-        case 12: return Refusal(rawValue: UInt8(truncatingIfNeeded: e)).flatMap { e <= 255 ? .refused($0, m) : nil }
+        case 12: return e <= 255 ? Refusal(rawValue: UInt8(e)).map { .refused($0, m) } : nil
         default: return nil
         }
     }

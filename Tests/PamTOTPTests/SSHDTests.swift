@@ -606,29 +606,14 @@ final class SSHDServer {
     /// `path` (absolute; also argv[0], which names sshd's PAM service) with stdin /dev/null and
     /// stdout and stderr appended to `output`.
     private func spawn(_ path: String, _ arguments: [String], output: URL) throws -> pid_t {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, output.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        // Default signal handling and an empty mask, whatever the test runner set.
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var none = sigset_t(), defaults = sigset_t()
-        sigemptyset(&none)
-        sigemptyset(&defaults)
-        for signal in [SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        let argv = ([path] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var child: pid_t = 0
-        let rc = posix_spawn(&child, path, &actions, &attributes, argv, environ)
-        guard rc == 0 else { throw SSHDFailure("posix_spawn \(path): error \(rc)") }
-        return child
+        let input = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        let out = open(output.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        defer { for fd in [input, out] where fd >= 0 { close(fd) } }
+        guard input >= 0, out >= 0 else { throw SSHDFailure("open for \(path): errno \(errno)") }
+        // Reaped by stopDaemon; default signal handling and an empty mask, whatever the runner set.
+        let child = SpawnedProcess()
+        try child.run([path] + arguments, stdin: input, stdout: out, stderr: out)
+        return child.processIdentifier
     }
 
     /// SIGTERM, up to 5 s, then SIGKILL; always reaps.

@@ -158,17 +158,11 @@ extension String {
 
 /// Runs a program with stdin/stdout/stderr on /dev/null and no other descriptor; its exit status.
 public func spawnAndWait(_ arguments: [String]) -> Int32 {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    for fd in Int32(0)...2 { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
-    let open = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).compactMap { Int32($0) }
-    for fd in open where fd > 2 && fcntl(fd, F_GETFD) >= 0 { posix_spawn_file_actions_addclose(&actions, fd) }
-    var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-    defer { for p in argv { free(p) } }
-    var pid: pid_t = 0
-    guard posix_spawn(&pid, arguments[0], &actions, nil, &argv, environ) == 0 else { return -1 }
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    let null = open("/dev/null", O_RDWR | O_CLOEXEC)
+    guard null >= 0 else { return -1 }
+    defer { close(null) }
+    let p = SpawnedProcess()
+    guard (try? p.run(arguments, stdio: null)) != nil else { return -1 }
+    p.waitUntilExit()
+    return p.terminationStatus
 }
