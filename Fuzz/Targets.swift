@@ -15,15 +15,14 @@ func fuzzRecord(_ data: [UInt8]) {
     guard record.factors.count <= UserRecord.maxFactors else { violated("record", "more factors than maxFactors") }
     for f in record.factors {
         guard !f.label.isEmpty, f.label.count <= Factor.maxLabelLength, f.serial.count <= Factor.maxLabelLength,
-              OTPParameters.digitsRange.contains(f.parameters.digits),
-              OTPParameters.periodRange.contains(f.parameters.period) else { violated("record", "a factor out of range") }
-        if f.kind.isOutOfBand {
-            // A sent-code factor: no secret, and a destination its kind accepts.
-            guard f.secret.isEmpty, (try? Factor.validate(destination: f.destination, kind: f.kind)) != nil else {
-                violated("record", "a phone or address factor out of range")
-            }
-        } else {
-            guard f.secret.count >= 10, f.secret.count <= 128, f.destination.isEmpty else { violated("record", "a factor out of range") }
+              (try? f.data.validate()) != nil else { violated("record", "a factor out of range") }
+        // Exactly one of a key (a device) and a destination (a sent code), as the kind says.
+        guard (f.otpKey == nil) != (f.destination == nil), (f.channel == nil) == (f.otpKey != nil) else {
+            violated("record", "a factor with the wrong payload for its kind")
+        }
+        if let key = f.otpKey {
+            guard OTPParameters.digitsRange.contains(key.parameters.digits),
+                  OTPParameters.periodRange.contains(key.parameters.period) else { violated("record", "a factor out of range") }
         }
     }
     if let r = record.recovery {
@@ -308,8 +307,8 @@ func fuzzAdmin(_ data: [UInt8]) {
     if let reply = try? AdminReply.decode(data) {
         guard (try? AdminReply.decode(reply.encoded())) == reply else { violated("admin", "reply round trip") }
         if case .status(let s?) = reply {
-            // A phone or address has no secret at all; every other factor the placeholder.
-            guard s.record.factors.allSatisfy({ $0.kind.isOutOfBand ? $0.secret.isEmpty : $0.secret == AdminCodec.placeholderSecret }) else {
+            // No factor carries a secret out.
+            guard s.record.factors.allSatisfy({ ($0.otpKey?.secret ?? []).isEmpty }) else {
                 violated("admin", "a status with a secret")
             }
         }

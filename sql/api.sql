@@ -282,80 +282,114 @@ BEGIN
   VALUES (clock, session_user, p_account, p_uid, p_event, p_label, p_failures, nullif(p_locked_until, 0), p_detail);
 END $$;
 
--- One factor's verdict on an answer: the first step it matched above the factor's last used
--- one (NULL: none), whether it matched a used one, and (HOTP) whether it is a code past the
--- window within p_resync counters of the next one (far: alone never accepted). p_previous:
--- the login's answer before, a far one; this answer then matches too if the two are the codes
--- of two consecutive counters of the resync reach (the second is the step). The dispatch on
--- the factor's kind, once (docs/ARCHITECTURE.md, section 2.3); a kind's whole window is
--- computed, no early exit. drift_before: the factor's learned clock drift (TOTP), bounded to
--- ±p_window; drift: the one a match at step teaches (both 0 for the other kinds).
+-- Each kind's check (docs/ARCHITECTURE.md, section 2.3): one function per kind, dispatched in
+-- one place (check_factor). Each computes its kind's whole window, no early exit. step: the
+-- first step it matched above the factor's last used one (NULL: none); replayed: it matched a
+-- used one.
+
+-- TOTP: the host's rule (TOTPVerifier.match and .drift, "Clock drift"): the window is the
+-- 2N+1 steps of N = p_window centred on now + the learned drift (bounded to ±N, the centre
+-- saturating at 0); a match teaches its offset from now, bounded to ±N. So no code is accepted
+-- more than 2N steps from the database's clock, and N = 0 learns nothing. p_wanted: the code
+-- as a number (-1: not one of the factor's length).
+CREATE FUNCTION pam_totp_api.check_totp(f pam_totp.factors, p_wanted bigint, p_now bigint, p_window integer,
+                                        OUT step bigint, OUT replayed boolean, OUT drift integer, OUT drift_before integer)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE now_step bigint := p_now / f.period; centre bigint;
+BEGIN
+  replayed := false; drift := 0;
+  drift_before := greatest(least(f.drift, p_window), -p_window);
+  centre := greatest(now_step + drift_before, 0);
+  FOR s IN greatest(centre - p_window, 0) .. centre + p_window LOOP
+    IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = p_wanted THEN
+      IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
+    END IF;
+  END LOOP;
+  IF step IS NOT NULL THEN drift := greatest(least(step - now_step, p_window), -p_window); END IF;
+END $$;
+
+-- HOTP: the last used counter (a replay) and the p_hotp_window counters after it (bigint:
+-- counters go past an integer FOR loop's range; the table bounds them at 2^48). Then the
+-- resync reach: counters last + 1 + p_hotp_window .. last + p_resync (and the one after it,
+-- for a pair's second code); far: the answer is a code there (alone never accepted).
+-- p_previous: the login's answer before, a far one; this answer then matches too if the two
+-- are the codes of two consecutive counters of the reach (the second is the step). One
+-- question per login with forward_pass: no resync. Below 2^48 (factors_counter_bound): a
+-- pair's second code is at most 2^48.
+CREATE FUNCTION pam_totp_api.check_hotp(f pam_totp.factors, p_wanted bigint, p_previous text, p_hotp_window integer,
+                                        p_resync integer, p_forward_pass boolean,
+                                        OUT step bigint, OUT replayed boolean, OUT far boolean)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE c bigint; first_wanted bigint; v integer; pair bigint; first_equal boolean := false; reach_end bigint;
+BEGIN
+  replayed := false; far := false;
+  c := greatest(f.last_step, 0);
+  WHILE c <= f.last_step + p_hotp_window LOOP
+    IF pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits) = p_wanted THEN
+      IF c > f.last_step THEN step := coalesce(step, c); ELSE replayed := true; END IF;
+    END IF;
+    c := c + 1;
+  END LOOP;
+  IF NOT p_forward_pass AND p_resync > p_hotp_window THEN
+    first_wanted := CASE WHEN octet_length(p_previous) = f.digits AND p_previous ~ '^[0-9]+$' THEN p_previous::bigint ELSE -1 END;
+    reach_end := least(f.last_step + p_resync, 281474976710655);
+    c := f.last_step + 1 + p_hotp_window;
+    WHILE c <= reach_end + 1 LOOP
+      v := pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits);
+      IF c <= reach_end AND v = p_wanted THEN far := true; END IF;
+      IF first_equal AND v = p_wanted THEN pair := coalesce(pair, c); END IF;
+      first_equal := c <= reach_end AND v = first_wanted;
+      c := c + 1;
+    END LOOP;
+    step := coalesce(step, pair);
+  END IF;
+END $$;
+
+-- A sent code (sms, email): the code the database sent for this factor, if one is outstanding
+-- (send_code): its salted SHA-256; a match is "step" the code's id, above the factor's last
+-- used one.
+CREATE FUNCTION pam_totp_api.check_sent(f pam_totp.factors, p_answer text, p_now bigint, p_forward_pass boolean,
+                                        OUT step bigint, OUT replayed boolean)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE code text; sent pam_totp.sent_codes%ROWTYPE;
+BEGIN
+  replayed := false;
+  SELECT * INTO sent FROM pam_totp.sent_codes x WHERE x.user_name = f.user_name AND x.factor_id = f.id;
+  IF FOUND AND sent.expires_at > p_now AND sent.attempts_left > 0 THEN
+    code := CASE WHEN p_forward_pass THEN right(p_answer, sent.digits) ELSE p_answer END;
+    IF octet_length(code) = sent.digits AND code ~ '^[0-9]+$'
+       AND pam_totp_crypto.digest(sent.salt || convert_to(code, 'UTF8'), 'sha256') = sent.hash THEN
+      IF sent.id > f.last_step THEN step := sent.id; ELSE replayed := true; END IF;
+    END IF;
+  END IF;
+END $$;
+
+-- One factor's verdict on an answer: the dispatch on the factor's kind, once, to the kind's
+-- check above. far: (HOTP) a code past the window within p_resync counters of the next one;
+-- drift_before: the factor's learned clock drift (TOTP), bounded to ±p_window; drift: the one
+-- a match at step teaches (both 0 for the other kinds).
 CREATE FUNCTION pam_totp_api.check_factor(f pam_totp.factors, p_answer text, p_previous text, p_now bigint, p_window integer,
                                           p_hotp_window integer, p_resync integer, p_forward_pass boolean,
                                           OUT step bigint, OUT replayed boolean, OUT far boolean,
                                           OUT drift integer, OUT drift_before integer)
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-  code text; wanted bigint; now_step bigint; c bigint; centre bigint;
-  first_wanted bigint; v integer; pair bigint; first_equal boolean := false; reach_end bigint;
-  sent pam_totp.sent_codes%ROWTYPE;
+DECLARE code text := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END; wanted bigint;
 BEGIN
-  replayed := false; far := false; drift := 0; drift_before := 0;
-  code := CASE WHEN p_forward_pass THEN right(p_answer, f.digits) ELSE p_answer END;
+  far := false; drift := 0; drift_before := 0;
   wanted := CASE WHEN octet_length(code) = f.digits AND code ~ '^[0-9]+$' THEN code::bigint ELSE -1 END;
   CASE f.kind
   WHEN 'totp' THEN
-    -- The host's rule (TOTPVerifier.match and .drift, "Clock drift"): the window is the 2N+1
-    -- steps of N = p_window centred on now + the learned drift (bounded to ±N, the centre
-    -- saturating at 0); a match teaches its offset from now, bounded to ±N. So no code is
-    -- accepted more than 2N steps from the database's clock, and N = 0 learns nothing.
-    now_step := p_now / f.period;
-    drift_before := greatest(least(f.drift, p_window), -p_window);
-    centre := greatest(now_step + drift_before, 0);
-    FOR s IN greatest(centre - p_window, 0) .. centre + p_window LOOP
-      IF pam_totp_api.hotp(f.secret, s, f.algorithm, f.digits) = wanted THEN
-        IF s > f.last_step THEN step := coalesce(step, s); ELSE replayed := true; END IF;
-      END IF;
-    END LOOP;
-    IF step IS NOT NULL THEN drift := greatest(least(step - now_step, p_window), -p_window); END IF;
+    SELECT t.step, t.replayed, t.drift, t.drift_before INTO step, replayed, drift, drift_before
+      FROM pam_totp_api.check_totp(f, wanted, p_now, p_window) t;
   WHEN 'hotp' THEN
-    -- The last used counter (a replay) and the p_hotp_window counters after it (bigint:
-    -- counters go past an integer FOR loop's range; the table bounds them at 2^48).
-    c := greatest(f.last_step, 0);
-    WHILE c <= f.last_step + p_hotp_window LOOP
-      IF pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits) = wanted THEN
-        IF c > f.last_step THEN step := coalesce(step, c); ELSE replayed := true; END IF;
-      END IF;
-      c := c + 1;
-    END LOOP;
-    -- The resync reach: counters last + 1 + p_hotp_window .. last + p_resync (and the one
-    -- after it, for a pair's second code). One question per login with forward_pass: none.
-    -- Below 2^48 (factors_counter_bound): a pair's second code is at most 2^48.
-    IF NOT p_forward_pass AND p_resync > p_hotp_window THEN
-      first_wanted := CASE WHEN octet_length(p_previous) = f.digits AND p_previous ~ '^[0-9]+$' THEN p_previous::bigint ELSE -1 END;
-      reach_end := least(f.last_step + p_resync, 281474976710655);
-      c := f.last_step + 1 + p_hotp_window;
-      WHILE c <= reach_end + 1 LOOP
-        v := pam_totp_api.hotp(f.secret, c, f.algorithm, f.digits);
-        IF c <= reach_end AND v = wanted THEN far := true; END IF;
-        IF first_equal AND v = wanted THEN pair := coalesce(pair, c); END IF;
-        first_equal := c <= reach_end AND v = first_wanted;
-        c := c + 1;
-      END LOOP;
-      step := coalesce(step, pair);
-    END IF;
+    SELECT h.step, h.replayed, h.far INTO step, replayed, far
+      FROM pam_totp_api.check_hotp(f, wanted, p_previous, p_hotp_window, p_resync, p_forward_pass) h;
   WHEN 'sms', 'email' THEN
-    -- The code the database sent for this factor, if one is outstanding (send_code): its salted
-    -- SHA-256; a match is "step" the code's id, above the factor's last used one.
-    SELECT * INTO sent FROM pam_totp.sent_codes x WHERE x.user_name = f.user_name AND x.factor_id = f.id;
-    IF FOUND AND sent.expires_at > p_now AND sent.attempts_left > 0 THEN
-      code := CASE WHEN p_forward_pass THEN right(p_answer, sent.digits) ELSE p_answer END;
-      IF octet_length(code) = sent.digits AND code ~ '^[0-9]+$'
-         AND pam_totp_crypto.digest(sent.salt || convert_to(code, 'UTF8'), 'sha256') = sent.hash THEN
-        IF sent.id > f.last_step THEN step := sent.id; ELSE replayed := true; END IF;
-      END IF;
-    END IF;
+    SELECT x.step, x.replayed INTO step, replayed FROM pam_totp_api.check_sent(f, p_answer, p_now, p_forward_pass) x;
   END CASE;
 END $$;
 

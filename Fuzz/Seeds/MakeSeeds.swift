@@ -132,13 +132,13 @@ struct MakeSeeds {
         let (one, three, token) = (shared.one, shared.three, shared.token)
         // URIs as totp-enroll writes them.
         let uris = [
-            OTPAuthURI(issuer: [], account: Array("alice".utf8), secret: one.factors[0].secret, parameters: .default),
+            OTPAuthURI(issuer: [], account: Array("alice".utf8), secret: (one.factors[0].otpKey?.secret ?? []), parameters: .default),
             OTPAuthURI(issuer: Array("pam_totp host.example".utf8), account: Array("alice@host".utf8),
-                       secret: three.factors[1].secret, parameters: three.factors[1].parameters),
-            OTPAuthURI(issuer: Array("Ex&mple=1".utf8), account: Array("bob".utf8), secret: three.factors[2].secret,
-                       parameters: three.factors[2].parameters),
-            OTPAuthURI(issuer: Array("Example".utf8), account: Array("alice (fob)".utf8), secret: token.secret,
-                       parameters: token.parameters, counter: 42),
+                       secret: (three.factors[1].otpKey?.secret ?? []), parameters: (three.factors[1].otpKey?.parameters ?? .default)),
+            OTPAuthURI(issuer: Array("Ex&mple=1".utf8), account: Array("bob".utf8), secret: (three.factors[2].otpKey?.secret ?? []),
+                       parameters: (three.factors[2].otpKey?.parameters ?? .default)),
+            OTPAuthURI(issuer: Array("Example".utf8), account: Array("alice (fob)".utf8), secret: (token.otpKey?.secret ?? []),
+                       parameters: (token.otpKey?.parameters ?? .default), counter: 42),
         ]
         for (i, u) in uris.enumerated() { save(u.bytes, corpus + "/uri", "gen-\(i + 1)") }
 
@@ -184,7 +184,7 @@ struct MakeSeeds {
         let adminRequests: [AdminRequest] = [
             .status(user: user), .users(after: []), .users(after: Array("bob".utf8)),
             .checkEnrollable(user: user, uid: 1000, label: Array("phone".utf8), secret: nil),
-            .checkEnrollable(user: user, uid: 1000, label: Array("key".utf8), secret: three.factors[0].secret),
+            .checkEnrollable(user: user, uid: 1000, label: Array("key".utf8), secret: (three.factors[0].otpKey?.secret ?? [])),
             .enroll(user: user, uid: 1000, factor: three.factors[0], importedCodes: nil),
             .enroll(user: user, uid: 1000, factor: three.factors[1], importedCodes: adminCodes),
             .enroll(user: user, uid: 1000, factor: token, importedCodes: nil),
@@ -209,7 +209,7 @@ struct MakeSeeds {
                                     event: Array("unlock".utf8), label: Array("phone".utf8), failures: nil, lockedUntil: 0,
                                     detail: [])], more: true),
             // A fleet host's status: the phone as the database masks it.
-            .status(UserStatus(record: UserRecord(uid: 1000, factors: [{ var m = mobile; m.destination = Array("+1******1234".utf8); return m }()]),
+            .status(UserStatus(record: UserRecord(uid: 1000, factors: [{ var m = mobile; m.data = .sms(PhoneFactor(number: Array("+1******1234".utf8))); return m }()]),
                                state: UserState())),
         ]
         for (i, r) in adminReplies.enumerated() { save(r.encoded(), corpus + "/admin", "gen-reply-\(i + 1)") }

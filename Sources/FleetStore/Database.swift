@@ -340,7 +340,7 @@ public final class PostgresStore: TOTPStore {
     public func sendEnrolmentCode<G: RandomNumberGenerator>(user: [UInt8], accountUID: UInt32, factor: Factor, at now: Int64,
                                                             options: ModuleOptions, using generator: inout G) throws(MFAError) -> SendPlan {
         try factor.validateNew()
-        let name = try Self.text(user), label = try Self.text(factor.label), destination = try Self.text(factor.destination)
+        let name = try Self.text(user), label = try Self.text(factor.label), destination = try Self.text(factor.destination ?? [])
         let rows: [[String?]]
         do throws(PQError) {
             rows = try pool.write("SELECT pam_totp_api.send_enrolment_code($1, $2, $3, $4, $5, $6)",
@@ -481,20 +481,14 @@ public final class PostgresStore: TOTPStore {
             guard let kind = r[6].flatMap({ FactorKind(name: Array($0.utf8)) }), let label = r[0], let alg = r[1].flatMap({ HashAlgorithm(name: Array($0.utf8)) }),
                   let digits = r[2].flatMap({ Int($0) }), let period = r[3].flatMap({ UInt64($0) }),
                   let created = r[4].flatMap({ Int64($0) }) else { continue }
-            if kind.isOutOfBand {
-                // A phone or address: its mask (the full one for an admin role), shown as it is.
-                var factor = try Factor(outOfBand: kind, label: Array(label.utf8),
-                                        destination: kind == .sms ? literal("+10000000000") : literal("x@example.org"), created: created)
-                factor.destination = r.count > 8 ? Array((r[8] ?? "").utf8) : []
-                record.factors.append(factor)
-                continue
-            }
-            // The secret never leaves the database: a placeholder stands in for it.
-            var factor = try Factor(kind: kind, label: Array(label.utf8),
-                                    parameters: try OTPParameters(algorithm: alg, digits: digits, period: period),
-                                    created: created, enrolledStep: 0, secret: [UInt8](repeating: 0, count: 10))
-            factor.serial = r[7].map { Array($0.utf8) } ?? []
+            // A phone or address: its mask (the full one for an admin role), shown as it is. A
+            // device: its parameters (the secret never leaves the database).
+            let sent = FactorData(kind: kind, destination: r.count > 8 ? Array((r[8] ?? "").utf8) : [])
+            let parameters = try OTPParameters(algorithm: alg, digits: digits, period: period)
+            guard let data = sent ?? FactorData(kind: kind, key: OTPKey(secret: [], parameters: parameters)) else { continue }
+            let factor = try Factor(label: Array(label.utf8), created: created, serial: sent == nil ? r[7].map { Array($0.utf8) } ?? [] : [], data: data)
             record.factors.append(factor)
+            guard sent == nil else { continue }
             // The last used step or counter (NULL for a token's counter, unless this role is an
             // admin), with the learned clock drift (TOTP; 0 for the other kinds).
             let drift = r.count > 9 ? r[9].flatMap { Int64($0) } ?? 0 : 0
@@ -539,21 +533,13 @@ public final class PostgresStore: TOTPStore {
                                                  importedCodes: [[UInt8]]?, using generator: inout G) throws(MFAError) -> Int {
         try factor.validateNew()
         let name = try Self.text(user)
-        let p = factor.parameters
-        // The used step (TOTP), or the counter before the first unused one (HOTP; -1: none).
-        let used: Int64
-        switch factor.kind {
-        case .totp: used = Int64(clamping: factor.enrolledStep)
-        case .hotp:
-            guard factor.counter <= UInt64(Int64.max) else { throw .invalidParameters("the counter is too large") }
-            used = Int64(factor.counter) - 1
-        case .sms, .email:
-            throw .refusal(.enrolNeedsSecret)
-        }
+        // A device's key, and the step or counter its saving uses (`usedAtEnrolment`).
+        guard let key = factor.otpKey, let used = factor.data.usedAtEnrolment else { throw .refusal(.enrolNeedsSecret) }
+        let p = key.parameters
         let params: [PQValue] = [.text(name), .text(String(accountUID)), .text(try Self.text(factor.label)),
                                  .text(p.algorithm.name), .text(String(p.digits)),
                                  .text(String(p.period)), .text(String(factor.created)), .text(String(used)),
-                                 .bytea(factor.secret), .text("\(factor.kind.name)"), Self.serial(factor)]
+                                 .bytea(key.secret), .text("\(factor.kind.name)"), Self.serial(factor)]
         do throws(PQError) {
             if let codes = importedCodes, !codes.isEmpty {
                 // The factor and the codes in one transaction: one statement.

@@ -61,23 +61,21 @@ public enum FileImport {
             _ = try c.execute("BEGIN")
             do throws(PQError) {
                 for f in record.factors {
-                    // TOTP: the last used step; HOTP: the last used counter (-1: none yet).
-                    let last: Int64
-                    switch f.kind {
-                    case .totp: last = Int64(clamping: max(f.enrolledStep, state.lastUsedStep(of: f) ?? 0))
-                    case .hotp: last = state.lastStep(of: f).map { Int64(clamping: $0) } ?? Int64(clamping: f.counter) - 1
-                    case .sms, .email:
-                        // Proved at its enrolment on the file host (a code sent and typed back).
+                    guard let key = f.otpKey, let enrolled = f.data.usedAtEnrolment else {
+                        // A phone or address, proved at its enrolment on the file host (a code sent and typed back).
                         _ = try c.execute("SELECT pam_totp_api.import_destination($1, $2, $3, $4, $5, $6)", [
                             .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text("\(f.kind.name)"),
-                            .text(String(decoding: f.destination, as: UTF8.self)), .text(String(f.created))])
+                            .text(String(decoding: f.destination ?? [], as: UTF8.self)), .text(String(f.created))])
                         continue
                     }
+                    // The last used step (TOTP) or counter (HOTP; -1: none yet).
+                    let last = state.lastUsedStep(of: f).map { Int64(clamping: $0) } ?? enrolled
                     _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", [
-                        .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(f.parameters.algorithm.name),
-                        .text(String(f.parameters.digits)), .text(String(f.parameters.period)), .text(String(f.created)),
-                        .text(String(last)), .bytea(f.secret), .text("\(f.kind.name)"), PostgresStore.serial(f)])
-                    let drift = f.kind == .totp ? state.drift(forLabel: f.label) : 0
+                        .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(key.parameters.algorithm.name),
+                        .text(String(key.parameters.digits)), .text(String(key.parameters.period)), .text(String(f.created)),
+                        .text(String(last)), .bytea(key.secret), .text("\(f.kind.name)"), PostgresStore.serial(f)])
+                    // The learned clock drift (only a TOTP factor's entry has one).
+                    let drift = state.drift(forLabel: f.label)
                     _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3, $4)",
                                       [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last)),
                                        .text(String(drift))])

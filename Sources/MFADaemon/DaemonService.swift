@@ -353,7 +353,7 @@ public struct DaemonService<S: TOTPStore> {
     static func deliver(_ sender: CodeSender, _ store: S, user: [UInt8], factor: Factor, code: [UInt8], key: [UInt8], sentAt: Int64,
                         lifetime: Int64) -> Delivered {
         guard sender.takeSlot() else { return .noSlot(void(store, user: user, sentAt: sentAt, key: key, uncount: true)) }
-        guard let failure = sender.send(factor.kind, factor.destination, code, (lifetime + 59) / 60) else { return .sent }
+        guard let failure = sender.send(factor.kind, factor.destination ?? [], code, (lifetime + 59) / 60) else { return .sent }
         return .failed(failure.why + void(store, user: user, sentAt: sentAt, key: key, uncount: !failure.started))
     }
 
@@ -498,11 +498,11 @@ extension DaemonService {
 }
 
 extension UserStatus {
-    /// The status as it may leave the daemon: each factor's secret replaced by a placeholder and
+    /// The status as it may leave the daemon: no factor's secret and
     /// no recovery hash or salt (the encoder sends neither anyway; this keeps the value honest).
     public func withoutSecrets() -> UserStatus {
         var r = record
-        for i in r.factors.indices { r.factors[i].secret = AdminCodec.placeholderSecret }
+        for i in r.factors.indices { r.factors[i] = r.factors[i].withoutSecret }
         if let set = r.recovery {
             r.recovery = RecoverySet(id: set.id, iterations: set.iterations, salt: [], hashes: [[UInt8]](repeating: [], count: set.hashes.count))
         }

@@ -106,7 +106,7 @@ extension UserRecord {
             // a device's only (a phone or an address has none, and none would be written back).
             guard afterFactor, n == 2, let serial = Percent.decode(f.field(1, of: line)),
                   (try? Factor.validate(label: serial)) != nil, let last = factors.indices.last,
-                  !factors[last].kind.isOutOfBand else {
+                  factors[last].otpKey != nil else {
                 throw .corruptRecord("bad serial line")
             }
             factors[last].serial = serial
@@ -184,76 +184,45 @@ func uint64(_ bytes: [UInt8]) -> UInt64 {
     return v
 }
 
+// Each kind's line is its own file's (TOTPLine.swift, HOTPLine.swift, SentLine.swift): the keyword, the fields after the label and
+// how they are read back. This is the one place that dispatches on the kind in this layer.
+
 extension FactorKind {
     /// The keyword that starts the kind's line in a record (`factor`: TOTP, the first kind).
     var recordKeyword: StaticString {
         switch self {
-        case .totp: return "factor"
-        case .hotp: return "hotp"
-        case .sms: return "sms"
-        case .email: return "email"
+        case .totp: return TOTPFactor.recordKeyword
+        case .hotp: return HOTPFactor.recordKeyword
+        case .sms: return PhoneFactor.recordKeyword
+        case .email: return EmailFactor.recordKeyword
         }
     }
 
     /// The kind whose record line starts with `keyword`.
     init?(recordKeyword keyword: some Collection<UInt8>) {
-        if equals(keyword, "factor") {
-            self = .totp
-        } else if equals(keyword, "hotp") {
-            self = .hotp
-        } else if equals(keyword, "sms") {
-            self = .sms
-        } else if equals(keyword, "email") {
-            self = .email
-        } else {
-            return nil
+        for k in FactorKind.all where equals(keyword, k.recordKeyword) {
+            self = k
+            return
         }
-    }
-
-    /// How many fields the kind's line has in a record of format `version` (0: none there).
-    func recordFields(version: UInt64) -> Int {
-        switch self {
-        case .totp: return version == 2 ? 8 : 7  // version 1 has no enrolled step
-        case .hotp: return version == 2 ? 7 : 0
-        case .sms, .email: return version == 2 ? 4 : 0
-        }
+        return nil
     }
 }
 
 extension Factor {
     /// The factor's line in a record (`UserRecord.serialized`), newline included, and its
-    /// `serial` line if it has a serial:
-    /// `<keyword> <label> <sha1|sha256|sha512> <digits>`, the kind's numbers, `<secret, Base32>`.
-    ///   TOTP (`factor`): `<period> <created> <enrolled step>`
-    ///   HOTP (`hotp`):   `<counter> <created>` (the first counter not used at enrolment)
-    ///   SMS, email (`sms`, `email`): `<keyword> <label> <created> <destination, percent-encoded>` (no secret)
+    /// `serial` line if it has a serial: `<keyword> <label, percent-encoded>`, then the kind's
+    /// fields (TOTPLine.swift…).
     @_optimize(size)  // cold: not on a login's path
     func appendRecordLine(to out: inout [UInt8]) {
         out.append(contentsOf: bytes(kind.recordKeyword))
-        if kind.isOutOfBand {
-            for field in [Percent.encode(label), decimalBytes(created), Percent.encode(destination)] {
-                out.append(ASCII.space)
-                out += field
-            }
-            out.append(ASCII.newline)
-            return
-        }
-        for field in [Percent.encode(label), parameters.algorithm.nameBytes, decimalBytes(UInt64(parameters.digits))] {
-            out.append(ASCII.space)
-            out += field
-        }
-        let numbers: [[UInt8]]
-        switch kind {
-        case .totp: numbers = [decimalBytes(parameters.period), decimalBytes(created), decimalBytes(enrolledStep)]
-        case .hotp: numbers = [decimalBytes(counter), decimalBytes(created)]
-        case .sms, .email: numbers = []  // (above)
-        }
-        for n in numbers {
-            out.append(ASCII.space)
-            out += n
-        }
         out.append(ASCII.space)
-        out += Base32.encode(secret)
+        out += Percent.encode(label)
+        switch data {
+        case .totp(let t): t.appendRecordFields(created: created, to: &out)
+        case .hotp(let h): h.appendRecordFields(created: created, to: &out)
+        case .sms(let p): RecordFields.appendSent(p.number, created: created, to: &out)
+        case .email(let e): RecordFields.appendSent(e.address, created: created, to: &out)
+        }
         out.append(ASCII.newline)
         if !serial.isEmpty {  // a hardware token's serial: its own line (none: the record as before serials)
             out.append(literal: "serial ")
@@ -263,48 +232,91 @@ extension Factor {
     }
 
     /// A factor from its record line, split into `count` fields by `f` (field 0 is the keyword
-    /// that named `kind`). `version`: the record's format version.
+    /// that named `kind`, field 1 the label). `version`: the record's format version.
     static func parseRecordLine(_ kind: FactorKind, _ line: ArraySlice<UInt8>, _ f: FieldSplitter, count: Int,
                                 version: UInt64) throws(MFAError) -> Factor {
-        let fields = kind.recordFields(version: version)
-        guard fields > 0, count == fields else { throw .corruptRecord("factor line has wrong field count") }
-        guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
-        if kind.isOutOfBand {
-            guard let created = parseDecimal(f.field(2, of: line), limit: UInt64(Int64.max)),
-                  let destination = Percent.decode(f.field(3, of: line)) else { throw .corruptRecord("bad factor number") }
-            do throws(MFAError) {
-                return try Factor(outOfBand: kind, label: label, destination: destination, created: Int64(created))
-            } catch {
-                throw .corruptRecord("bad factor destination")
-            }
-        }
-        guard let algorithm = HashAlgorithm(name: f.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
-        func number(_ i: Int, limit: UInt64) -> UInt64? { parseDecimal(f.field(i, of: line), limit: limit) }
-        // The kind's numbers: TOTP <period> <created> [<enrolled step>]; HOTP <counter> <created>.
-        let period: UInt64?, enrolledStep: UInt64?, counter: UInt64?
+        let r = RecordFields(line: line, splitter: f, count: count, version: version)
+        let read: (created: Int64, data: FactorData)
         switch kind {
-        case .totp:
-            (period, counter) = (number(4, limit: OTPParameters.periodRange.upperBound), 0)
-            enrolledStep = version == 2 ? number(6, limit: UInt64.max) : 0
-        case .hotp:
-            (period, enrolledStep, counter) = (OTPParameters.default.period, 0, number(4, limit: UInt64.max))
-        case .sms, .email:
-            (period, enrolledStep, counter) = (nil, nil, nil)  // (above)
+        case .totp: read = try TOTPFactor.parseRecordFields(r)
+        case .hotp: read = try HOTPFactor.parseRecordFields(r)
+        case .sms: read = try r.sent { .sms(PhoneFactor(number: $0)) }
+        case .email: read = try r.sent { .email(EmailFactor(address: $0)) }
         }
-        guard let digits = number(3, limit: 8), let period, let enrolledStep, let counter,
-              let created = number(5, limit: UInt64(Int64.max)) else {
-            throw .corruptRecord("bad factor number")
+        guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
+        do throws(MFAError) { try read.data.validate() } catch {
+            throw .corruptRecord(read.data.destination == nil ? "factor out of range" : "bad factor destination")
         }
+        do throws(MFAError) { return try Factor(label: label, created: read.created, data: read.data) } catch {
+            throw .corruptRecord("factor out of range")
+        }
+    }
+}
+
+/// A factor line's fields, for the kinds' readers (TOTPLine.swift…): `count` fields split by `splitter`.
+struct RecordFields {
+    let line: ArraySlice<UInt8>
+    let splitter: FieldSplitter
+    let count: Int
+    let version: UInt64
+
+    /// Field `i` as a decimal number at most `limit`.
+    func number(_ i: Int, limit: UInt64) -> UInt64? { parseDecimal(splitter.field(i, of: line), limit: limit) }
+
+    /// The line has `fields` fields, which the record's version allows (`fields` 0: this kind
+    /// has no line in this version).
+    func expect(_ fields: Int) throws(MFAError) {
+        guard fields > 0, count == fields else { throw .corruptRecord("factor line has wrong field count") }
+    }
+
+    /// A device's fields: `<algorithm> <digits>` (fields 2, 3), `period` and the secret in
+    /// Base32 (the last field): its key.
+    func key(period: UInt64?) throws(MFAError) -> OTPKey {
+        guard let algorithm = HashAlgorithm(name: splitter.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
+        guard let digits = number(3, limit: 8), let period else { throw .corruptRecord("bad factor number") }
         let secret: [UInt8]
-        do throws(MFAError) { secret = try Base32.decode(f.field(fields - 1, of: line)) } catch {
+        do throws(MFAError) { secret = try Base32.decode(splitter.field(count - 1, of: line)) } catch {
             throw .corruptRecord("bad factor secret")
         }
         do throws(MFAError) {
-            return try Factor(kind: kind, label: label,
-                              parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period),
-                              created: Int64(created), enrolledStep: enrolledStep, counter: counter, secret: secret)
+            return OTPKey(secret: secret, parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period))
         } catch {
             throw .corruptRecord("factor out of range")
         }
+    }
+
+    /// `<algorithm> <digits>` of a device's key, written after the label.
+    static func appendKeyHead(_ key: OTPKey, to out: inout [UInt8]) {
+        for field in [key.parameters.algorithm.nameBytes, decimalBytes(UInt64(key.parameters.digits))] {
+            out.append(ASCII.space)
+            out += field
+        }
+    }
+
+    /// ` <numbers…> <secret, Base32>`: the rest of a device's line.
+    static func appendNumbers(_ numbers: [UInt64], secret: [UInt8], to out: inout [UInt8]) {
+        for n in numbers {
+            out.append(ASCII.space)
+            out += decimalBytes(n)
+        }
+        out.append(ASCII.space)
+        out += Base32.encode(secret)
+    }
+
+    /// A sent kind's fields (SMS, email: `<created> <destination, percent-encoded>`, version 2
+    /// only), made into the kind's data by `make`.
+    func sent(_ make: ([UInt8]) -> FactorData) throws(MFAError) -> (created: Int64, data: FactorData) {
+        try expect(version == 2 ? 4 : 0)
+        guard let created = number(2, limit: UInt64(Int64.max)),
+              let destination = Percent.decode(splitter.field(3, of: line)) else { throw .corruptRecord("bad factor number") }
+        return (Int64(created), make(destination))
+    }
+
+    /// ` <created> <destination, percent-encoded>`: a sent kind's line after its label.
+    static func appendSent(_ destination: [UInt8], created: Int64, to out: inout [UInt8]) {
+        out.append(ASCII.space)
+        out += decimalBytes(created)
+        out.append(ASCII.space)
+        out += Percent.encode(destination)
     }
 }

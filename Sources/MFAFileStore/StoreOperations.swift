@@ -8,14 +8,14 @@ import MFASystem
 // live here, not in the callers: totp-enroll only asks and prints.
 
 extension FileStore {
-    /// The user's record and state, or nil when the user has none: every factor's secret
-    /// replaced by a placeholder (no caller of status needs one; the read ones are zeroed).
+    /// The user's record and state, or nil when the user has none: no factor's secret (no
+    /// caller of status needs one; the read ones are zeroed).
     /// Takes no lock (each is read atomically) and so creates no file.
     public func status(user: [UInt8]) throws(MFAError) -> UserStatus? {
         guard let read = try read(user: user) else { return nil }
         defer { read.wipeSecretsInPlace() }
         var record = read
-        for i in record.factors.indices { record.factors[i].secret = [UInt8](repeating: 0, count: 10) }
+        for i in record.factors.indices { record.factors[i] = record.factors[i].withoutSecret }
         return UserStatus(record: record, state: try readState(user: user).adopted(by: record))
     }
 
@@ -72,7 +72,7 @@ extension FileStore {
             // Every factor is compared, in constant time: a secret enrolled twice would make
             // each of its codes work twice.
             var duplicate = false
-            for f in record.factors where constantTimeEqual(f.secret, secret) { duplicate = true }
+            for f in record.factors where constantTimeEqual(f.otpKey?.secret ?? [], secret) { duplicate = true }
             guard !duplicate else { throw .refusal(.secretTaken) }
         }
     }
@@ -148,11 +148,10 @@ extension FileStore {
                 throw .refusal(.enrolledMeanwhile)
             }
             var record = existing ?? UserRecord()
-            try Self.checkAddable(to: record, accountUID: accountUID, label: factor.label,
-                                  secret: factor.kind.isOutOfBand ? nil : factor.secret)
-            if factor.kind.isOutOfBand,
+            try Self.checkAddable(to: record, accountUID: accountUID, label: factor.label, secret: factor.otpKey?.secret)
+            if let channel = factor.channel,
                record.factors.contains(where: { $0.kind == factor.kind && $0.destination == factor.destination }) {
-                throw .refusal(factor.kind == .sms ? .phoneTaken : .addressTaken)
+                throw .refusal(channel.taken)
             }
             record.factors.append(factor)
             var leftOut = 0
@@ -230,15 +229,9 @@ extension FileStore {
                 guard case .corruptRecord = error else { throw error }
                 rebuilt = true
                 state = UserState()
-                // Every time-based code up to now counts as used. A token's counter cannot be
-                // known, and starting it again at the record's would let used codes work again:
-                // every counter counts as used (the token must be enrolled again).
+                // Every code that could have been used counts as used (FactorData.usedUpTo).
                 for f in record.factors {
-                    switch f.kind {
-                    case .totp: state.setLastStep((try? TOTP.step(at: now, period: f.parameters.period)) ?? 0, of: f)
-                    case .hotp: state.setLastStep(UInt64.max, of: f)
-                    case .sms, .email: break  // no code of theirs is kept beyond the one pending
-                    }
+                    if let step = f.data.usedUpTo(whenStateIsLostAt: now) { state.setLastStep(step, of: f) }
                 }
                 state.failures = UserState.hardFailureCap  // reported as "was locked"
             }

@@ -101,7 +101,7 @@ public enum Authenticator {
             next.setLastStep(step, of: factor, drift: drift)
             let change = drift > before ? drift - before : before - drift  // both within ±10
             let jump = change >= TOTPVerifier.driftJumpSteps ? DriftJump(from: before, to: drift) : nil
-            return Decision(outcome: .success(factor: factor.label, step: step, digits: factor.kind.isOutOfBand ? Int(state.pending?.digits ?? 6) : factor.parameters.digits,
+            return Decision(outcome: .success(factor: factor.label, step: step, digits: factor.digits(state: state),
                                                       driftJump: jump),
                             state: next)
         }

@@ -66,16 +66,6 @@ public enum Destination {
     /// digit and keeps at least four characters hidden, so it never shows more than the last
     /// four (+12345 -> +****5). Shown bytes that are not ASCII digits become "?": the hint is
     /// always printable ASCII.
-    /// The hint for `destination` of a factor of `kind` (nothing for a kind that has none).
-    @_optimize(size)  // cold: a login with a phone or address only
-    public static func mask(_ destination: [UInt8], kind: FactorKind) -> [UInt8] {
-        switch kind {
-        case .sms: return maskPhone(destination)
-        case .email: return maskEmail(destination)
-        case .totp, .hotp: return []
-        }
-    }
-
     @_optimize(size)  // cold: a login with a phone or address only
     public static func maskPhone(_ number: [UInt8]) -> [UInt8] {
         let digits = number.first == 0x2B ? number.dropFirst() : number[...]

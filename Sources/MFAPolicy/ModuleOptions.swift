@@ -128,10 +128,12 @@ public struct ModuleOptions: Equatable, Sendable {
     /// and a site without senders pays no look-up before the prompt (docs/ARCHITECTURE.md, 2.3).
     public var offeredKinds: UInt8 {
         var kinds = factorKinds
-        if smsCommand == nil { kinds &= ~FactorKind.sms.bit }
-        if emailCommand == nil { kinds &= ~FactorKind.email.bit }
+        for (kind, command) in senders where command == nil { kinds &= ~kind.bit }
         return kinds
     }
+
+    /// Each sent kind and the program that sends its codes (nil: none configured).
+    public var senders: [(kind: FactorKind, command: [UInt8]?)] { [(.sms, smsCommand), (.email, emailCommand)] }
 
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }
@@ -621,7 +623,7 @@ public struct ModuleOptions: Equatable, Sendable {
     /// The names of the kinds in `bits`, space-separated ("totp sms").
     public static func kindNames(_ bits: UInt8) -> [UInt8] {
         var out: [UInt8] = []
-        for kind in [FactorKind.totp, .hotp, .sms, .email] where bits & kind.bit != 0 {
+        for kind in FactorKind.all where bits & kind.bit != 0 {
             if !out.isEmpty { out.append(ASCII.space) }
             out.append(contentsOf: bytes(kind.name))
         }

@@ -43,9 +43,10 @@ public struct FactorHints: Equatable, Sendable {
     @_optimize(size)  // cold: a login with a phone or address only
     public mutating func add(_ kind: FactorKind, allowed: UInt8, digits: Int, hint: () -> FactorHint) {
         guard allowed & kind.bit != 0 else { disallowed += 1; return }
-        if kind.isOutOfBand {
+        switch kind.answering {
+        case .sent:
             if sent.count < Self.maxOffered { sent.append(hint()) }
-        } else {
+        case .typed:
             if !device, OTPParameters.digitsRange.contains(digits) { codeDigits = digits }
             typed = true
             device = true
@@ -68,7 +69,7 @@ extension UserRecord {
     public func hints(kinds: UInt8) -> FactorHints {
         var h = FactorHints(typed: !(recovery?.hashes.isEmpty ?? true), device: false)
         for f in factors {
-            h.add(f.kind, allowed: kinds, digits: f.parameters.digits) { FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination) }
+            h.add(f.kind, allowed: kinds, digits: f.otpKey?.parameters.digits ?? 6) { FactorHint(kind: f.kind, label: f.label, masked: f.maskedDestination) }
         }
         return h
     }
@@ -78,7 +79,20 @@ extension UserRecord {
     @_optimize(size)  // cold: a user whose only factors are sent codes
     public func hasLiveCode(_ state: UserState, kinds: UInt8, at now: Int64) -> Bool {
         guard let p = state.pending, p.isLive(at: now) else { return false }
-        return factors.contains { kinds & $0.kind.bit != 0 && $0.kind.isOutOfBand && p.isFor($0) }
+        return factors.contains { kinds & $0.kind.bit != 0 && p.isFor($0) }
+    }
+}
+
+extension PendingCode {
+    /// A sent kind's check (`Factor.check`): the code pam-totpd sent for `factor`, if one is
+    /// outstanding, compared by its salted hash in constant time; a match is "step" sentAt
+    /// (what status shows as last use). Never a replay or a drift.
+    static func check(_ factor: Factor, answer: [UInt8], at unixTime: Int64, state: UserState, forwardPass: Bool) -> FactorMatch {
+        let pending = state.pending.flatMap { $0.isFor(factor) ? $0 : nil }
+        var code = forwardPass ? Array(answer.suffix(Int(pending?.digits ?? 6))) : answer
+        let ok = matches(pending, code: code, at: unixTime)
+        if forwardPass { wipe(&code) }  // its own copy of the code typed (issue 36)
+        return FactorMatch(step: ok ? pending.map { UInt64(clamping: $0.sentAt) } : nil, replayed: false, driftBefore: 0, driftAfter: 0)
     }
 }
 
@@ -130,7 +144,7 @@ public enum OutOfBand {
     /// the per-account limits of `options` (per daemon: pam-totpd's `oob_max_per_minute`).
     public static func plan<G: RandomNumberGenerator>(record: UserRecord, state: UserState, label: [UInt8], at now: Int64,
                                                       options: ModuleOptions, using generator: inout G) -> SendPlan {
-        guard let factor = record.factor(labelled: label), factor.kind.isOutOfBand else {
+        guard let factor = record.factor(labelled: label), factor.channel != nil else {
             return .refused("no text-message or email factor of that name")
         }
         guard options.factorKinds & factor.kind.bit != 0 else {
@@ -174,8 +188,9 @@ public enum OutOfBand {
     /// Whether a text message may go to `factor`'s number (`oob_allowed_prefixes`: SMS pumping
     /// sends to premium numbers abroad); nil: it may. Email is not limited by country.
     static func prefixRefusal(_ factor: Factor, options: ModuleOptions) -> Message? {
-        guard factor.kind == .sms, !options.oobAllowedPrefixes.isEmpty else { return nil }
-        for p in options.oobAllowedPrefixes where factor.destination.starts(with: p) { return nil }
+        guard factor.channel?.countryLimited == true, let destination = factor.destination,
+              !options.oobAllowedPrefixes.isEmpty else { return nil }
+        for p in options.oobAllowedPrefixes where destination.starts(with: p) { return nil }
         return "text messages are not sent to that country from here (oob_allowed_prefixes): use your app or a recovery code"
     }
 
@@ -185,7 +200,8 @@ public enum OutOfBand {
     public static func destinationKey(_ factor: Factor) -> [UInt8] {
         var text = Array(bytes(factor.kind.name))
         text.append(0x3A)
-        for c in factor.destination { text.append(factor.kind == .email && c >= 0x41 && c <= 0x5A ? c | 0x20 : c) }
+        let caseless = factor.channel?.caseless ?? false
+        for c in factor.destination ?? [] { text.append(caseless && c >= 0x41 && c <= 0x5A ? c | 0x20 : c) }
         return SHA256.hash(text)
     }
 
@@ -193,7 +209,7 @@ public enum OutOfBand {
     /// `day` in the last day, whatever the accounts (`oob_destination_max_per_hour`, `_per_day`:
     /// made-up or many accounts bring no new allowance); nil: it may.
     public static func destinationRefusal(_ factor: Factor, hour: Int, day: Int, options: ModuleOptions) -> Message? {
-        let one: Message = factor.kind == .sms ? "number" : "address"
+        let one = Message(Array(bytes(factor.channel?.shortNoun ?? "destination")))
         if hour >= options.oobDestinationMaxPerHour {
             return "at most " + Message(decimalBytes(UInt64(options.oobDestinationMaxPerHour))) + " codes are sent to one " + one
                 + " an hour: use your app or a recovery code, or try later"
@@ -214,7 +230,7 @@ public enum OutOfBand {
     /// `enrolmentBinding`. Never `.pending`: each enrolment proves its destination with a new code.
     public static func planEnrolment<G: RandomNumberGenerator>(record: UserRecord, state: UserState, factor: Factor, at now: Int64,
                                                                options: ModuleOptions, using generator: inout G) -> SendPlan {
-        guard factor.kind.isOutOfBand else { return .refused("not a text-message or email factor") }
+        guard factor.channel != nil else { return .refused("not a text-message or email factor") }
         var next = state.current(for: record)
         if let why = overLimit(next, at: now, options: options) ?? prefixRefusal(factor, options: options) { return .refused(why) }
         var (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,

@@ -2,78 +2,47 @@ import CLibc
 import MFACrypto
 import MFASystem
 
-/// One enrolled factor: its kind (FactorKind.swift holds everything that differs by kind),
-/// its label, the kind's data and, for a hardware token, its serial number.
+/// One enrolled factor: its label, when it was enrolled, a hardware token's serial, and its
+/// kind's payload (`FactorData`: each kind holds only what it needs; FactorKind.swift and
+/// the kinds' own files hold everything that differs by kind).
 public struct Factor: Equatable, Sendable {
     public static let maxLabelLength = 64
 
-    public var kind: FactorKind
     public var label: [UInt8]
-    public var parameters: OTPParameters
     /// Unix time of enrolment.
     public var created: Int64
-    /// The time step of the code that proved the factor at enrolment (0 if unknown): it and
-    /// every earlier step count as used. Kept in the record, so that an enrolment is one commit
-    /// (the record) and never a record plus a state update (docs/ARCHITECTURE.md, section 4.13).
-    public var enrolledStep: UInt64
-    /// HOTP: the first counter not used when the factor was saved (the code that proved it
-    /// was the one before); the state's last step moves on from there. 0 for TOTP.
-    public var counter: UInt64
-    public var secret: [UInt8]
     /// A hardware token's serial number (import-pskc: its PSKC SerialNo, else its Key Id);
     /// empty: none. Not a secret; a stored one is what a label may be (`validate(label:)`).
     public var serial: [UInt8] = []
-    /// An out-of-band factor's (sms, email) destination: an E.164 number or an email address
-    /// (`Destination`); empty for the other kinds. Shown masked to everyone but root.
-    public var destination: [UInt8] = []
+    public var data: FactorData
 
-    /// An out-of-band factor: `kind` sms (an E.164 number) or email (an address). It has no
-    /// secret: pam-totpd sends a new code per login (`PendingCode`).
-    @_optimize(size)  // cold: a login with a phone or address only
-    public init(outOfBand kind: FactorKind, label: [UInt8], destination: [UInt8], created: Int64) throws(MFAError) {
+    public var kind: FactorKind { data.kind }
+    /// A device's secret and code parameters (TOTP, HOTP), nil for a kind whose codes are sent.
+    public var otpKey: OTPKey? { data.otpKey }
+    /// A sent kind's destination (an E.164 number, an email address), nil for the others.
+    /// Shown masked to everyone but root.
+    public var destination: [UInt8]? { data.destination }
+    /// The channel a sent kind's codes go over, nil for a kind whose codes are typed.
+    public var channel: Channel? { kind.channel }
+
+    /// A factor of `data`, with its label checked (`validate(label:)`). The data is not checked
+    /// here: a new one is by `validateNew`, one read back by its reader (a status may show a
+    /// device without its secret, or a masked destination).
+    public init(label: [UInt8], created: Int64, serial: [UInt8] = [], data: FactorData) throws(MFAError) {
         try Factor.validate(label: label)
-        guard kind.isOutOfBand else { throw .invalidParameters("not an out-of-band kind") }
-        try Factor.validate(destination: destination, kind: kind)
-        self.kind = kind
-        self.label = label
-        self.parameters = .default
-        self.created = created
-        self.enrolledStep = 0
-        self.counter = 0
-        self.secret = []
-        self.destination = destination
-    }
-
-    /// What an out-of-band factor's destination must be (`Destination`).
-    @_optimize(size)  // cold: a login with a phone or address only
-    public static func validate(destination: [UInt8], kind: FactorKind) throws(MFAError) {
-        switch kind {
-        case .sms: try Destination.validatePhone(destination)
-        case .email: try Destination.validateEmail(destination)
-        case .totp, .hotp: throw .invalidParameters("this kind has no destination")
-        }
+        (self.label, self.created, self.serial, self.data) = (label, created, serial, data)
     }
 
     /// The destination as users see it: `+1******1234`, `a***@example.com` (empty for the
     /// kinds without one).
     @_optimize(size)  // cold: a login with a phone or address only
-    public var maskedDestination: [UInt8] { Destination.mask(destination, kind: kind) }
+    public var maskedDestination: [UInt8] { data.masked }
 
-    public init(kind: FactorKind = .totp, label: [UInt8], parameters: OTPParameters, created: Int64,
-                enrolledStep: UInt64 = 0, counter: UInt64 = 0, secret: [UInt8]) throws(MFAError) {
-        try Factor.validate(label: label)
-        guard !kind.isOutOfBand else { throw .invalidParameters("an out-of-band factor has a destination, not a secret") }
-        guard secret.count >= 10 && secret.count <= 128 else {
-            throw .invalidParameters("secret must be 10 to 128 bytes")
-        }
-        guard counter <= HOTPWindow.maxCounter else { throw .invalidParameters("the counter must be at most 2^48") }
-        self.kind = kind
-        self.label = label
-        self.parameters = parameters
-        self.created = created
-        self.enrolledStep = enrolledStep
-        self.counter = counter
-        self.secret = secret
+    /// This factor as a status shows it: no secret.
+    public var withoutSecret: Factor {
+        var f = self
+        f.data = data.withoutSecret
+        return f
     }
 
     /// What a stored label may be: 1–64 bytes without ASCII control characters. Labels read
@@ -104,7 +73,7 @@ public struct Factor: Equatable, Sendable {
     public func validateNew() throws(MFAError) {
         try Factor.validateNew(label: label)
         if !serial.isEmpty { try Factor.validateNew(serial: serial) }
-        if kind.isOutOfBand { try Factor.validate(destination: destination, kind: kind) }
+        try data.validate()
     }
 }
 
@@ -170,7 +139,8 @@ extension UserRecord {
     /// whichever copy is released last. Only for a record nothing will read a secret of again.
     public func wipeSecretsInPlace() {
         for factor in factors {
-            factor.secret.withUnsafeBufferPointer { bytes in
+            guard let secret = factor.otpKey?.secret else { continue }
+            secret.withUnsafeBufferPointer { bytes in
                 guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
                 clibc_wipe(UnsafeMutableRawPointer(mutating: base), bytes.count)
             }

@@ -54,20 +54,11 @@ public struct UserState: Equatable, Sendable {
     /// themselves.
     public static func key(forLabel label: [UInt8]) -> UInt64 { fnv1a64(label[...]) }
 
-    /// `factor`'s key: a TOTP factor's is its label's. A counter-based factor's also names the
-    /// enrolment (its creation time and first counter), so a token enrolled again under a
-    /// label that was used before (by another token, or by a TOTP factor whose entry holds a
-    /// time step) never inherits that entry's counter, which would lock it out.
+    /// `factor`'s key: from its label's, as its kind says (`FactorData.stateKey`: a TOTP
+    /// factor's is its label's; a token's and a destination's also name their enrolment).
     @inline(never)  // one copy: prune calls it per entry and factor
     public static func key(for factor: Factor) -> UInt64 {
-        let label = key(forLabel: factor.label)
-        switch factor.kind {
-        case .totp: return label
-        case .hotp: return fnv1a64(word: UInt64(bitPattern: factor.created), fnv1a64(word: factor.counter, label))
-        // A phone or address enrolled again under an old label is a new factor: no code sent
-        // to the old one is taken for it.
-        case .sms, .email: return fnv1a64(word: UInt64(bitPattern: factor.created), fnv1a64(factor.destination[...] ) ^ label)
-        }
+        factor.data.stateKey(label: key(forLabel: factor.label), created: factor.created)
     }
 
     public func lastStep(forLabel label: [UInt8]) -> UInt64? { lastStep(key: Self.key(forLabel: label)) }
@@ -81,11 +72,12 @@ public struct UserState: Equatable, Sendable {
     }
 
     /// The last step of `factor` that counts as used: the later of its last accepted step and
-    /// the step that proved it at enrolment. nil when no step is used yet.
+    /// (TOTP) the step that proved it at enrolment. nil when no step is used yet.
     public func lastUsedStep(of factor: Factor) -> UInt64? {
         let accepted = lastStep(of: factor)
-        guard factor.enrolledStep > 0 else { return accepted }
-        return max(accepted ?? 0, factor.enrolledStep)
+        let enrolled = factor.data.enrolledStep
+        guard enrolled > 0 else { return accepted }
+        return max(accepted ?? 0, enrolled)
     }
 
     /// The learned clock drift of the factor labelled `label`, in steps (0 when none was learned).
@@ -126,7 +118,7 @@ public struct UserState: Equatable, Sendable {
             }
         }
         lastSteps = kept
-        if let p = pending, !record.factors.contains(where: { $0.kind.isOutOfBand && p.isFor($0) }) {
+        if let p = pending, !record.factors.contains(where: { p.isFor($0) }) {
             pending = nil
         }
     }
@@ -220,11 +212,12 @@ public struct PendingCode: Equatable, Sendable {
     /// again under an old label) get different bindings unless SHA-256 collides.
     public static func binding(for factor: Factor, enrolment: Bool = false) -> [UInt8] {
         var input: [UInt8] = []
-        input.reserveCapacity(32 &+ factor.label.count &+ factor.destination.count)
+        let destination = factor.destination ?? []
+        input.reserveCapacity(32 &+ factor.label.count &+ destination.count)
         input.append(literal: "pam_totp pending code 1;")
         input.append(factor.kind.bit)
         input.append(enrolment ? 1 : 0)
-        for part in [factor.label, factor.destination] {
+        for part in [factor.label, destination] {
             let n = min(part.count, 0xFFFF)
             input.append(UInt8(truncatingIfNeeded: n))
             input.append(UInt8(truncatingIfNeeded: n >> 8))
@@ -239,7 +232,7 @@ public struct PendingCode: Equatable, Sendable {
     }
 
     /// Whether this code was sent for `factor` (a saved one: never an enrolment's code).
-    public func isFor(_ factor: Factor) -> Bool { binding == Self.binding(for: factor) }
+    public func isFor(_ factor: Factor) -> Bool { factor.channel != nil && binding == Self.binding(for: factor) }
 
     /// SHA-256 of `salt` then `code`, hashed from one buffer reserved whole and wiped after
     /// (`salt + code` left a copy of the code in freed memory: issue 36).

@@ -14,7 +14,7 @@ import MFAWire
 // is first): a caller that wrote its own frames would otherwise skip that check. Fuzzed: Fuzz/
 // targets "admin-request" and "admin-reply".
 //
-//   request "PTA1": op u8, then by op —
+//   request "PTA2": op u8, then by op —
 //     1 status: user            2 users: after (u8 + bytes; names after it in byte order)
 //     3 check enrollable: user · uid u32 · label · has secret u8 · secret
 //     4 enroll: user · uid u32 · factor · has codes u8 · codes (u8 count, each u8 + bytes)
@@ -22,12 +22,17 @@ import MFAWire
 //     6 replace recovery: user · uid u32 · recovery set
 //     7 unlock: user            8 purge: user
 //     9 audit trail: has user u8 · user · since i64 · after id u64 (events after it, oldest first)
-//     factor = kind u8 (1 TOTP, 2 HOTP) · label · algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) ·
-//              digits u8 · period u32 · created i64 · the kind's number u64 (TOTP: the enrolled
-//              step; HOTP: the counter) · serial (u8 + bytes; empty: none) · secret (u8 + bytes)
+//    10 send enrolment code: user · uid u32 · factor (a sent kind)
+//    11 confirm enrolment: user · uid u32 · factor (a sent kind) · sent at i64 · code typed
+//     factor = kind u8 (1 TOTP, 2 HOTP, 3 SMS, 4 email) · label · created i64 · serial (u8 +
+//              bytes; empty: none) · the kind's own form (DeviceWire.swift) —
+//              TOTP: algorithm u8 (1 SHA-1, 2 SHA-256, 3 SHA-512) · digits u8 · period u32 ·
+//                    enrolled step u64 · secret (u8 + bytes; not in a status)
+//              HOTP: algorithm u8 · digits u8 · counter u64 · secret (as TOTP's)
+//              SMS, email: destination (u8 + bytes; in a fleet host's status, its mask)
 //     recovery set = id u64 · iterations u32 · salt (u8 + bytes) · hashes (u8 count, each u8 + bytes)
 //     user, label = u8 length + bytes
-//   reply "PTB1": kind u8, then by kind —
+//   reply "PTB2": kind u8, then by kind —
 //     0 done    1 number: i64    2 status: present u8, then a status (no secret)
 //     3 users: more u8 · count u16 · names      4 unlocked: failures u32 · locked until i64 · rebuilt u8
 //     5 failed: error (as DaemonReply)          6 refused: message (u16 + bytes)
@@ -42,8 +47,10 @@ import MFAWire
 // bytes left over — is `malformed`.
 
 extension DaemonProtocol {
-    public static var adminRequestMagic: [UInt8] { [0x50, 0x54, 0x41, 0x31] }  // "PTA1"
-    public static var adminReplyMagic: [UInt8] { [0x50, 0x54, 0x42, 0x31] }    // "PTB1"
+    // Version 2 (issue 37): a factor carries its kind's own fields only. A totp-enroll and a
+    // pam-totpd of different versions tell each other's frames for malformed.
+    public static var adminRequestMagic: [UInt8] { [0x50, 0x54, 0x41, 0x32] }  // "PTA2"
+    public static var adminReplyMagic: [UInt8] { [0x50, 0x54, 0x42, 0x32] }    // "PTB2"
 
     /// The whole frame's length of an admin request (or reply), like `frameLength(header:reply:)`.
     @inlinable
@@ -121,7 +128,7 @@ public enum AdminRequest: Equatable, Sendable {
             b.append(secret == nil ? 0 : 1); short(secret ?? [])
         case .enroll(let user, let uid, let factor, let codes):
             b.append(4); short(user); Writer.u32(uid, &b)
-            if factor.label.count > 255 || factor.serial.count > 255 || factor.secret.count > 255 { ok = false }
+            if !AdminCodec.fits(factor) { ok = false }
             AdminCodec.write(factor, withSecret: true, &b)
             b.append(codes == nil ? 0 : 1); list(codes ?? [])
         case .removeFactor(let user, let uid, let label, let mayRemoveLast):
@@ -138,11 +145,11 @@ public enum AdminRequest: Equatable, Sendable {
             Writer.u64(UInt64(bitPattern: since), &b); Writer.u64(after, &b)
         case .sendEnrolmentCode(let user, let uid, let factor):
             b.append(10); short(user); Writer.u32(uid, &b)
-            if factor.label.count > 255 || factor.destination.count > 255 || !factor.kind.isOutOfBand { ok = false }
+            if !AdminCodec.fits(factor) || factor.channel == nil { ok = false }
             AdminCodec.write(factor, withSecret: false, &b)
         case .confirmEnrolment(let user, let uid, let factor, let sentAt, let answer):
             b.append(11); short(user); Writer.u32(uid, &b)
-            if factor.label.count > 255 || factor.destination.count > 255 || !factor.kind.isOutOfBand { ok = false }
+            if !AdminCodec.fits(factor) || factor.channel == nil { ok = false }
             AdminCodec.write(factor, withSecret: false, &b)
             Writer.u64(UInt64(bitPattern: sentAt), &b); short(answer)
         }
@@ -186,11 +193,11 @@ public enum AdminRequest: Equatable, Sendable {
             request = .auditTrail(user: has ? user : nil, since: Int64(bitPattern: since), after: after)
         case 10:
             guard let user = r.short(), let uid = r.u32(), let factor = try AdminCodec.factor(&r, withSecret: false),
-                  factor.kind.isOutOfBand else { throw .malformed("admin request") }
+                  factor.channel != nil else { throw .malformed("admin request") }
             request = .sendEnrolmentCode(user: user, uid: uid, factor: factor)
         case 11:
             guard let user = r.short(), let uid = r.u32(), let factor = try AdminCodec.factor(&r, withSecret: false),
-                  factor.kind.isOutOfBand, let sentAt = r.u64(), let answer = r.short() else { throw .malformed("admin request") }
+                  factor.channel != nil, let sentAt = r.u64(), let answer = r.short() else { throw .malformed("admin request") }
             request = .confirmEnrolment(user: user, uid: uid, factor: factor, sentAt: Int64(bitPattern: sentAt), answer: answer)
         default:
             throw .malformed("admin request")
@@ -365,9 +372,6 @@ public struct AuditEvent: Equatable, Sendable {
 
 /// The pieces both admin frames share.
 public enum AdminCodec {
-    /// What stands in for a secret or a recovery hash in a status: it never leaves the daemon.
-    public static var placeholderSecret: [UInt8] { [UInt8](repeating: 0, count: 10) }
-
     static func algorithmByte(_ a: HashAlgorithm) -> UInt8 {
         switch a {
         case .sha1: return 1
@@ -385,60 +389,59 @@ public enum AdminCodec {
         }
     }
 
-    /// A factor: kind, label, the kind's data and (`withSecret`) its secret; a status's factors
-    /// carry none and get the placeholder.
+    /// A factor: kind, label, creation time, serial, then the kind's own form (DeviceWire.swift: a
+    /// device's key, with its secret only if `withSecret`; a sent kind's destination). This is
+    /// the one place that dispatches on the kind in this layer.
     static func write(_ f: Factor, withSecret: Bool, _ b: inout [UInt8]) {
         b.append(f.kind.rawValue)
         Writer.short(f.label, &b)
-        b.append(algorithmByte(f.parameters.algorithm))
-        b.append(UInt8(truncatingIfNeeded: f.parameters.digits)); Writer.u32(UInt32(truncatingIfNeeded: f.parameters.period), &b)
         Writer.u64(UInt64(bitPattern: f.created), &b)
-        switch f.kind {  // the kind's number: TOTP its enrolled step, HOTP its counter
-        case .totp: Writer.u64(f.enrolledStep, &b)
-        case .hotp: Writer.u64(f.counter, &b)
-        case .sms, .email: Writer.u64(0, &b)
-        }
         Writer.short(f.serial, &b)
-        if f.kind.isOutOfBand {
-            Writer.short(f.destination, &b)  // (root only: the admin protocol answers root)
-            return
+        switch f.data {
+        case .totp(let t): t.write(withSecret: withSecret, &b)
+        case .hotp(let h): h.write(withSecret: withSecret, &b)
+        case .sms(let p): Writer.short(p.number, &b)  // (root only: the admin protocol answers root)
+        case .email(let e): Writer.short(e.address, &b)
         }
-        if withSecret { Writer.short(f.secret, &b) }
     }
 
+    /// Whether every field of `f` fits its length byte.
+    static func fits(_ f: Factor) -> Bool {
+        f.label.count <= 255 && f.serial.count <= 255 && (f.otpKey?.secret.count ?? 0) <= 255 && (f.destination?.count ?? 0) <= 255
+    }
+
+    /// A factor as `write` wrote it; a device's without `withSecret` has an empty secret.
     /// `masked`: a status reply's, whose phone or address may be a mask (a fleet host sees
     /// only that: printable ASCII with a `*`), shown as it is and never sent to.
     static func factor(_ r: inout Reader, withSecret: Bool, masked: Bool = false) throws(MFAError) -> Factor? {
-        guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let alg = r.u8().flatMap(algorithm), let digits = r.u8(), let period = r.u32(),
-              let created = r.u64(), let number = r.u64(), let serial = r.short() else { return nil }
-        if kind.isOutOfBand {
-            guard let destination = r.short() else { return nil }
-            do throws(MFAError) {
-                return try Factor(outOfBand: kind, label: label, destination: destination, created: Int64(bitPattern: created))
-            } catch {
-                guard masked, destination.contains(0x2A), destination.count <= 254, destination.allSatisfy({ $0 > 0x20 && $0 < 0x7F }),
-                      var f = try? Factor(outOfBand: kind, label: label,
-                                          destination: kind == .sms ? literal("+10000000000") : literal("x@example.org"),
-                                          created: Int64(bitPattern: created)) else { throw .malformed("admin factor") }
-                f.destination = destination
-                return f
-            }
+        guard let kind = r.u8().flatMap(FactorKind.init(rawValue:)), let label = r.short(), let created = r.u64(),
+              let serial = r.short() else { return nil }
+        let read: FactorData?
+        switch kind {
+        case .totp: read = TOTPFactor.read(&r, withSecret: withSecret)
+        case .hotp: read = HOTPFactor.read(&r, withSecret: withSecret)
+        case .sms: read = r.short().map { .sms(PhoneFactor(number: $0)) }
+        case .email: read = r.short().map { .email(EmailFactor(address: $0)) }
         }
-        var secret = placeholderSecret
-        if withSecret {
-            guard let s = r.short() else { return nil }
-            secret = s
-        }
+        guard let data = read else { return nil }
         do throws(MFAError) {
             if !serial.isEmpty { try Factor.validate(label: serial) }
-            var f = try Factor(kind: kind, label: label, parameters: try OTPParameters(algorithm: alg, digits: Int(digits), period: UInt64(period)),
-                               created: Int64(bitPattern: created), enrolledStep: kind == .totp ? number : 0,
-                               counter: kind == .hotp ? number : 0, secret: secret)
-            f.serial = serial
-            return f
+            // A mask is no destination (never validated as one, never sent to); a device read
+            // without its secret had its other fields checked by its reader.
+            if let destination = data.destination {
+                if !(masked && isMask(destination)) { try data.validate() }
+            } else if withSecret {
+                try data.validate()
+            }
+            return try Factor(label: label, created: Int64(bitPattern: created), serial: serial, data: data)
         } catch {
             throw .malformed("admin factor")
         }
+    }
+
+    /// A destination as a fleet host sees it: printable ASCII with a `*`, at most 254 bytes.
+    static func isMask(_ d: [UInt8]) -> Bool {
+        d.contains(0x2A) && d.count <= 254 && d.allSatisfy { $0 > 0x20 && $0 < 0x7F }
     }
 
     static func write(_ s: UserStatus, _ b: inout [UInt8]) {

@@ -140,7 +140,7 @@ enum LoginStore {
         }
     }
 
-    static var sentKinds: UInt8 { FactorKind.sms.bit | FactorKind.email.bit }
+    static var sentKinds: UInt8 { FactorKind.sentBits }
 
     /// Asks pam-totpd to send a code to the factor `label` (in process too: only pam-totpd
     /// sends). The reply is `.sent` or `.notSent`; anything else is a failure.

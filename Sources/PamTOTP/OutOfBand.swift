@@ -53,7 +53,7 @@ func firstAnswer(_ pamh: OpaquePointer, _ store: LoginStore, user: [UInt8], opti
 /// "text message to +1******1234", "email to a***@example.com".
 @_optimize(size)  // cold: a login with a phone or address only
 func destination(_ h: FactorHint) -> [UInt8] {
-    (h.kind == .sms ? literal("text message to ") : literal("email to ")) + printable(h.masked).bytes
+    Array(bytes(h.kind.channel?.promptLead ?? "code to ")) + printable(h.masked).bytes
 }
 
 /// Asks pam-totpd to send a code to `hint` (the limits, and a live code within

@@ -88,7 +88,7 @@ struct Deliver: Command {
         defer { wipe(&code) }
         let host = Array((row[4] ?? "").utf8)
         let minutes = row[5].flatMap { Int64($0) } ?? 5
-        let masked = Destination.mask(destination, kind: kind)
+        let masked = FactorData(kind: kind, destination: destination)?.masked ?? []
         let what = "message \(id) (\(String(decoding: bytes(kind.name), as: UTF8.self)) to \(String(decoding: masked, as: UTF8.self)), for \(printable(host).string))"
         let failure: SendFailure? = code.isEmpty ? SendFailure("the message has no code", started: false)
             : programs.send(kind, destination, code, minutes: minutes, host: host)

@@ -128,12 +128,13 @@ enum Sending {
     /// "***" (the output is already escaped for a log line; both are plain ASCII there).
     /// A number is also masked without its "+" (a gateway's "15105551234").
     static func scrubbed(_ output: [UInt8], kind: FactorKind, destination: [UInt8], code: [UInt8]) -> [UInt8] {
-        let masked = Destination.mask(destination, kind: kind)
+        let masked = FactorData(kind: kind, destination: destination)?.masked ?? []
         // The destination first (a code inside the number must not unmask part of it); the
         // copies that still hold the code are wiped (issue 36).
         var first = replacing(output, destination, with: masked)
-        var second = kind == .sms ? replacing(first, Array(destination.dropFirst()), with: Array(masked.dropFirst())) : []
-        let out = replacing(kind == .sms ? second : first, code, with: literal("***"))
+        let plus = destination.first == 0x2B && masked.first == 0x2B
+        var second = plus ? replacing(first, Array(destination.dropFirst()), with: Array(masked.dropFirst())) : []
+        let out = replacing(plus ? second : first, code, with: literal("***"))
         wipe(&first)
         wipe(&second)
         return out

@@ -45,23 +45,28 @@ struct OutOfBandEnrolment {
     ]
 
     let kind: FactorKind
+    let channel: Channel
     let destination: [UInt8]
     let target: TargetOptions
     let name: String?
 
     init(_ arguments: Arguments, kind: FactorKind, argument: String) throws(CommandError) {
         self.kind = kind
+        guard let channel = kind.channel else { throw CLIError("codes of this kind are not sent") }
+        self.channel = channel
         destination = Array(try arguments.required(argument).utf8)
         target = TargetOptions(arguments)
         name = try newFactorName(arguments)
         // Checked first: a malformed destination is an error showing the expected form, and nothing is sent.
-        do throws(MFAError) { try Factor.validate(destination: destination, kind: kind) } catch { throw CLIError(error) }
+        do throws(MFAError) {
+            _ = try Factor(outOfBand: kind, label: Array(bytes(channel.defaultLabel)), destination: destination, created: 0)
+        } catch { throw CLIError(error) }
     }
 
     func run() throws(CommandError) {
         let context = try target.context()
         let store = try context.openStore()
-        let label = name ?? (kind == .sms ? "phone" : "email")
+        let label = name ?? "\(channel.defaultLabel)"
         let factor: Factor
         do throws(MFAError) {
             factor = try Factor(outOfBand: kind, label: Array(label.utf8), destination: destination, created: Int64(time(nil)))
@@ -69,17 +74,16 @@ struct OutOfBandEnrolment {
         try checkEnrollable(store, context, label: label, secret: nil)
         if let record = try storeCall({ () throws(MFAError) in try store.status(user: context.user) })?.record,
            record.factors.contains(where: { $0.kind == kind && $0.destination == destination }) {
-            throw CLIError(kind == .sms ? "this phone number is already enrolled" : "this email address is already enrolled")
+            throw CLIError(MFAError.refusal(channel.taken))
         }
         // Not root: prove who you are (password, and a current code if you have a factor).
         try Proof.require(context, store: store, code: nil)
 
         let site = try siteOptions()
         let masked = String(decoding: factor.maskedDestination, as: UTF8.self)
-        print(kind == .sms ? "Sending a code by text message to \(masked). Standard message rates may apply."
-                           : "Sending a code by email to \(masked).")
+        print("Sending a code by \(channel.medium) to \(masked).\(channel.countryLimited ? " Standard message rates may apply." : "")")
         let sentAt = try Self.send(factor, context: context, socket: site.socket)
-        let again = "run totp-enroll \(kind == .sms ? "add-phone" : "add-email") again"
+        let again = "run totp-enroll \(channel.addCommand) again"
         while true {
             writeStderr("Code sent to \(masked): ")
             guard var answer = Self.readCode() else { throw CLIError("no code entered; nothing was saved") }
@@ -99,8 +103,8 @@ struct OutOfBandEnrolment {
             }
             switch check {
             case .enrolled:
-                Audit.log("enrolled \(kind == .sms ? "phone" : "email") factor \"\(Audit.safe(label))\" (\(masked))", context: context)
-                print("Enrolled \(kind == .sms ? "phone" : "email address") \(masked) as \"\(shown(label))\" for \(context.userName).")
+                Audit.log("enrolled \(channel.defaultLabel) factor \"\(Audit.safe(label))\" (\(masked))", context: context)
+                print("Enrolled \(channel.destinationNoun) \(masked) as \"\(shown(label))\" for \(context.userName).")
                 return
             case .wrong(let left) where left > 0:
                 warn("that is not the code sent; try again (\(left) left)")

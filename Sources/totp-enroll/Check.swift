@@ -267,9 +267,9 @@ struct Check: Command {
             guard let o = l.options, o.backend == .files, o.source(of: .factorKinds) != nil else { continue }
             let source = o.source(of: .factorKinds).map(utf8Text) ?? ""
             let at = source.hasPrefix("the pam.d line") ? l.place : source
-            for (kind, command) in [(FactorKind.sms, o.smsCommand), (.email, o.emailCommand)] where o.factorKinds & kind.bit != 0 && command == nil {
-                let name = kind == .sms ? "sms" : "email"
-                let key = kind == .sms ? "sms_command" : "email_command"
+            for (kind, command) in o.senders where o.factorKinds & kind.bit != 0 && command == nil {
+                let name = "\(kind.name)"
+                let key = "\(kind.channel?.senderSetting ?? "")"
                 out.append(Finding(place: at, trap: "sent-kind-without-sender",
                                    problem: "factor_kinds offers \(name) but pam-totpd's configuration has no \(key): no code can be sent, and users whose only factor is of that kind are denied",
                                    fix: "set \(key) = /path/to/sender in pam-totpd's configuration file (pam-totpd(8)), or take \(name) out of factor_kinds"))

@@ -171,7 +171,7 @@ enum EnrolStore {
             } catch {
                 // (How many imported codes were left out is not known then: 0.)
                 try Self.unconfirmed(error, s, user) { status in
-                    status?.record.factor(labelled: factor.label).map { $0.created == factor.created && $0.enrolledStep == factor.enrolledStep } ?? false
+                    status?.record.factor(labelled: factor.label).map { $0.created == factor.created && $0.data.enrolledStep == factor.data.enrolledStep } ?? false
                 }
                 return 0
             }

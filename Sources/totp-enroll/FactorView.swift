@@ -16,6 +16,10 @@ import MFAPolicy
 /// admin role only, and neither whether a login used it nor when; a sent code's use is not
 /// reported. What it does not tell is `unknown` (JSON: `used: null`), never "never".
 struct FactorView {
+    /// TOTP, HOTP: the key's hash algorithm (`sha1`); nil for a sent code.
+    var algorithm: String?
+    /// The ALGORITHM column: SHA1, HOTP-SHA1 for a counter-based factor, SMS or EMAIL for a sent code.
+    var algorithmColumn: String
     /// TOTP: seconds per step.
     var period: UInt64?
     /// TOTP and HOTP: the code's length. A sent code's is the site's `oob_digits`, not the factor's.
@@ -33,19 +37,23 @@ struct FactorView {
     var drift: Int64?
 
     init(_ f: Factor, state: UserState, fleet: Bool, root: Bool) {
-        switch f.kind {
-        case .totp:
-            period = f.parameters.period
-            digits = f.parameters.digits
+        algorithm = f.otpKey?.parameters.algorithm.name
+        algorithmColumn = "\(f.kind.name)".uppercased()
+        switch f.data {
+        case .totp(let t):
+            algorithmColumn = t.key.parameters.algorithm.name.uppercased()
+            period = t.key.parameters.period
+            digits = t.key.parameters.digits
             lastUsedStep = state.lastUsedStep(of: f)
             lastUsed = lastUsedStep.flatMap { s -> Int64? in
-                let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(clamping: f.parameters.period))
+                let (t, overflow) = Int64(clamping: s).multipliedReportingOverflow(by: Int64(clamping: t.key.parameters.period))
                 return overflow ? nil : t
             }
             used = lastUsedStep != nil
             drift = state.drift(forLabel: f.label)
-        case .hotp:
-            digits = f.parameters.digits
+        case .hotp(let h):
+            algorithmColumn = "HOTP-" + h.key.parameters.algorithm.name.uppercased()
+            digits = h.key.parameters.digits
             let last = state.lastStep(of: f)
             if fleet {
                 // The database's last step is the counter consumed, at enrolment or at a login

@@ -103,7 +103,7 @@ struct ImportPSKC: Command {
         guard let first = contexts.first else { throw CLIError("no assignments; nothing was imported") }
         let enrolStore = try first.openStore()
         var factors = try makeFactors(tokens, contexts: contexts, labels: labels, serials: serials, assignments: assignments, store: enrolStore)
-        defer { for i in factors.indices { wipe(&factors[i].secret) } }
+        defer { for f in factors { f.otpKey.map { wipeInPlace($0.secret) } } }
 
         // What no MAC covers, said before anything is saved (docs/HARDWARE-TOKENS.md).
         for line in Self.uncovered(container, indices: indices, tokens: tokens, assignments: assignments, file: shownFile) { warn(line) }
@@ -234,7 +234,7 @@ struct ImportPSKC: Command {
                                + (kept.isEmpty ? "nothing was imported" + (done.isEmpty ? "" : " (the keys saved before it were removed again)")
                                                : "these could not be removed again and stay imported: " + kept.joined(separator: ", ")))
             }
-            let kind = factor.kind == .hotp ? "HOTP" : "TOTP"
+            let kind = "\(factor.kind.name)".uppercased()
             Audit.log("imported PSKC key \(Audit.safe(assignments[n].serial)) from \(Audit.safe(file)) as \(kind) factor \"\(Audit.safe(labels[n]))\"",
                       context: context)
             done.append(n)

@@ -41,16 +41,16 @@ struct List: Command {
         // COUNTER column only where a token's counter is shown (to root).
         let views = record.factors.map { FactorView($0, state: state, fleet: store.isFleet, root: getuid() == 0) }
         let serials = record.factors.contains { !$0.serial.isEmpty }
-        let destinations = record.factors.contains { $0.kind.isOutOfBand }
+        let destinations = record.factors.contains { $0.destination != nil }
         let counters = views.contains { $0.counter != nil }
         var rows = [["LABEL"] + (serials ? ["SERIAL"] : []) + (destinations ? ["DESTINATION"] : [])
                     + ["ALGORITHM", "DIGITS", "PERIOD"] + (counters ? ["COUNTER"] : []) + ["CREATED", "LAST USED"]]
         for (f, v) in zip(record.factors, views) {
-            let destination = f.kind.isOutOfBand ? shown(showDestinations ? f.destination : f.maskedDestination) : "-"
+            let destination = f.destination.map { shown(showDestinations ? $0 : f.maskedDestination) } ?? "-"
             var row: [String] = [shown(f.label)]
             if serials { row.append(serialColumn(f.serial)) }
             if destinations { row.append(destination) }
-            row += [algorithmColumn(f.kind, f.parameters.algorithm.name), v.digitsText, v.periodText]
+            row += [v.algorithmColumn, v.digitsText, v.periodText]
             if counters { row.append(v.counterText) }
             row += [formatTime(f.created), v.lastUsedText]
             rows.append(row)
@@ -72,17 +72,6 @@ struct List: Command {
 /// The SERIAL column of `list` and `status`: the serial number, escaped like a label; - for none.
 func serialColumn(_ serial: [UInt8]) -> String {
     serial.isEmpty ? "-" : shown(serial)
-}
-
-/// The ALGORITHM column of `list` and `status`: SHA1, HOTP-SHA1 for a counter-based factor,
-/// SMS or EMAIL for a sent code.
-func algorithmColumn(_ kind: FactorKind, _ algorithm: String) -> String {
-    switch kind {
-    case .totp: return algorithm.uppercased()
-    case .hotp: return "HOTP-" + algorithm.uppercased()
-    case .sms: return "SMS"
-    case .email: return "EMAIL"
-    }
 }
 
 /// "2026-11-21 14:03 UTC" (or another strftime format), in UTC.

@@ -79,7 +79,7 @@ struct Status: Command {
             let uid = record.uid.map { "uid \($0)" } ?? "uid not bound yet"
             out += "\(name) (\(uid)): \(record.factors.count) factor\(record.factors.count == 1 ? "" : "s")\n"
             let serials = r.factors.contains { !$0.serial.isEmpty }  // a SERIAL column only where there is one
-            let destinations = r.factors.contains { $0.kind.isOutOfBand }  // a DESTINATION column likewise (masked)
+            let destinations = r.factors.contains { !$0.destination.isEmpty }  // a DESTINATION column likewise (masked)
             let counters = r.factors.contains { $0.view.counter != nil }  // a COUNTER column where a token's is shown (root)
             var rows = [["  LABEL"] + (serials ? ["SERIAL"] : []) + (destinations ? ["DESTINATION"] : [])
                         + ["ALGORITHM", "DIGITS", "PERIOD"] + (counters ? ["COUNTER"] : []) + ["CREATED", "LAST USED", "DRIFT"]]
@@ -88,7 +88,7 @@ struct Status: Command {
                 var row: [String] = ["  " + shown(f.label)]
                 if serials { row.append(serialColumn(f.serial)) }
                 if destinations { row.append(f.destination.isEmpty ? "-" : shown(f.destination)) }
-                row += [algorithmColumn(f.kind, f.algorithm), v.digitsText, v.periodText]
+                row += [v.algorithmColumn, v.digitsText, v.periodText]
                 if counters { row.append(v.counterText) }
                 row += [formatTime(f.created), v.lastUsedText, v.driftColumn]
                 rows.append(row)
@@ -146,7 +146,7 @@ struct Status: Command {
                     ("label", JSON.string(f.label)),
                     ("serial", f.serial.isEmpty ? "null" : JSON.string(f.serial)),
                     ("destination", f.destination.isEmpty ? "null" : JSON.string(f.destination)),
-                    ("algorithm", JSON.string(Array(f.algorithm.utf8))),
+                    ("algorithm", v.algorithm.map { JSON.string(Array($0.utf8)) } ?? "null"),
                     ("digits", v.digits.map { "\($0)" } ?? "null"),
                     ("period", v.period.map { "\($0)" } ?? "null"),
                     ("created", "\(f.created)"),
@@ -181,7 +181,6 @@ struct UserReport {
         var label: [UInt8]
         /// A hardware token's serial number (empty: none); not a secret.
         var serial: [UInt8]
-        var algorithm: String
         var created: Int64
         /// What the kind's fields say (period, digits, counter, last used, drift).
         var view: FactorView
@@ -214,7 +213,7 @@ struct UserReport {
         guard let status = r.status else { return r }
         let (record, state) = (status.record, status.state)
         for f in record.factors {
-            r.factors.append(FactorReport(kind: f.kind, label: f.label, serial: f.serial, algorithm: f.parameters.algorithm.name,
+            r.factors.append(FactorReport(kind: f.kind, label: f.label, serial: f.serial,
                                           created: f.created, view: FactorView(f, state: state, fleet: store.isFleet, root: getuid() == 0),
                                           destination: f.maskedDestination))
         }

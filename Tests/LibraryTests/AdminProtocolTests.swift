@@ -49,12 +49,11 @@ final class AdminProtocolTests: XCTestCase {
     }
 
     /// A status leaves the daemon without any secret or recovery hash: the frame does not hold
-    /// the bytes, and what decodes has placeholders.
+    /// the bytes, and what decodes has none (no stand-in either).
     func testAStatusCarriesNoSecret() throws {
         var rng = SplitMix64(seed: 5)
         let (_, set) = RecoverySet.generate(count: 10, iterations: 1_000, using: &rng)
-        var record = UserRecord(uid: 1000, id: 9, factors: [try factor(), try factor("key", secret: [UInt8](repeating: 0xA5, count: 64))], recovery: set)
-        record.factors[0].secret = secret
+        let record = UserRecord(uid: 1000, id: 9, factors: [try factor(secret: secret), try factor("key", secret: [UInt8](repeating: 0xA5, count: 64))], recovery: set)
         var state = UserState()
         state.sequence = 12
         state.failures = 3
@@ -75,9 +74,9 @@ final class AdminProtocolTests: XCTestCase {
         XCTAssertEqual(back.state, state)
         XCTAssertEqual(back.record.uid, 1000)
         XCTAssertEqual(back.record.factors.map(\.label), record.factors.map(\.label))
-        XCTAssertEqual(back.record.factors.map(\.parameters), record.factors.map(\.parameters))
-        XCTAssertEqual(back.record.factors.map(\.enrolledStep), record.factors.map(\.enrolledStep))
-        XCTAssertTrue(back.record.factors.allSatisfy { $0.secret == AdminCodec.placeholderSecret })
+        XCTAssertEqual(back.record.factors.map(\.otpKey?.parameters), record.factors.map(\.otpKey?.parameters))
+        XCTAssertEqual(back.record.factors.map(\.data.enrolledStep), record.factors.map(\.data.enrolledStep))
+        XCTAssertTrue(back.record.factors.allSatisfy { $0.otpKey?.secret.isEmpty ?? true })
         XCTAssertEqual(back.record.recovery?.id, set.id)
         XCTAssertEqual(back.record.recovery?.hashes.count, 10)
         XCTAssertEqual(back.record.recovery?.hashes.allSatisfy(\.isEmpty), true)
@@ -171,7 +170,7 @@ final class AdminProtocolTests: XCTestCase {
         XCTAssertThrowsError(try AdminReply.decode(request), "a request is not a reply")
         // A factor out of range inside an otherwise well-formed frame.
         var badDigits = request
-        let digitsAt = 6 + 1 + 1 + user.count + 4 + 1 + 1 + 5 + 1  // ... uid, kind, label "phone", algorithm
+        let digitsAt = 6 + 1 + 1 + user.count + 4 + 1 + 1 + 5 + 8 + 1 + 1  // ... uid, kind, label "phone", created, no serial, algorithm
         XCTAssertEqual(badDigits[digitsAt], 8)
         badDigits[digitsAt] = 9
         XCTAssertThrowsError(try AdminRequest.decode(badDigits))
@@ -216,7 +215,7 @@ final class AdminProtocolTests: XCTestCase {
         guard case .status(let s?) = service.handleAdmin(.status(user: user), peer: PeerCredentials(uid: 0, pid: 1), at: 0, using: &rng).reply else {
             return XCTFail("root's status")
         }
-        XCTAssertEqual(s.record.factors.first?.secret, AdminCodec.placeholderSecret)
+        XCTAssertEqual(s.record.factors.first?.otpKey?.secret, [], "no secret, and no stand-in for one")
         // A name that cannot be a record name is an error, not a path.
         guard case .failed(.invalidUserName) = service.handleAdmin(.purge(user: Array("../x".utf8)), peer: PeerCredentials(uid: 0, pid: 1),
                                                                     at: 0, using: &rng).reply else { return XCTFail("../x") }
@@ -352,7 +351,7 @@ final class AdminProtocolTests: XCTestCase {
         ]
         for (name, op) in change {
             XCTAssertTrue(message { try op(store(sent: true, reply: nil)) }.contains("may have been made"), name)
-            XCTAssertTrue(message { try op(store(sent: true, reply: [0x50, 0x54, 0x42, 0x31, 0, 1])) }.contains("may have been made"),
+            XCTAssertTrue(message { try op(store(sent: true, reply: DaemonProtocol.adminReplyMagic + [0, 1])) }.contains("may have been made"),
                           "\(name): a cut reply")
             let unsent = message { try op(store(sent: false, reply: nil)) }
             XCTAssertFalse(unsent.contains("may have been made"), "\(name): never sent: \(unsent)")

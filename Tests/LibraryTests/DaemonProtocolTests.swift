@@ -194,8 +194,8 @@ final class DaemonProtocolTests: XCTestCase {
         XCTAssertNil(try store.read(user: Array("carol".utf8)), "a wrong code saves nothing")
         XCTAssertEqual(enrol("carol", .enrolAtLogin, answer: right, peer: 0), .firstFactor(.enrolled))
         let record = try XCTUnwrap(try store.read(user: Array("carol".utf8)))
-        XCTAssertEqual(record.factors.map(\.secret), [secret])
-        XCTAssertEqual(record.factors.first?.enrolledStep, UInt64(t / 30), "the proving step is used")
+        XCTAssertEqual(record.factors.map { $0.otpKey?.secret ?? [] }, [secret])
+        XCTAssertEqual(record.factors.first?.data.enrolledStep, UInt64(t / 30), "the proving step is used")
         XCTAssertEqual(record.uid, 1003)
         let next = try TOTP.code(secret: Array("0123456789abcdefghij".utf8), parameters: .default, at: t)
         let other = DaemonRequest(operation: .enrolAtLogin, service: Array("sshd".utf8), user: Array("carol".utf8),

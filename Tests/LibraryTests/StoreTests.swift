@@ -73,8 +73,8 @@ final class StoreTests: XCTestCase {
         let r = try UserRecord.parse(Array(v1.utf8))
         XCTAssertNil(r.uid)
         XCTAssertEqual(r.id, 0)
-        XCTAssertEqual(r.factors.map(\.enrolledStep), [0])
-        XCTAssertEqual(r.factors.first?.secret, Array("12345678901234567890".utf8))
+        XCTAssertEqual(r.factors.map(\.data.enrolledStep), [0])
+        XCTAssertEqual(r.factors.first?.otpKey?.secret, Array("12345678901234567890".utf8))
         XCTAssertTrue(r.belongs(toAccount: 1000))
         // A bound version-2 record belongs to its uid only.
         var bound = r

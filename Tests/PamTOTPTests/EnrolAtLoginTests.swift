@@ -65,9 +65,9 @@ final class EnrolAtLoginTests: XCTestCase {
         let parsed = try OTPAuthURI(parsing: Array(uri.value.utf8))
         let record = try XCTUnwrap(try store.read(user: Array("nobody".utf8)))
         XCTAssertEqual(record.factors.count, 1)
-        XCTAssertEqual(record.factors[0].secret, parsed.secret)
+        XCTAssertEqual(record.factors[0].otpKey?.secret, parsed.secret)
         XCTAssertEqual(record.uid, 65534, "bound to the account")
-        XCTAssertEqual(record.factors[0].enrolledStep, UInt64(time(nil) / 30))
+        XCTAssertEqual(record.factors[0].data.enrolledStep, UInt64(time(nil) / 30))
         // The same code cannot log in again; the next one can, at an ordinary prompt.
         let same = try TOTP.code(secret: parsed.secret, parameters: .default, at: Int64(time(nil)))
         let replay = Conversation(answer: same)
@@ -148,10 +148,10 @@ final class EnrolAtLoginTests: XCTestCase {
         XCTAssertTrue(r.stdout.contains("libqrencode.so.4"), "the enrolment path loads libqrencode")
         let scanned = try XCTUnwrap(r.stdout.split(separator: "\n").first { $0.hasPrefix("URI ") }).dropFirst(4)
         let record = try XCTUnwrap(try store.read(user: Array("nobody".utf8)))
-        XCTAssertEqual(record.factors.first?.secret, try OTPAuthURI(parsing: Array(scanned.utf8)).secret)
+        XCTAssertEqual(record.factors.first?.otpKey?.secret, try OTPAuthURI(parsing: Array(scanned.utf8)).secret)
 
         // An ordinary login of the now enrolled user never loads it.
-        let next = String(decoding: try TOTP.code(secret: record.factors[0].secret, parameters: .default, at: Int64(time(nil)) + 30), as: UTF8.self)
+        let next = String(decoding: try TOTP.code(secret: record.factors[0].otpKey?.secret ?? [], parameters: .default, at: Int64(time(nil)) + 30), as: UTF8.self)
         let login = try runCommand(["env", "LD_DEBUG=libs", "pamtester", service, "nobody", "authenticate"], input: next + "\n")
         XCTAssertEqual(login.status, 0, login.stdout + login.stderr)
         XCTAssertTrue(login.stderr.contains("pam_totp.so"), "LD_DEBUG shows the module being loaded")
@@ -193,7 +193,7 @@ final class EnrolAtLoginTests: XCTestCase {
         XCTAssertTrue(server.log().contains("Accepted keyboard-interactive/pam for \(user.name) from 127.0.0.1"), server.log())
         let scanned = try XCTUnwrap(right.stdout.split(separator: "\n").first { $0.hasPrefix("URI ") }).dropFirst(4)
         let record = try XCTUnwrap(try userStore.read(user: Array(user.name.utf8)))
-        XCTAssertEqual(record.factors.first?.secret, try OTPAuthURI(parsing: Array(scanned.utf8)).secret)
+        XCTAssertEqual(record.factors.first?.otpKey?.secret, try OTPAuthURI(parsing: Array(scanned.utf8)).secret)
         XCTAssertEqual(record.uid, getpwnam(user.name).map { $0.pointee.pw_uid })
     }
 

@@ -48,7 +48,7 @@ final class EnrollTests: XCTestCase {
         XCTAssertEqual(r3.status, 0, r3.stderr)
         let rec = try XCTUnwrap(try record())
         XCTAssertEqual(rec.factors.map { String(decoding: $0.label, as: UTF8.self) }, ["phone"])
-        XCTAssertEqual(rec.factors.first?.secret, try Base32.decode(Array(secretB32.utf8)))
+        XCTAssertEqual(rec.factors.first?.otpKey?.secret, try Base32.decode(Array(secretB32.utf8)))
         // The same name again is refused before anything is shown.
         let r4 = try enroll(["--secret", secretB32, "--name", "phone", "--code", try oathCode(), "--qr", "none"])
         XCTAssertNotEqual(r4.status, 0)

@@ -202,7 +202,7 @@ final class FleetCLITests: XCTestCase {
         let fleet = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)), callerClock: true)
         let status = try XCTUnwrap(try fleet.status(user: user))
         XCTAssertEqual(status.record.factors.map(\.label), [Array("phone".utf8), Array("key".utf8)])
-        XCTAssertEqual(status.record.factors[1].parameters, eight)
+        XCTAssertEqual(status.record.factors[1].otpKey?.parameters, eight)
         XCTAssertEqual(status.state.failures, 1)
         func fleetLogin(_ answer: [UInt8], at time: Int64 = t) throws -> AuthOutcome {
             fleet.authenticate(answer: answer, at: time, options: o, process: 1, enrollment: try fleet.lookup(user: user, accountUID: 0))

@@ -59,7 +59,7 @@ final class HOTPLoginTests: XCTestCase {
         XCTAssertEqual(added.status, 0, added.stderr)
         let record = try XCTUnwrap(try Store(path: Array(store.path.utf8)).read(user: Array("nobody".utf8)))
         XCTAssertEqual(record.factors.map(\.kind), [.hotp])
-        XCTAssertEqual(record.factors.first?.counter, 6, "saved with its counter past the code that proved it")
+        XCTAssertEqual(record.factors.first?.hotpCounter, 6, "saved with its counter past the code that proved it")
 
         try "auth required \(moduleURL.path) store=\(store.path) hotp_window=3 max_failures=100 lockout=0\n"
             .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)

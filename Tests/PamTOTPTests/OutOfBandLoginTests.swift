@@ -493,6 +493,8 @@ final class OutOfBandLoginTests: XCTestCase {
         XCTAssertTrue(full.stdout.contains(number), full.stdout)
         let json = try runCommand(enroll + ["status", "--json"])
         XCTAssertTrue(json.stdout.contains("\"destination\":\"+1******1234\""), json.stdout)
+        // A phone has no key: no algorithm or digits of its own (it showed a placeholder's "sha1").
+        XCTAssertTrue(json.stdout.contains("\"algorithm\":null,\"digits\":null"), json.stdout)
         XCTAssertTrue(json.stdout.contains("\"codes_sent_last_hour\":2"), json.stdout)
     }
 }

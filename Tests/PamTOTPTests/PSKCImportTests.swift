@@ -192,9 +192,9 @@ final class PSKCImportTests: XCTestCase {
         // HOTP: saved with the file's counter; the token's next code (counter 5) logs in once.
         let h = try XCTUnwrap(try record("nobody")?.factor(labelled: Array("H-1".utf8)))
         XCTAssertEqual(h.kind, .hotp)
-        XCTAssertEqual(h.counter, 5)
-        XCTAssertEqual(h.parameters, try OTPParameters(algorithm: .sha1, digits: 6, period: 30))
-        XCTAssertEqual(hex(h.secret), hotpHex)
+        XCTAssertEqual(h.hotpCounter, 5)
+        XCTAssertEqual(h.otpKey?.parameters, try OTPParameters(algorithm: .sha1, digits: 6, period: 30))
+        XCTAssertEqual(hex(h.otpKey?.secret ?? []), hotpHex)
         let now = Int64(time(nil))
         let code5 = try oathtool(["--hotp", "-c", "5", hotpHex])
         XCTAssertFalse(isSuccess(try login("nobody", try oathtool(["--hotp", "-c", "4", hotpHex]), at: now)), "a code before the file's counter")
@@ -204,8 +204,8 @@ final class PSKCImportTests: XCTestCase {
         // TOTP: SHA-256, 8 digits; the current step counts as used, the next one logs in.
         let t = try XCTUnwrap(try record("daemon")?.factor(labelled: Array("T-1".utf8)))
         XCTAssertEqual(t.kind, .totp)
-        XCTAssertEqual(t.parameters, try OTPParameters(algorithm: .sha256, digits: 8, period: 30))
-        XCTAssertEqual(hex(t.secret), totpHex)
+        XCTAssertEqual(t.otpKey?.parameters, try OTPParameters(algorithm: .sha256, digits: 8, period: 30))
+        XCTAssertEqual(hex(t.otpKey?.secret ?? []), totpHex)
         let next = (now / 30 + 1) * 30
         let totpCode = try oathtool(["--totp=sha256", "--digits=8", "-N", "@\(next)", totpHex])
         XCTAssertTrue(isSuccess(try login("daemon", totpCode, at: next)))
@@ -238,9 +238,9 @@ final class PSKCImportTests: XCTestCase {
         XCTAssertEqual(r.status, 0, r.stderr)
         assertNoSecret(r)
         let rec = try XCTUnwrap(try record("nobody"))
-        XCTAssertEqual(rec.factor(labelled: Array("H-1".utf8)).map { hex($0.secret) }, hotpHex)
-        XCTAssertEqual(rec.factor(labelled: Array("H-1".utf8))?.counter, 5)
-        XCTAssertEqual(rec.factor(labelled: Array("T-1".utf8)).map { hex($0.secret) }, totpHex)
+        XCTAssertEqual(rec.factor(labelled: Array("H-1".utf8)).map { hex($0.otpKey?.secret ?? []) }, hotpHex)
+        XCTAssertEqual(rec.factor(labelled: Array("H-1".utf8))?.hotpCounter, 5)
+        XCTAssertEqual(rec.factor(labelled: Array("T-1".utf8)).map { hex($0.otpKey?.secret ?? []) }, totpHex)
         XCTAssertTrue(isSuccess(try login("nobody", try oathtool(["--hotp", "-c", "5", hotpHex]), at: Int64(time(nil)))))
     }
 
@@ -256,7 +256,7 @@ final class PSKCImportTests: XCTestCase {
         let r = try importPSKC(file, ["--assign", "H-1=nobody", "--passphrase-file", right.path, "--name", "fob"])
         XCTAssertEqual(r.status, 0, r.stderr)
         assertNoSecret(r)
-        XCTAssertEqual(try record("nobody")?.factor(labelled: Array("fob".utf8)).map { hex($0.secret) }, hotpHex)
+        XCTAssertEqual(try record("nobody")?.factor(labelled: Array("fob".utf8)).map { hex($0.otpKey?.secret ?? []) }, hotpHex)
     }
 
     func testRefusedForAnyoneButRoot() throws {
@@ -376,7 +376,7 @@ final class PSKCImportTests: XCTestCase {
         let t = try XCTUnwrap(warnings.first { $0.contains("serial T-1") }, r.stderr)
         XCTAssertTrue(t.contains("TimeInterval (30)") && !t.contains("Counter"), String(t))
         // Imported as the file says: the MAC could not tell.
-        XCTAssertEqual(try record("nobody")?.factor(labelled: Array("H-1".utf8))?.counter, 1)
+        XCTAssertEqual(try record("nobody")?.factor(labelled: Array("H-1".utf8))?.hotpCounter, 1)
 
         // The counter encrypted too: covered by its ValueMAC, so a change to it imports
         // nothing, and the untouched file imports without a warning.
@@ -398,7 +398,7 @@ final class PSKCImportTests: XCTestCase {
         let ok = try importPSKC(covered, ["--assign", "C-1=bin", "--key-file", keyFile.path])
         XCTAssertEqual(ok.status, 0, ok.stderr)
         XCTAssertFalse(ok.stderr.contains("warning"), ok.stderr)
-        XCTAssertEqual(try record("bin")?.factor(labelled: Array("C-1".utf8))?.counter, 7)
+        XCTAssertEqual(try record("bin")?.factor(labelled: Array("C-1".utf8))?.hotpCounter, 7)
 
         // No encryption: nothing is authenticated, said once.
         let plain = try pskcFile("plain.xml", [Key(serial: "P-1", algorithm: Self.hotpURI, secretHex: hotpHex, counter: 3)])

@@ -1,0 +1,25 @@
+import MFACrypto
+import MFAPolicy
+import MFASystem
+
+// A TOTP factor's line in a record (MFAPolicy/TOTPFactor.swift is the kind):
+// `factor <label> <sha1|sha256|sha512> <digits> <period> <created> <enrolled step> <secret, Base32>`
+// (version 1 has no enrolled step).
+extension TOTPFactor {
+    static let recordKeyword: StaticString = "factor"
+
+    func appendRecordFields(created: Int64, to out: inout [UInt8]) {
+        RecordFields.appendKeyHead(key, to: &out)
+        RecordFields.appendNumbers([key.parameters.period, UInt64(bitPattern: created), enrolledStep], secret: key.secret, to: &out)
+    }
+
+    static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (created: Int64, data: FactorData) {
+        try r.expect(r.version == 2 ? 8 : 7)
+        let key = try r.key(period: r.number(4, limit: OTPParameters.periodRange.upperBound))
+        guard let created = r.number(5, limit: UInt64(Int64.max)),
+              let enrolledStep = r.version == 2 ? r.number(6, limit: UInt64.max) : 0 else {
+            throw .corruptRecord("bad factor number")
+        }
+        return (Int64(created), .totp(TOTPFactor(key: key, enrolledStep: enrolledStep)))
+    }
+}
