@@ -58,7 +58,7 @@ FUZZ_SOURCES := $(addprefix $(FUZZ_DIR)/src/,$(notdir $(FUZZ_INPUTS)))
 FUZZ_OBJECTS := $(FUZZ_DIR)/cspawn.o
 
 BUILD_DEPS  := libpam0g-dev libqrencode-dev libpq-dev
-TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 python3-pskc groff-base util-linux libmagickcore-6.q16-6-extra uidmap msmtp python3-aiosmtpd curl gammu-smsd strace freeradius freeradius-utils openvpn
+TEST_DEPS   := postgresql-15 postgresql-client-15 openssl iproute2 valgrind i3lock xvfb xdotool x11-utils pamtester oathtool faketime libpam-google-authenticator zbar-tools openssh-server openssh-client expect python3 python3-pskc groff-base util-linux libmagickcore-6.q16-6-extra uidmap msmtp python3-aiosmtpd curl gammu-smsd strace freeradius freeradius-utils openvpn pgbouncer
 DEB_DEPS    := debhelper dpkg-dev fakeroot lintian
 DEB_TEST_DEPS := debootstrap
 BENCH_DEPS  := valgrind hyperfine time libpam-google-authenticator pamtester oathtool faketime strace

@@ -26,7 +26,10 @@
     X(char *, PQgetvalue, (const PGresult *r, int t, int f), (r, t, f)) \
     X(char *, PQresultErrorField, (const PGresult *r, int f), (r, f)) \
     X(PQconninfoOption *, PQconninfoParse, (const char *s, char **e), (s, e)) \
-    X(PGnotify *, PQnotifies, (PGconn *c), (c))
+    X(PGnotify *, PQnotifies, (PGconn *c), (c)) \
+    X(int, PQenterPipelineMode, (PGconn *c), (c)) \
+    X(int, PQexitPipelineMode, (PGconn *c), (c)) \
+    X(int, PQpipelineSync, (PGconn *c), (c))
 
 #define CPQ_VOID_FUNCTIONS(X) \
     X(PQfinish, (PGconn *c), (c)) \

@@ -74,15 +74,15 @@ public final class ConnectionPool: @unchecked Sendable {
     /// timeout, which would double the wait.
     public func read(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
         do throws(PQError) {
-            return try with { (c) throws(PQError) in try c.execute(sql, parameters) }
+            return try with { (c) throws(PQError) in try c.call(sql, parameters) }
         } catch {
             guard error.connectionLost, !error.timedOut else { throw error }
-            return try with { (c) throws(PQError) in try c.execute(sql, parameters) }
+            return try with { (c) throws(PQError) in try c.call(sql, parameters) }
         }
     }
 
     public func write(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
-        try with { (c) throws(PQError) in try c.execute(sql, parameters) }
+        try with { (c) throws(PQError) in try c.call(sql, parameters) }
     }
 }
 
@@ -97,6 +97,8 @@ public enum Migrator {
         let c = try PQConnection(conninfo: conninfo, timeoutMilliseconds: 10_000, statementTimeoutMilliseconds: 120_000)
         _ = try c.execute("BEGIN")
         do throws(PQError) {
+            // Its deadline, for this transaction only (rule 19).
+            _ = try c.execute("SET LOCAL statement_timeout = 120000")
             // One migrator at a time, cluster-wide for this database.
             _ = try c.execute("SET LOCAL client_min_messages = warning")
             _ = try c.execute("SELECT pg_advisory_xact_lock(727716180)")
@@ -424,8 +426,8 @@ public final class PostgresStore: TOTPStore {
         do throws(PQError) {
             if callerClock {
                 rows = try pool.with { (c) throws(PQError) -> [[String?]] in
-                    let attempt = try c.execute("SELECT pam_totp_api.login_begin_at(\(placeholders))", params)
-                    return try c.execute("SELECT * FROM pam_totp_api.login_finish($1)", [.text(attempt.first?.first.flatMap { $0 } ?? "")])
+                    let attempt = try c.call("SELECT pam_totp_api.login_begin_at(\(placeholders))", params)
+                    return try c.call("SELECT * FROM pam_totp_api.login_finish($1)", [.text(attempt.first?.first.flatMap { $0 } ?? "")])
                 }
             } else {
                 // p_previous by name: it follows the procedure's INOUT arguments.

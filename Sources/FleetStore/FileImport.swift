@@ -63,30 +63,30 @@ public enum FileImport {
                 for f in record.factors {
                     guard let key = f.otpKey, let enrolled = f.data.usedAtEnrolment else {
                         // A phone or address, proved at its enrolment on the file host (a code sent and typed back).
-                        _ = try c.execute("SELECT pam_totp_api.import_destination($1, $2, $3, $4, $5, $6)", [
+                        _ = try c.call("SELECT pam_totp_api.import_destination($1, $2, $3, $4, $5, $6)", [
                             .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text("\(f.kind.name)"),
                             .text(String(decoding: f.destination ?? [], as: UTF8.self)), .text(String(f.created))])
                         continue
                     }
                     // The last used step (TOTP) or counter (HOTP; -1: none yet).
                     let last = state.lastUsedStep(of: f).map { Int64(clamping: $0) } ?? enrolled
-                    _ = try c.execute("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", [
+                    _ = try c.call("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", [
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(key.parameters.algorithm.name),
                         .text(String(key.parameters.digits)), .text(String(key.parameters.period)), .text(String(f.created)),
                         .text(String(last)), .bytea(key.secret), .text("\(f.kind.name)"), PostgresStore.serial(f)])
                     // The learned clock drift (only a TOTP factor's entry has one).
                     let drift = state.drift(forLabel: f.label)
-                    _ = try c.execute("SELECT pam_totp_api.import_last_step($1, $2, $3, $4)",
+                    _ = try c.call("SELECT pam_totp_api.import_last_step($1, $2, $3, $4)",
                                       [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last)),
                                        .text(String(drift))])
                 }
                 var used: UInt32 = 0
                 if let set = record.recovery {
-                    _ = try c.execute("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7)",
+                    _ = try c.call("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7)",
                                       [.text(user), .text(String(uid))] + store.recoveryParameters(set) + [.null])
                     used = state.usedRecovery(set: set.id)
                 }
-                _ = try c.execute("SELECT pam_totp_api.import_state($1, $2, $3, $4)",
+                _ = try c.call("SELECT pam_totp_api.import_state($1, $2, $3, $4)",
                                   [.text(user), .text(String(state.failures)), .text(String(state.lockedUntil)), .text(String(used))])
                 _ = try c.execute("COMMIT")
             } catch {

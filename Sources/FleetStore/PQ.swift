@@ -110,7 +110,9 @@ public final class PQConnection: @unchecked Sendable {
     public let statementTimeoutMilliseconds: Int
 
     /// Connects within `timeoutMilliseconds` (libpq's own connect_timeout as well, unless
-    /// CONNINFO sets one), then sets the server-side statement_timeout.
+    /// CONNINFO sets one). Nothing is set on the session: a pooler (PgBouncer in transaction
+    /// mode) hands a session's server connection to other clients, and hands this client other
+    /// server connections; each `call` carries its own deadline (`statementTimeoutMilliseconds`).
     public init(conninfo: String, timeoutMilliseconds: Int = 2_000, statementTimeoutMilliseconds: Int = 3_000) throws(PQError) {
         self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
         try PQLibrary.load()
@@ -133,10 +135,6 @@ public final class PQConnection: @unchecked Sendable {
             do throws(PQError) { try wait(events, deadline: deadline, doing: "connecting") } catch { finish(); throw error }
             status = cpq_PQconnectPoll(c)
         }
-        do throws(PQError) {
-            _ = try execute("SELECT set_config('statement_timeout', $1, false)", [.text(String(statementTimeoutMilliseconds))],
-                            timeoutMilliseconds: timeoutMilliseconds)
-        } catch { finish(); throw error }
     }
 
     deinit { finish() }
@@ -207,59 +205,134 @@ public final class PQConnection: @unchecked Sendable {
         return drain()
     }
 
-    /// Runs one statement with text parameters; returns its rows (text values, nil for NULL).
-    /// On a lost connection or timeout the connection is closed (`isBroken`).
+    /// Runs one statement with its own deadline (rule 19: a deadline lives in the transaction):
+    /// in one round trip (libpq's pipeline mode), `set_config('statement_timeout', ms, true)`,
+    /// then the statement, then one Sync. Both run in one transaction (the extended protocol's
+    /// implicit one, or the caller's block), so the setting ends with it: no session, and so no
+    /// server connection a pooler shares, keeps it, and the server cancels the statement at
+    /// the deadline whichever server connection runs it. A procedure that commits inside (CALL
+    /// login) is still under it: the server arms the timeout when the statement starts. Returns
+    /// the statement's rows; on a lost connection or timeout the connection is closed (`isBroken`).
+    public func call(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
+        let c = try connected()
+        let deadline = monotonicMilliseconds() + Int64(statementTimeoutMilliseconds + 500)
+        guard cpq_PQenterPipelineMode(c) == 1 else { let e = lastError("cannot enter pipeline mode"); finish(); throw e }
+        let literals = parameters.map { $0.literal }
+        let timeoutSent = withOptionalCStrings([String(statementTimeoutMilliseconds)]) { values in
+            cpq_PQsendQueryParams(c, "SELECT set_config('statement_timeout', $1, true)", 1, nil, values, nil, nil, 0)
+        }
+        let sentOK = timeoutSent == 1 && withOptionalCStrings(literals) { values in
+            cpq_PQsendQueryParams(c, sql, Int32(literals.count), nil, values, nil, nil, 0)
+        } == 1 && cpq_PQpipelineSync(c) == 1
+        guard sentOK else { let e = lastError("cannot send"); finish(); throw e }
+        try flush(c, deadline: deadline)
+        // The results: the deadline's, NULL, the statement's, NULL, then the Sync's.
+        var rows: [[String?]] = []
+        var failure: PQError? = nil
+        var query = 0
+        while true {
+            try awaitResult(c, deadline: deadline)
+            guard let result = cpq_PQgetResult(c) else {
+                query += 1
+                guard query <= 3 else { finish(); throw PQError(message: "no end to the call's results", sqlState: nil, connectionLost: true, sent: true) }
+                continue
+            }
+            defer { cpq_PQclear(result) }
+            let status = cpq_PQresultStatus(result)
+            if status == PGRES_PIPELINE_SYNC { break }
+            if query > 1 { continue }
+            if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK {
+                if query == 1 { rows = Self.rows(result) }
+            } else if failure == nil {
+                failure = status == PGRES_PIPELINE_ABORTED
+                    ? PQError(message: "not run: the call's deadline could not be set", sqlState: nil, connectionLost: false, sent: true)
+                    : error(of: result, c)
+            }
+        }
+        guard cpq_PQexitPipelineMode(c) == 1 else { let e = lastError("cannot leave pipeline mode"); finish(); throw e }
+        if cpq_PQstatus(c) != CONNECTION_OK { finish() }
+        if let failure { throw failure }
+        return rows
+    }
+
+    /// Runs SQL as it is, with no deadline of its own on the server: a script of several
+    /// statements (a migration: its own transaction sets one with SET LOCAL), transaction
+    /// control, LISTEN. Parameters, if any, go with it in the extended protocol. Returns the rows
+    /// of its results; on a lost connection or timeout the connection is closed (`isBroken`).
     public func execute(_ sql: String, _ parameters: [PQValue] = [],
                         timeoutMilliseconds: Int? = nil) throws(PQError) -> [[String?]] {
-        guard let c = conn, cpq_PQstatus(c) == CONNECTION_OK else {
-            throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false)
-        }
+        let c = try connected()
         let deadline = monotonicMilliseconds() + Int64(timeoutMilliseconds ?? statementTimeoutMilliseconds + 500)
         let literals = parameters.map { $0.literal }
-        // Without parameters: the simple protocol, which also runs a script of several
-        // statements (a migration).
+        // Without parameters: the simple protocol, which also runs a script of several statements.
         let sentOK: Int32 = literals.isEmpty ? cpq_PQsendQuery(c, sql) : withOptionalCStrings(literals) { values in
             cpq_PQsendQueryParams(c, sql, Int32(literals.count), nil, values, nil, nil, 0)
         }
         guard sentOK == 1 else { let e = lastError("cannot send"); finish(); throw e }
-        // Flush (a short statement fits the socket buffer; PQflush loops only if it did not).
-        while cpq_PQflush(c) == 1 {
-            do throws(PQError) { try wait(Int16(POLLOUT), deadline: deadline, doing: "sending") } catch { finish(); throw error }
-        }
+        try flush(c, deadline: deadline)
         var rows: [[String?]] = []
         var failure: PQError? = nil
         while true {
-            while cpq_PQisBusy(c) == 1 {
-                do throws(PQError) { try wait(Int16(POLLIN), deadline: deadline, doing: "waiting for the database") } catch {
-                    finish(); throw error
-                }
-                guard cpq_PQconsumeInput(c) == 1 else {
-                    var e = lastError("connection lost")
-                    e = PQError(message: e.message, sqlState: nil, connectionLost: true, sent: true, timedOut: e.timedOut)
-                    finish(); throw e
-                }
-            }
+            try awaitResult(c, deadline: deadline)
             guard let result = cpq_PQgetResult(c) else { break }
             defer { cpq_PQclear(result) }
             let status = cpq_PQresultStatus(result)
             if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK {
-                let n = cpq_PQntuples(result), m = cpq_PQnfields(result)
-                for i in 0..<n {
-                    var row: [String?] = []
-                    for j in 0..<m {
-                        row.append(cpq_PQgetisnull(result, i, j) == 1 ? nil : String(cString: cpq_PQgetvalue(result, i, j)))
-                    }
-                    rows.append(row)
-                }
+                rows += Self.rows(result)
             } else if failure == nil {
-                let state = cpq_PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-                let primary = cpq_PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "error"
-                failure = PQError(message: primary, sqlState: state, connectionLost: cpq_PQstatus(c) != CONNECTION_OK, sent: true)
+                failure = error(of: result, c)
             }
         }
         if cpq_PQstatus(c) != CONNECTION_OK { finish() }
         if let failure { throw failure }
         return rows
+    }
+
+    private func connected() throws(PQError) -> OpaquePointer {
+        guard let c = conn, cpq_PQstatus(c) == CONNECTION_OK else {
+            throw PQError(message: "not connected", sqlState: nil, connectionLost: true, sent: false)
+        }
+        return c
+    }
+
+    /// Flushes what was sent (a short statement fits the socket buffer; PQflush loops only if it did not).
+    private func flush(_ c: OpaquePointer, deadline: Int64) throws(PQError) {
+        while cpq_PQflush(c) == 1 {
+            do throws(PQError) { try wait(Int16(POLLOUT), deadline: deadline, doing: "sending") } catch { finish(); throw error }
+        }
+    }
+
+    /// Waits until a result can be taken without blocking.
+    private func awaitResult(_ c: OpaquePointer, deadline: Int64) throws(PQError) {
+        while cpq_PQisBusy(c) == 1 {
+            do throws(PQError) { try wait(Int16(POLLIN), deadline: deadline, doing: "waiting for the database") } catch {
+                finish(); throw error
+            }
+            guard cpq_PQconsumeInput(c) == 1 else {
+                var e = lastError("connection lost")
+                e = PQError(message: e.message, sqlState: nil, connectionLost: true, sent: true, timedOut: e.timedOut)
+                finish(); throw e
+            }
+        }
+    }
+
+    private static func rows(_ result: OpaquePointer) -> [[String?]] {
+        var rows: [[String?]] = []
+        let n = cpq_PQntuples(result), m = cpq_PQnfields(result)
+        for i in 0..<n {
+            var row: [String?] = []
+            for j in 0..<m {
+                row.append(cpq_PQgetisnull(result, i, j) == 1 ? nil : String(cString: cpq_PQgetvalue(result, i, j)))
+            }
+            rows.append(row)
+        }
+        return rows
+    }
+
+    private func error(of result: OpaquePointer, _ c: OpaquePointer) -> PQError {
+        let state = cpq_PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+        let primary = cpq_PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "error"
+        return PQError(message: primary, sqlState: state, connectionLost: cpq_PQstatus(c) != CONNECTION_OK, sent: true)
     }
 }
 

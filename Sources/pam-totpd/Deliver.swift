@@ -61,7 +61,7 @@ struct Deliver: Command {
                 if failures > 0 { Self.say(logger, "deliver: connected to the database again") }
                 failures = 0
                 while true {
-                    while let row = try c.execute("SELECT id, kind, destination, code, host, minutes FROM pam_totp_api.outbox_claim()").first {
+                    while let row = try c.call("SELECT id, kind, destination, code, host, minutes FROM pam_totp_api.outbox_claim()").first {
                         Self.send(row, programs, c, logger)
                     }
                     _ = try c.waitForNotification(timeoutMilliseconds: Self.pollMilliseconds)
@@ -94,7 +94,7 @@ struct Deliver: Command {
             : programs.send(kind, destination, code, minutes: minutes, host: host)
         let detail = failure.map { $0.why.string }
         do throws(PQError) {
-            _ = try c.execute("SELECT pam_totp_api.outbox_done($1, $2, $3)", [.text(id), .text(failure == nil ? "true" : "false"),
+            _ = try c.call("SELECT pam_totp_api.outbox_done($1, $2, $3)", [.text(id), .text(failure == nil ? "true" : "false"),
                                                                              detail.map { .text($0) } ?? .null])
         } catch {
             say(logger, "deliver: \(what): \(failure == nil ? "sent" : "not sent"), but the database was not told: \(error.message)", error: true)

@@ -36,5 +36,9 @@ PQconninfoOption *cpq_PQconninfoParse(const char *conninfo, char **errmsg);
 void cpq_PQconninfoFree(PQconninfoOption *connOptions);
 void cpq_PQfreemem(void *ptr);
 PGnotify *cpq_PQnotifies(PGconn *conn);
+// Pipeline mode (libpq 14 and later; Debian 12 has 15): a call and its deadline in one round trip.
+int cpq_PQenterPipelineMode(PGconn *conn);
+int cpq_PQexitPipelineMode(PGconn *conn);
+int cpq_PQpipelineSync(PGconn *conn);
 
 #endif
