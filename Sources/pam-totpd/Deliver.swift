@@ -27,9 +27,13 @@ struct Deliver: Command {
 
     init(_ arguments: Arguments) throws(CommandError) { config = arguments.string("--config") }
 
-    /// How long one wait for a notification lasts before the outbox is looked at anyway (a
-    /// notification missed while reconnecting, or a message left waiting by another deliverer).
-    static let pollMilliseconds = 30_000
+    /// How long one wait for a notification lasts before the outbox is looked at anyway: a
+    /// notification missed while reconnecting, a message left waiting by another deliverer,
+    /// and every notification behind a pooler in transaction mode (PgBouncer drops them: the
+    /// LISTEN's server connection is not this client's between transactions). One cheap call
+    /// every 2 s keeps a send within 3 s there (docs/FLEET.md: point deliver at PostgreSQL or a
+    /// session pool and the notification wakes it at once).
+    static let pollMilliseconds = 2_000
 
     func run() throws(CommandError) {
         Logger.bootstrap()

@@ -14,8 +14,7 @@ import XCTest
 /// spent, a success audited). Real PostgreSQL 15 and Debian's PgBouncer.
 final class FleetDeadlineTests: XCTestCase {
     var cluster: PostgresCluster!
-    var bouncer: SpawnedProcess?
-    var bouncerDirectory: URL?
+    var bouncer: PgBouncer?
     let db = "fleet"
     let secret = Array("deadlinesecret123456".utf8)
     let tina = Array("tina".utf8)
@@ -37,8 +36,7 @@ final class FleetDeadlineTests: XCTestCase {
     }
 
     override func tearDown() {
-        if let b = bouncer { kill(b.processIdentifier, SIGTERM); b.waitUntilExit() }
-        if let d = bouncerDirectory { removeTemporaryDirectory(d) }
+        bouncer?.stop()
         cluster?.stop()
         cluster = nil
     }
@@ -104,8 +102,9 @@ final class FleetDeadlineTests: XCTestCase {
     /// ran the host's first call is ended, PgBouncer opens another, and the next login still has
     /// its deadline.
     func testBehindPgBouncerALoginPastItsDeadlineChangesNothing() throws {
-        let port = try startPgBouncer()
-        let store = PostgresStore(pool: ConnectionPool(conninfo: "host=127.0.0.1 port=\(port) user=deadline_host dbname=\(db)"))
+        let b = try PgBouncer(cluster, database: db, users: ["deadline_host"])
+        bouncer = b
+        let store = PostgresStore(pool: ConnectionPool(conninfo: b.conninfo(user: "deadline_host", database: db)))
         awayFromStepBoundary(margin: 8)
         let wrong = try code() == Array("000000".utf8) ? Array("111111".utf8) : Array("000000".utf8)
         guard case .wrongCode = login(store, wrong) else {
@@ -131,42 +130,5 @@ final class FleetDeadlineTests: XCTestCase {
             XCTAssertEqual((error as? PQError)?.sqlState, "57014")
         }
         XCTAssertEqual(try pool.read("SELECT 1").first?.first ?? nil, "1")
-    }
-
-    /// Debian's PgBouncer as the postgres user (it refuses root), transaction pooling, one
-    /// server connection, checking a server connection before each use; returns its TCP port.
-    func startPgBouncer() throws -> Int {
-        let dir = try makeTemporaryDirectory("pamtotp-pgbouncer")
-        bouncerDirectory = dir
-        guard let pw = getpwnam("postgres") else { throw XCTSkip("no postgres user") }
-        let port = try freeTCPPort()
-        try "\"deadline_host\" \"\"\n\"postgres\" \"\"\n".write(toFile: dir.path + "/users.txt", atomically: true, encoding: .utf8)
-        try """
-            [databases]
-            \(db) = host=\(cluster.socketDirectory) port=\(cluster.port) dbname=\(db)
-            [pgbouncer]
-            listen_addr = 127.0.0.1
-            listen_port = \(port)
-            unix_socket_dir =
-            auth_type = trust
-            auth_file = \(dir.path)/users.txt
-            pool_mode = transaction
-            default_pool_size = 1
-            server_check_delay = 0
-            logfile = \(dir.path)/pgbouncer.log
-            pidfile = \(dir.path)/pgbouncer.pid
-
-            """.write(toFile: dir.path + "/pgbouncer.ini", atomically: true, encoding: .utf8)
-        for f in ["", "/users.txt", "/pgbouncer.ini"] { chown(dir.path + f, pw.pointee.pw_uid, pw.pointee.pw_gid) }
-        let null = open("/dev/null", O_RDWR)
-        defer { close(null) }
-        let p = SpawnedProcess()
-        try p.run(["/usr/sbin/runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", dir.path + "/pgbouncer.ini"], stdio: null)
-        bouncer = p
-        XCTAssertTrue(waitUntil(timeout: 10) {
-            (try? runCommand(["psql", "-X", "-A", "-t", "-h", "127.0.0.1", "-p", String(port), "-U", "deadline_host", "-d", self.db,
-                              "-c", "SELECT 1"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) == "1"
-        }, "PgBouncer answers: " + ((try? String(contentsOfFile: dir.path + "/pgbouncer.log", encoding: .utf8)) ?? ""))
-        return port
     }
 }
