@@ -117,6 +117,12 @@ public struct ModuleOptions: Equatable, Sendable {
     /// configuration file, which every caller's module reads, holds no credential.
     public var postgresqlFile: [UInt8]? = nil
     public static let maxConninfoLength = 4096
+    /// `db_connect_timeout = SECONDS` (1–120, default 5): how long pam-totpd waits for a new
+    /// database connection (TLS across a long link takes several round trips).
+    public var dbConnectTimeout = 5
+    /// `db_idle_timeout = SECONDS` (1–86400, default 60): pam-totpd closes a database
+    /// connection idle this long (a fleet of hosts holds no server connections it does not use).
+    public var dbIdleTimeout = 60
 
     public enum Backend: Equatable, Sendable {
         case files
@@ -299,7 +305,8 @@ public struct ModuleOptions: Equatable, Sendable {
             let name = line.firstIndex(of: ASCII.equals).map { Array(line[..<$0]) } ?? line
             if let current = section {
                 if equals(name, "store") || equals(name, "socket") || equals(name, "backend") || equals(name, "postgresql")
-                    || equals(name, "postgresql_file") || Self.isDaemonDelivery(name) {
+                    || equals(name, "postgresql_file") || equals(name, "db_connect_timeout") || equals(name, "db_idle_timeout")
+                    || Self.isDaemonDelivery(name) {
                     throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
                                          + printable(line))
                 }
@@ -466,6 +473,13 @@ public struct ModuleOptions: Equatable, Sendable {
             guard !fromFile else { throw .invalidOption(origin + "code_after_password is only allowed on a pam.d line") }
             guard let v = Self.flag(value) else { throw bad("code_after_password takes no value, or yes/no") }
             codeAfterPassword = v
+        } else if equals(name, "db_connect_timeout") || equals(name, "db_idle_timeout") {
+            guard fromFile else { throw .invalidOption(origin + printable(name) + "= is only allowed in the configuration file") }
+            let connect = equals(name, "db_connect_timeout")
+            guard let v = value, let n = parseDecimal(v, limit: 1_000_000), n >= 1, n <= (connect ? 120 : 86_400) else {
+                throw bad(connect ? "db_connect_timeout must be 1 to 120 seconds" : "db_idle_timeout must be 1 to 86400 seconds")
+            }
+            if connect { dbConnectTimeout = Int(n) } else { dbIdleTimeout = Int(n) }
         } else if equals(name, "postgresql_file") {
             guard fromFile else { throw .invalidOption(origin + "postgresql_file= is only allowed in the configuration file") }
             guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {

@@ -91,6 +91,8 @@ struct PamTOTPD: Command {
         let handle: RequestHandlerFunction
         let handleAdmin: AdminHandlerFunction
         let name: String
+        /// Run by the event loop at least every 10 s: fleet mode closes idle database connections.
+        var housekeeping: @Sendable () -> Void = {}
 
         init<S: TOTPStore>(_ service: DaemonService<S>, name: String) {
             handle = { request, peer, now in service.handleDeferring(request, peer: peer, at: now, account: AccountCache.shared.lookup) }
@@ -130,7 +132,9 @@ struct PamTOTPD: Command {
                                                        auditTrail: { (user, since, after, limit) throws(MFAError) -> [AuditEvent] in
                                                            try store.auditTrail(user: user, since: since, after: after, limit: limit)
                                                        }, trustedUIDs: trustedUIDs)
-            return Backend(service, name: "backend postgresql")
+            var backend = Backend(service, name: "backend postgresql")
+            backend.housekeeping = { store.pool.closeIdle() }
+            return backend
         }
     }
 
@@ -146,7 +150,7 @@ struct PamTOTPD: Command {
             guard chmod(socketPath, 0o666) == 0 else { throw DaemonError("cannot chmod \(socketPath): \(Errno.current.text.string)") }
         }
         let state = ServerState(limits: limits, handle: backend.handle, handleAdmin: backend.handleAdmin,
-                                pool: try WorkerPool(threads: limits.workers), logger: logger)
+                                pool: try WorkerPool(threads: limits.workers), logger: logger, housekeeping: backend.housekeeping)
         let server = try Server(state: state, listener: listener)
         logger.notice("listening on \(activated != nil ? "the socket systemd passed" : socketPath) (\(backend.name))")
         try server.run()
@@ -196,7 +200,8 @@ struct PamTOTPD: Command {
     /// 0600 file), one connection made to prove the server is there, then the pool.
     static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> PostgresStore {
         let conninfo = try fleetConninfo(site: site, configPath: configPath)
-        let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers)
+        let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers, connectTimeoutMilliseconds: site.dbConnectTimeout * 1000,
+                                  idleTimeoutMilliseconds: site.dbIdleTimeout * 1000)
         var failure: PQError? = nil
         do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.enrolled_uid('')") } catch { failure = error }
         if let e = failure {

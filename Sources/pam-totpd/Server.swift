@@ -26,6 +26,8 @@ final class ServerState: @unchecked Sendable {
     let handleAdmin: AdminHandlerFunction
     let pool: WorkerPool
     let logger: Logger
+    /// Run by the event loop after each wake-up (at least every 10 s).
+    let housekeeping: @Sendable () -> Void
     private struct Counters {
         var connections: Quota
         var queue: Quota
@@ -36,7 +38,8 @@ final class ServerState: @unchecked Sendable {
     private let counters: Locked<Counters>
 
     init(limits: Limits, handle: @escaping RequestHandlerFunction, handleAdmin: @escaping AdminHandlerFunction,
-         pool: WorkerPool, logger: Logger) {
+         pool: WorkerPool, logger: Logger, housekeeping: @escaping @Sendable () -> Void = {}) {
+        self.housekeeping = housekeeping
         self.limits = limits
         self.handle = handle
         self.handleAdmin = handleAdmin
@@ -273,6 +276,7 @@ final class Server: @unchecked Sendable {
                 }
             }
             expire(now: monotonicMilliseconds())
+            state.housekeeping()
             if let idle = state.limits.idleExitSeconds, connections.isEmpty, state.isIdle,
                monotonicMilliseconds() - lastActivity >= idle * 1000 {
                 state.logger.info("idle for a minute: exiting (systemd starts pam-totpd again on the next connection)")

@@ -38,4 +38,20 @@ final class FleetOptionsTests: XCTestCase {
             XCTAssertTrue(m.string.contains("test.conf:1"), m.string)
         }
     }
+
+    /// db_connect_timeout and db_idle_timeout (issue 38): seconds, from the file only, never in a section.
+    func testConnectionTimeouts() throws {
+        XCTAssertEqual(ModuleOptions().dbConnectTimeout, 5)
+        XCTAssertEqual(ModuleOptions().dbIdleTimeout, 60)
+        let o = try config("db_connect_timeout = 12\ndb_idle_timeout = 600\n")
+        XCTAssertEqual(o.dbConnectTimeout, 12)
+        XCTAssertEqual(o.dbIdleTimeout, 600)
+        XCTAssertEqual(try config("db_connect_timeout = 120\ndb_idle_timeout = 86400").dbIdleTimeout, 86_400)
+        for bad in ["db_connect_timeout = 0", "db_connect_timeout = 121", "db_connect_timeout", "db_connect_timeout = 5s",
+                    "db_idle_timeout = 0", "db_idle_timeout = 86401", "db_idle_timeout = -1",
+                    "[group wheel]\ndb_idle_timeout = 10", "[service sshd]\ndb_connect_timeout = 10"] {
+            XCTAssertThrowsError(try config(bad), bad)
+        }
+        XCTAssertThrowsError(try ModuleOptions.parse([Array("db_idle_timeout=10".utf8)]), "not on a pam.d line")
+    }
 }

@@ -79,6 +79,22 @@ final class FleetDaemonTests: XCTestCase {
 
     func isSuccess(_ r: DaemonReply) -> Bool { if case .outcome(.success) = r { return true }; return false }
 
+    /// db_idle_timeout (issue 38, item 4): a host closes its idle database connections (here
+    /// after 2 s; pam-totpd's loop looks at least every 10 s), without socket activation too,
+    /// and connects again on demand. Before, it kept them for ever: 1,000 hosts held 1,000 to
+    /// 4,000 server connections.
+    func testIdleDatabaseConnectionsAreClosed() throws {
+        hosts.append(try startFleetHost(cluster, database: db, role: "pamtotp_fleet_host_idle", settings: "db_idle_timeout = 2\n"))
+        let i = hosts.count - 1
+        func backends() -> String? {
+            try? sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'pamtotp_fleet_host_idle'")
+        }
+        XCTAssertTrue(waitUntil(timeout: 20) { backends() == "0" }, "the start's connection closed once idle: \(hosts[i].output)")
+        guard case .enrolled = try ask(i, .lookup, answer: "").reply else { return XCTFail("a look-up after: \(hosts[i].output)") }
+        XCTAssertEqual(backends(), "1", "connected again on demand")
+        XCTAssertTrue(waitUntil(timeout: 20) { backends() == "0" }, "closed again once idle")
+    }
+
     func testCodeUsedOnAIsRefusedOnBAndFailuresCountAcrossHosts() throws {
         let c = try code(offset: 1)
         XCTAssertTrue(isSuccess(try ask(0, answer: c).reply), "host A accepts a fresh code")
