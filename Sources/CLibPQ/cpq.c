@@ -1,10 +1,15 @@
 // See include/cpq.h: libpq, loaded at run time by the first fleet-mode operation.
+#define _GNU_SOURCE
 #include "cpq.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define CPQ_FUNCTIONS(X) \
     X(PGconn *, PQconnectStartParams, (const char *const *k, const char *const *v, int e), (k, v, e)) \
@@ -50,6 +55,49 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char load_error[512];
 static int loaded;
 
+// TLS to PostgreSQL 15 without a HelloRetryRequest (issue 38, item 5). Its server takes one
+// curve, prime256v1 (ssl_ecdh_curve; X25519 cannot be set there), while OpenSSL 3's client
+// sends its key share for X25519 first: the server asks again, one more round trip per
+// connect (200 ms across an ocean). libpq 15 has no setting for it, so OpenSSL's own
+// configuration does it: P-256 first, then the usual groups, and Debian's cipher default.
+// Loaded from memory (a memfd), before libpq's first TLS connection, and only where the
+// admin has not named a configuration of their own (OPENSSL_CONF). Best effort: if any step
+// is missing, libpq initialises OpenSSL as before.
+static const char tls_config[] =
+    "openssl_conf = pam_totp_openssl\n"
+    "[pam_totp_openssl]\nssl_conf = pam_totp_ssl\n"
+    "[pam_totp_ssl]\nsystem_default = pam_totp_tls\n"
+    "[pam_totp_tls]\nCipherString = DEFAULT:@SECLEVEL=2\nGroups = P-256:X25519:P-384:P-521\n";
+
+static void configure_tls(void) {
+    if (getenv("OPENSSL_CONF") != NULL) return;
+    void *ssl = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (ssl == NULL) return;
+    void *(*init_new)(void);
+    int (*set_filename)(void *, const char *);
+    int (*init_ssl)(uint64_t, const void *);
+    void (*init_free)(void *);
+    *(void **)(&init_new) = dlsym(ssl, "OPENSSL_INIT_new");
+    *(void **)(&set_filename) = dlsym(ssl, "OPENSSL_INIT_set_config_filename");
+    *(void **)(&init_ssl) = dlsym(ssl, "OPENSSL_init_ssl");
+    *(void **)(&init_free) = dlsym(ssl, "OPENSSL_INIT_free");
+    if (init_new == NULL || set_filename == NULL || init_ssl == NULL || init_free == NULL) { dlclose(ssl); return; }
+    int fd = memfd_create("pam-totpd-openssl.cnf", MFD_CLOEXEC);
+    if (fd >= 0) {
+        size_t n = sizeof tls_config - 1;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        void *settings = init_new();
+        if (write(fd, tls_config, n) == (ssize_t)n && settings != NULL && set_filename(settings, path) == 1) {
+            // OPENSSL_INIT_LOAD_CONFIG (0x40): read once per process; libpq's later call loads nothing more.
+            (void)init_ssl(0x00000040L, settings);
+        }
+        if (settings != NULL) init_free(settings);
+        close(fd);
+    }
+    dlclose(ssl);  // libpq keeps it loaded
+}
+
 static void load(void) {
     // The soname Debian's libpq5 installs; RTLD_LOCAL keeps its symbols out of the global scope.
     void *h = dlopen("libpq.so.5", RTLD_NOW | RTLD_LOCAL);
@@ -68,6 +116,7 @@ static void load(void) {
 #undef LOOKUP
 #undef LOOKUP_RET
 #undef LOOKUP_VOID
+    configure_tls();
     loaded = 1;
 }
 
