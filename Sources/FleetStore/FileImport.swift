@@ -74,8 +74,8 @@ public enum FileImport {
                         .text(user), .text(String(uid)), .text(String(decoding: f.label, as: UTF8.self)), .text(key.parameters.algorithm.name),
                         .text(String(key.parameters.digits)), .text(String(key.parameters.period)), .text(String(f.created)),
                         .text(String(last)), .bytea(key.secret), .text("\(f.kind.name)"), PostgresStore.serial(f)])
-                    // The learned clock drift (only a TOTP factor's entry has one).
-                    let drift = state.drift(forLabel: f.label)
+                    // The learned clock drift, where the kind learns one (TOTP).
+                    let drift = f.data.learnsDrift ? state.drift(forLabel: f.label) : 0
                     _ = try c.call("SELECT pam_totp_api.import_last_step($1, $2, $3, $4)",
                                       [.text(user), .text(String(decoding: f.label, as: UTF8.self)), .text(String(last)),
                                        .text(String(drift))])

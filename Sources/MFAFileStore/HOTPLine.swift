@@ -13,12 +13,15 @@ extension HOTPFactor {
         RecordFields.appendNumbers([counter, UInt64(bitPattern: created)], secret: key.secret, to: &out)
     }
 
-    static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (created: Int64, data: FactorData) {
+    static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (label: [UInt8], created: Int64, data: FactorData) {
         try r.expect(r.version == 2 ? 7 : 0)
-        let key = try r.key(period: OTPParameters.default.period)
-        guard let counter = r.number(4, limit: UInt64.max), let created = r.number(5, limit: UInt64(Int64.max)) else {
+        let label = try r.label()
+        let algorithm = try r.algorithm()
+        guard let digits = r.number(3, limit: 8), let counter = r.number(4, limit: UInt64.max),
+              let created = r.number(5, limit: UInt64(Int64.max)) else {
             throw .corruptRecord("bad factor number")
         }
-        return (Int64(created), .hotp(HOTPFactor(key: key, counter: counter)))
+        let key = try r.key(algorithm, digits: digits, period: OTPParameters.default.period)
+        return (label, Int64(created), .hotp(HOTPFactor(key: key, counter: counter)))
     }
 }

@@ -236,19 +236,11 @@ extension Factor {
     static func parseRecordLine(_ kind: FactorKind, _ line: ArraySlice<UInt8>, _ f: FieldSplitter, count: Int,
                                 version: UInt64) throws(MFAError) -> Factor {
         let r = RecordFields(line: line, splitter: f, count: count, version: version)
-        let read: (created: Int64, data: FactorData)
         switch kind {
-        case .totp: read = try TOTPFactor.parseRecordFields(r)
-        case .hotp: read = try HOTPFactor.parseRecordFields(r)
-        case .sms: read = try r.sent { .sms(PhoneFactor(number: $0)) }
-        case .email: read = try r.sent { .email(EmailFactor(address: $0)) }
-        }
-        guard let label = Percent.decode(f.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
-        do throws(MFAError) { try read.data.validate() } catch {
-            throw .corruptRecord(read.data.destination == nil ? "factor out of range" : "bad factor destination")
-        }
-        do throws(MFAError) { return try Factor(label: label, created: read.created, data: read.data) } catch {
-            throw .corruptRecord("factor out of range")
+        case .totp: return try r.device(TOTPFactor.parseRecordFields(r))
+        case .hotp: return try r.device(HOTPFactor.parseRecordFields(r))
+        case .sms: return try r.sent { .sms(PhoneFactor(number: $0)) }
+        case .email: return try r.sent { .email(EmailFactor(address: $0)) }
         }
     }
 }
@@ -269,17 +261,36 @@ struct RecordFields {
         guard fields > 0, count == fields else { throw .corruptRecord("factor line has wrong field count") }
     }
 
-    /// A device's fields: `<algorithm> <digits>` (fields 2, 3), `period` and the secret in
-    /// Base32 (the last field): its key.
-    func key(period: UInt64?) throws(MFAError) -> OTPKey {
-        guard let algorithm = HashAlgorithm(name: splitter.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
-        guard let digits = number(3, limit: 8), let period else { throw .corruptRecord("bad factor number") }
+    /// The label (field 1), after the field count was checked.
+    func label() throws(MFAError) -> [UInt8] {
+        guard let label = Percent.decode(splitter.field(1, of: line)) else { throw .corruptRecord("bad factor label") }
+        return label
+    }
+
+    /// A device's `<algorithm>` (field 2).
+    func algorithm() throws(MFAError) -> HashAlgorithm {
+        guard let a = HashAlgorithm(name: splitter.field(2, of: line)) else { throw .corruptRecord("bad algorithm") }
+        return a
+    }
+
+    /// A device's key: its secret in Base32 (the last field), once its numbers were read.
+    func key(_ algorithm: HashAlgorithm, digits: UInt64, period: UInt64) throws(MFAError) -> OTPKey {
         let secret: [UInt8]
         do throws(MFAError) { secret = try Base32.decode(splitter.field(count - 1, of: line)) } catch {
             throw .corruptRecord("bad factor secret")
         }
         do throws(MFAError) {
             return OTPKey(secret: secret, parameters: try OTPParameters(algorithm: algorithm, digits: Int(digits), period: period))
+        } catch {
+            throw .corruptRecord("factor out of range")
+        }
+    }
+
+    /// A device's factor from what its kind read: its data checked, then the label's rules.
+    func device(_ read: (label: [UInt8], created: Int64, data: FactorData)) throws(MFAError) -> Factor {
+        do throws(MFAError) {
+            try read.data.validate()
+            return try Factor(label: read.label, created: read.created, data: read.data)
         } catch {
             throw .corruptRecord("factor out of range")
         }
@@ -303,13 +314,20 @@ struct RecordFields {
         out += Base32.encode(secret)
     }
 
-    /// A sent kind's fields (SMS, email: `<created> <destination, percent-encoded>`, version 2
-    /// only), made into the kind's data by `make`.
-    func sent(_ make: ([UInt8]) -> FactorData) throws(MFAError) -> (created: Int64, data: FactorData) {
+    /// A sent kind's factor (SMS, email: `<created> <destination, percent-encoded>` after the
+    /// label, version 2 only), its data made by `make` and checked with its label.
+    func sent(_ make: ([UInt8]) -> FactorData) throws(MFAError) -> Factor {
         try expect(version == 2 ? 4 : 0)
+        let label = try label()
         guard let created = number(2, limit: UInt64(Int64.max)),
               let destination = Percent.decode(splitter.field(3, of: line)) else { throw .corruptRecord("bad factor number") }
-        return (Int64(created), make(destination))
+        let data = make(destination)
+        do throws(MFAError) {
+            try data.validate()
+            return try Factor(label: label, created: Int64(created), data: data)
+        } catch {
+            throw .corruptRecord("bad factor destination")
+        }
     }
 
     /// ` <created> <destination, percent-encoded>`: a sent kind's line after its label.

@@ -13,13 +13,16 @@ extension TOTPFactor {
         RecordFields.appendNumbers([key.parameters.period, UInt64(bitPattern: created), enrolledStep], secret: key.secret, to: &out)
     }
 
-    static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (created: Int64, data: FactorData) {
+    static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (label: [UInt8], created: Int64, data: FactorData) {
         try r.expect(r.version == 2 ? 8 : 7)
-        let key = try r.key(period: r.number(4, limit: OTPParameters.periodRange.upperBound))
-        guard let created = r.number(5, limit: UInt64(Int64.max)),
+        let label = try r.label()
+        let algorithm = try r.algorithm()
+        guard let digits = r.number(3, limit: 8), let period = r.number(4, limit: OTPParameters.periodRange.upperBound),
+              let created = r.number(5, limit: UInt64(Int64.max)),
               let enrolledStep = r.version == 2 ? r.number(6, limit: UInt64.max) : 0 else {
             throw .corruptRecord("bad factor number")
         }
-        return (Int64(created), .totp(TOTPFactor(key: key, enrolledStep: enrolledStep)))
+        let key = try r.key(algorithm, digits: digits, period: period)
+        return (label, Int64(created), .totp(TOTPFactor(key: key, enrolledStep: enrolledStep)))
     }
 }

@@ -180,6 +180,14 @@ public enum FactorData: Equatable, Sendable {
         }
     }
 
+    /// The kind learns its device's clock drift (TOTP: `UserState.drift(forLabel:)`).
+    public var learnsDrift: Bool {
+        switch self {
+        case .totp: return true
+        case .hotp, .sms, .email: return false
+        }
+    }
+
     /// The destination of a kind whose codes are sent, nil otherwise.
     public var destination: [UInt8]? {
         switch self {

@@ -133,8 +133,9 @@ public struct ModuleOptions: Equatable, Sendable {
     /// `email_command`) the configuration does not name: nothing can be sent, so nothing is offered,
     /// and a site without senders pays no look-up before the prompt (docs/ARCHITECTURE.md, 2.3).
     public var offeredKinds: UInt8 {
-        var kinds = factorKinds
-        for (kind, command) in senders where command == nil { kinds &= ~kind.bit }
+        var kinds = factorKinds  // (on every login: no array made, as `senders` would)
+        if smsCommand == nil { kinds &= ~FactorKind.sms.bit }
+        if emailCommand == nil { kinds &= ~FactorKind.email.bit }
         return kinds
     }
 

@@ -72,7 +72,12 @@ public struct Factor: Equatable, Sendable {
     @_optimize(size)  // cold: not on a login's path
     public func validateNew() throws(MFAError) {
         try Factor.validateNew(label: label)
-        if !serial.isEmpty { try Factor.validateNew(serial: serial) }
+        if !serial.isEmpty {
+            // A serial is a hardware token's: a phone or an address has none (its record line
+            // could not hold one, and the record would no longer read back).
+            guard otpKey != nil else { throw .invalidParameters("only a device has a serial number") }
+            try Factor.validateNew(serial: serial)
+        }
         try data.validate()
     }
 }

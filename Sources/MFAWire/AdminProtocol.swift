@@ -425,7 +425,10 @@ public enum AdminCodec {
         }
         guard let data = read else { return nil }
         do throws(MFAError) {
-            if !serial.isEmpty { try Factor.validate(label: serial) }
+            if !serial.isEmpty {
+                guard data.otpKey != nil else { throw .malformed("admin factor") }  // a device's only
+                try Factor.validate(label: serial)
+            }
             // A mask is no destination (never validated as one, never sent to); a device read
             // without its secret had its other fields checked by its reader.
             if let destination = data.destination {

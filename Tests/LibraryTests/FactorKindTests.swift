@@ -114,4 +114,44 @@ final class FactorKindTests: XCTestCase {
         frame[3] = 0x31  // "PTA1"
         XCTAssertThrowsError(try AdminRequest.decode(frame))
     }
+
+    /// A serial is a device's: a phone or address with one is refused before it is saved and
+    /// on the wire (the file store would write a `serial` line after an `sms` line, which no
+    /// reader takes back: the user's record would no longer read). Found in review.
+    func testOnlyADeviceHasASerial() throws {
+        for k in [FactorKind.sms, .email] {
+            var f = try sample(k)
+            f.serial = Array("SN1".utf8)
+            XCTAssertThrowsError(try f.validateNew(), "\(k)")
+            var b: [UInt8] = []
+            AdminCodec.write(f, withSecret: false, &b)
+            var r = Reader(b)
+            XCTAssertThrowsError(try AdminCodec.factor(&r, withSecret: false), "\(k) with a serial on the wire")
+        }
+        XCTAssertNoThrow(try sample(.hotp).validateNew())
+    }
+
+    /// A broken line is reported by its first broken field, in the order the record is read
+    /// (field count, label, algorithm, numbers, secret, ranges), as before the sum type.
+    func testABrokenLineIsReportedByItsFirstBrokenField() {
+        let secret = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
+        let cases: [(String, String)] = [
+            ("sms " + String(repeating: "a", count: 65) + " 5 %2B15105551234", "bad factor destination"),
+            ("sms phone 5 +1234", "bad factor destination"),
+            ("factor %ZZ sha1 6 30 x 0 \(secret)", "bad factor label"),
+            ("factor app md5 6 30 0 0 \(secret)", "bad algorithm"),
+            ("factor app sha1 6 30 x 0 !!!", "bad factor number"),
+            ("factor app sha1 6 30 0 0 !!!", "bad factor secret"),
+            ("factor app sha1 9 30 0 0 \(secret)", "bad factor number"),
+            ("factor app sha1 6 30 0 0 GEZDGNBV", "factor out of range"),
+            ("hotp fob sha1 6 x 0 \(secret)", "bad factor number"),
+            ("factor app sha1 6 30 0 \(secret)", "factor line has wrong field count"),
+        ]
+        for (line, why) in cases {
+            let text = "pam_totp 2\naccount 1000 0000000000000007\n" + line + "\n"
+            XCTAssertThrowsError(try UserRecord.parse(Array(text.utf8)), line) { error in
+                XCTAssertEqual(error as? MFAError, .corruptRecord(Message(Array(why.utf8))), line)
+            }
+        }
+    }
 }
