@@ -634,6 +634,12 @@ END $$;
 -- everything by schema; the two functions it calls are what enforce the order. Called inside
 -- a transaction block or a block with an exception handler, its COMMIT fails and nothing is
 -- told.
+-- p_timeout_ms: the call's deadline, from when the server received it (rule 19: never left on
+-- a session). A procedure that commits must be its pipeline's only statement (PostgreSQL 18
+-- runs a later one in a transaction block), so the caller cannot set statement_timeout before
+-- it: it bounds every lock wait with lock_timeout in each of its transactions, and past the
+-- deadline it stops before login_finish, or rolls login_finish back (57014, as a cancelled
+-- statement): a login past its deadline spends no code and audits no success.
 CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_window integer,
                                     p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
                                     INOUT outcome text DEFAULT NULL, INOUT label text DEFAULT NULL, INOUT step bigint DEFAULT NULL,
@@ -642,16 +648,28 @@ CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_
                                     INOUT remaining integer DEFAULT NULL,
                                     -- Last, so that callers passing the INOUT arguments by
                                     -- position are not moved: given by name (p_previous => ...).
-                                    p_previous text DEFAULT NULL)
+                                    p_previous text DEFAULT NULL, p_timeout_ms integer DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
+  deadline timestamptz := pg_catalog.statement_timestamp() + pg_catalog.make_interval(secs => coalesce(p_timeout_ms, 0) / 1000.0);
 BEGIN
+  IF p_timeout_ms IS NOT NULL THEN PERFORM pg_catalog.set_config('lock_timeout', p_timeout_ms::text, true); END IF;
   attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass, p_previous);
   COMMIT;
+  IF p_timeout_ms IS NOT NULL THEN
+    IF pg_catalog.clock_timestamp() >= deadline THEN
+      RAISE EXCEPTION 'canceling the login: past its deadline' USING ERRCODE = '57014';
+    END IF;
+    PERFORM pg_catalog.set_config('lock_timeout',
+      greatest(1, (pg_catalog.date_part('epoch', deadline - pg_catalog.clock_timestamp()) * 1000)::integer)::text, true);
+  END IF;
   SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
     INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
     FROM pam_totp_api.login_finish(attempt) f;
+  IF p_timeout_ms IS NOT NULL AND pg_catalog.clock_timestamp() >= deadline THEN
+    RAISE EXCEPTION 'canceling the login: past its deadline' USING ERRCODE = '57014';
+  END IF;
 END $$;
 
 -- Before the prompt: the uid the user's enrolment is bound to, or NULL if not enrolled.
@@ -1201,18 +1219,31 @@ END $$;
 -- runs as its caller and names everything by schema). outcome 'expired': no such code.
 CREATE PROCEDURE pam_totp_api.confirm_enrolment(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text,
                                                 p_created bigint, INOUT outcome text DEFAULT NULL,
-                                                INOUT attempts_left integer DEFAULT NULL)
+                                                INOUT attempts_left integer DEFAULT NULL, p_timeout_ms integer DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
+  deadline timestamptz := pg_catalog.statement_timestamp() + pg_catalog.make_interval(secs => coalesce(p_timeout_ms, 0) / 1000.0);
 BEGIN
+  -- The deadline as login's (above).
+  IF p_timeout_ms IS NOT NULL THEN PERFORM pg_catalog.set_config('lock_timeout', p_timeout_ms::text, true); END IF;
   attempt := pam_totp_api.confirm_enrolment_begin(p_user, p_uid, p_label, p_sent_at, p_code, p_created);
   IF attempt IS NULL THEN
     outcome := 'expired'; attempts_left := 0;
     RETURN;
   END IF;
   COMMIT;
+  IF p_timeout_ms IS NOT NULL THEN
+    IF pg_catalog.clock_timestamp() >= deadline THEN
+      RAISE EXCEPTION 'canceling the enrolment: past its deadline' USING ERRCODE = '57014';
+    END IF;
+    PERFORM pg_catalog.set_config('lock_timeout',
+      greatest(1, (pg_catalog.date_part('epoch', deadline - pg_catalog.clock_timestamp()) * 1000)::integer)::text, true);
+  END IF;
   SELECT f.outcome, f.attempts_left INTO outcome, attempts_left FROM pam_totp_api.confirm_enrolment_finish(attempt) f;
+  IF p_timeout_ms IS NOT NULL AND pg_catalog.clock_timestamp() >= deadline THEN
+    RAISE EXCEPTION 'canceling the enrolment: past its deadline' USING ERRCODE = '57014';
+  END IF;
 END $$;
 
 -- pam_totp_sender (pam-totpd deliver): the next message to send, claimed for good. The claim
@@ -1293,14 +1324,14 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.confirm_enrolment_finish(bigint)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer)
+  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer, integer)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.outbox_claim(),
   pam_totp_api.outbox_done(bigint, boolean, text)
 TO pam_totp_sender;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text)
+  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text, integer)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.unlock(text),

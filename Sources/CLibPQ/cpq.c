@@ -59,18 +59,41 @@ static int loaded;
 // curve, prime256v1 (ssl_ecdh_curve; X25519 cannot be set there), while OpenSSL 3's client
 // sends its key share for X25519 first: the server asks again, one more round trip per
 // connect (200 ms across an ocean). libpq 15 has no setting for it, so OpenSSL's own
-// configuration does it: P-256 first, then the usual groups, and Debian's cipher default.
-// Loaded from memory (a memfd), before libpq's first TLS connection, and only where the
-// admin has not named a configuration of their own (OPENSSL_CONF). Best effort: if any step
+// configuration does it: P-256 first, then the usual groups (ciphers and protocol versions
+// stay OpenSSL's built-in defaults, as Debian's file leaves them). Loaded from memory (a
+// memfd), before libpq's first TLS connection, and only where the admin has neither named a
+// configuration of their own (OPENSSL_CONF) nor set TLS, providers or includes in the
+// system's file (system_config_is_customised). Best effort: if any step
 // is missing, libpq initialises OpenSSL as before.
 static const char tls_config[] =
     "openssl_conf = pam_totp_openssl\n"
     "[pam_totp_openssl]\nssl_conf = pam_totp_ssl\n"
     "[pam_totp_ssl]\nsystem_default = pam_totp_tls\n"
-    "[pam_totp_tls]\nCipherString = DEFAULT:@SECLEVEL=2\nGroups = P-256:X25519:P-384:P-521\n";
+    "[pam_totp_tls]\nGroups = P-256:X25519:P-384:P-521\n";
+
+// Whether the system's OpenSSL configuration sets anything this process would lose by
+// loading ours instead: TLS settings, providers (FIPS), includes. Debian's, as shipped,
+// sets none of them (its [openssl_init] is empty).
+static int system_config_is_customised(void) {
+    FILE *f = fopen("/usr/lib/ssl/openssl.cnf", "r");
+    if (f == NULL) return 0;
+    char line[512];
+    int customised = 0;
+    while (!customised && fgets(line, sizeof line, f) != NULL) {
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        static const char *const keys[] = {"ssl_conf", "providers", ".include", "alg_section", "system_default", "Groups",
+                                           "CipherString", "MinProtocol"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            if (strncmp(p, keys[i], strlen(keys[i])) == 0) customised = 1;
+        }
+    }
+    fclose(f);
+    return customised;
+}
 
 static void configure_tls(void) {
-    if (getenv("OPENSSL_CONF") != NULL) return;
+    if (getenv("OPENSSL_CONF") != NULL || system_config_is_customised()) return;
     void *ssl = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     if (ssl == NULL) return;
     void *(*init_new)(void);

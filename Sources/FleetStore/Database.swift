@@ -66,7 +66,7 @@ public final class ConnectionPool: @unchecked Sendable {
         if let p = pooled, p.looksDead {
             // One dead means the server went away: the other idle ones are dead too.
             pooled = nil
-            locked { idle.removeAll() }
+            dropIdle()
         }
         let c: PQConnection
         if let pooled { c = pooled } else {
@@ -79,12 +79,22 @@ public final class ConnectionPool: @unchecked Sendable {
             return r
         } catch {
             if error.connectionLost || c.isBroken {
-                locked { idle.removeAll() }
+                dropIdle()
             } else {
                 giveBack(c)
             }
             throw error
         }
+    }
+
+    /// Drops every idle connection (closed outside the lock, as the last references go).
+    private func dropIdle() {
+        let dropped = locked { () -> [(connection: PQConnection, since: Int64)] in
+            let all = idle
+            idle.removeAll()
+            return all
+        }
+        _ = dropped
     }
 
     private func giveBack(_ c: PQConnection) {
@@ -390,9 +400,9 @@ public final class PostgresStore: TOTPStore {
         let rows: [[String?]]
         do throws(PQError) {
             // A procedure: the attempt is committed (counted) before its verdict is told.
-            rows = try pool.write("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6)",
+            rows = try pool.write("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7)",
                                   [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
-                                   .text(code), .text(String(factor.created))])
+                                   .text(code), .text(String(factor.created)), .text(String(pool.statementTimeoutMilliseconds))])
         } catch { throw Self.mappedChange(error) }
         guard let row = rows.first, row.count == 2 else { throw .daemon("database: malformed reply to confirm_enrolment") }
         switch row[0] {
@@ -455,8 +465,10 @@ public final class PostgresStore: TOTPStore {
                 }
             } else {
                 // p_previous by name: it follows the procedure's INOUT arguments.
+                // p_timeout_ms: its deadline (a procedure that commits sets its own, sql/api.sql).
                 let positional = (1..<params.count).map { "$\($0)" }.joined(separator: ", ")
-                rows = try pool.write("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count))", params)
+                rows = try pool.write("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count), p_timeout_ms => $\(params.count + 1))",
+                                      params + [.text(String(pool.statementTimeoutMilliseconds))])
             }
         } catch {
             // Sent: the verdict may or may not have been recorded; denied either way.

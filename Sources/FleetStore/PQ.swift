@@ -216,6 +216,10 @@ public final class PQConnection: @unchecked Sendable {
     public func call(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
         let c = try connected()
         let deadline = monotonicMilliseconds() + Int64(statementTimeoutMilliseconds + 500)
+        // A procedure that commits (CALL) must be its pipeline's only statement (PostgreSQL 18
+        // runs a later one inside a transaction block, where its COMMIT fails): it takes its
+        // deadline as its argument p_timeout_ms instead (sql/api.sql, login).
+        if sql.hasPrefix("CALL ") { return try execute(sql, parameters) }
         guard cpq_PQenterPipelineMode(c) == 1 else { let e = lastError("cannot enter pipeline mode"); finish(); throw e }
         let literals = parameters.map { $0.literal }
         let timeoutSent = withOptionalCStrings([String(statementTimeoutMilliseconds)]) { values in
@@ -234,16 +238,20 @@ public final class PQConnection: @unchecked Sendable {
             try awaitResult(c, deadline: deadline)
             guard let result = cpq_PQgetResult(c) else {
                 query += 1
-                guard query <= 3 else { finish(); throw PQError(message: "no end to the call's results", sqlState: nil, connectionLost: true, sent: true) }
+                guard query <= 3 else {
+                    finish()
+                    throw failure ?? PQError(message: "no end to the call's results", sqlState: nil, connectionLost: true, sent: true)
+                }
                 continue
             }
             defer { cpq_PQclear(result) }
             let status = cpq_PQresultStatus(result)
             if status == PGRES_PIPELINE_SYNC { break }
-            if query > 1 { continue }
             if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK {
                 if query == 1 { rows = Self.rows(result) }
             } else if failure == nil {
+                // An error after the statement's own results is its transaction's commit
+                // failing (a deferred constraint, a serialization failure): the call failed.
                 failure = status == PGRES_PIPELINE_ABORTED
                     ? PQError(message: "not run: the call's deadline could not be set", sqlState: nil, connectionLost: false, sent: true)
                     : error(of: result, c)

@@ -8,9 +8,12 @@ import MFASystem
 extension HOTPFactor {
     static let recordKeyword: StaticString = "hotp"
 
+    @_optimize(size)  // cold: not on a login's path
     func appendRecordFields(created: Int64, to out: inout [UInt8]) {
         RecordFields.appendKeyHead(key, to: &out)
-        RecordFields.appendNumbers([counter, UInt64(bitPattern: created)], secret: key.secret, to: &out)
+        RecordFields.appendNumber(counter, to: &out)
+        RecordFields.appendNumber(UInt64(bitPattern: created), to: &out)
+        RecordFields.appendSecret(key.secret, to: &out)
     }
 
     static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (label: [UInt8], created: Int64, data: FactorData) {

@@ -298,18 +298,20 @@ struct RecordFields {
 
     /// `<algorithm> <digits>` of a device's key, written after the label.
     static func appendKeyHead(_ key: OTPKey, to out: inout [UInt8]) {
-        for field in [key.parameters.algorithm.nameBytes, decimalBytes(UInt64(key.parameters.digits))] {
-            out.append(ASCII.space)
-            out += field
-        }
+        out.append(ASCII.space)
+        out += key.parameters.algorithm.nameBytes
+        out.append(ASCII.space)
+        out += decimalBytes(UInt64(key.parameters.digits))
     }
 
-    /// ` <numbers…> <secret, Base32>`: the rest of a device's line.
-    static func appendNumbers(_ numbers: [UInt64], secret: [UInt8], to out: inout [UInt8]) {
-        for n in numbers {
-            out.append(ASCII.space)
-            out += decimalBytes(n)
-        }
+    /// ` <number>`: one of a device's numbers.
+    static func appendNumber(_ n: UInt64, to out: inout [UInt8]) {
+        out.append(ASCII.space)
+        out += decimalBytes(n)
+    }
+
+    /// ` <secret, Base32>`: the end of a device's line.
+    static func appendSecret(_ secret: [UInt8], to out: inout [UInt8]) {
         out.append(ASCII.space)
         out += Base32.encode(secret)
     }

@@ -8,9 +8,13 @@ import MFASystem
 extension TOTPFactor {
     static let recordKeyword: StaticString = "factor"
 
+    @_optimize(size)  // cold: not on a login's path
     func appendRecordFields(created: Int64, to out: inout [UInt8]) {
         RecordFields.appendKeyHead(key, to: &out)
-        RecordFields.appendNumbers([key.parameters.period, UInt64(bitPattern: created), enrolledStep], secret: key.secret, to: &out)
+        RecordFields.appendNumber(key.parameters.period, to: &out)
+        RecordFields.appendNumber(UInt64(bitPattern: created), to: &out)
+        RecordFields.appendNumber(enrolledStep, to: &out)
+        RecordFields.appendSecret(key.secret, to: &out)
     }
 
     static func parseRecordFields(_ r: RecordFields) throws(MFAError) -> (label: [UInt8], created: Int64, data: FactorData) {

@@ -6,10 +6,13 @@ import MFASystem
 /// its check sql/api.sql's check_sent).
 public struct EmailFactor: Equatable, Sendable {
     static let name: StaticString = "email"
-    static let answering = Answering.sent(Channel(
-        medium: "email", promptLead: "email to ", destinationNoun: "email address", shortNoun: "address",
-        defaultLabel: "email", addCommand: "add-email", senderSetting: "email_command", taken: .addressTaken,
-        countryLimited: false, caseless: true))
+    static let answering = Answering.sent
+    static var channel: Channel {
+        Channel(
+            medium: "email", promptLead: "email to ", destinationNoun: "email address", shortNoun: "address",
+            defaultLabel: "email", addCommand: "add-email", senderSetting: "email_command", taken: .addressTaken,
+            countryLimited: false, caseless: true)
+    }
 
     /// `name@host.example` (`Destination.validateEmail`).
     public var address: [UInt8]

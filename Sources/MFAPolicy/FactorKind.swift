@@ -35,9 +35,9 @@ public enum FactorKind: UInt8, Equatable, Sendable {
         }
     }
 
-    /// How a user answers a factor of this kind: a code typed from a device the user holds,
-    /// or a code sent to them over `channel` (the factor's data is its destination, not a secret;
-    /// the code is made per login, `PendingCode`).
+    /// How a user answers a factor of this kind: a code typed from a device the user holds, or
+    /// a code sent to them (the factor's data is its destination, not a secret; the code is
+    /// made per login, `PendingCode`).
     public var answering: Answering {
         switch self {
         case .totp: return TOTPFactor.answering
@@ -47,10 +47,15 @@ public enum FactorKind: UInt8, Equatable, Sendable {
         }
     }
 
-    /// The channel a code of this kind is sent over, nil for a kind whose codes are typed from a device.
+    /// What a sent kind's channel says and does (its words, command, sender, refusal), nil for
+    /// a kind whose codes are typed. Not on a login's path.
+    @inline(never) @_optimize(size)  // one copy, cold
     public var channel: Channel? {
-        if case .sent(let c) = answering { return c }
-        return nil
+        switch self {
+        case .totp, .hotp: return nil
+        case .sms: return PhoneFactor.channel
+        case .email: return EmailFactor.channel
+        }
     }
 
     /// The kind named `name`.
@@ -75,7 +80,7 @@ public enum FactorKind: UInt8, Equatable, Sendable {
     /// The bits of the kinds whose codes are sent.
     public static var sentBits: UInt8 {
         var bits: UInt8 = 0
-        for k in all where k.channel != nil { bits |= k.bit }
+        for k in all where k.answering == .sent { bits |= k.bit }
         return bits
     }
 }
@@ -84,8 +89,8 @@ public enum FactorKind: UInt8, Equatable, Sendable {
 public enum Answering: Equatable, Sendable {
     /// The user types a code from a device they hold: nothing happens before the prompt.
     case typed
-    /// pam-totpd sends a code over the channel before the prompt (`OutOfBand.plan`).
-    case sent(Channel)
+    /// pam-totpd sends a code before the prompt (`OutOfBand.plan`), over the kind's `channel`.
+    case sent
 }
 
 /// What differs between the channels a code is sent over: the words users and admins see,

@@ -144,7 +144,7 @@ public enum OutOfBand {
     /// the per-account limits of `options` (per daemon: pam-totpd's `oob_max_per_minute`).
     public static func plan<G: RandomNumberGenerator>(record: UserRecord, state: UserState, label: [UInt8], at now: Int64,
                                                       options: ModuleOptions, using generator: inout G) -> SendPlan {
-        guard let factor = record.factor(labelled: label), factor.channel != nil else {
+        guard let factor = record.factor(labelled: label), factor.kind.answering == .sent else {
             return .refused("no text-message or email factor of that name")
         }
         guard options.factorKinds & factor.kind.bit != 0 else {
@@ -230,7 +230,7 @@ public enum OutOfBand {
     /// `enrolmentBinding`. Never `.pending`: each enrolment proves its destination with a new code.
     public static func planEnrolment<G: RandomNumberGenerator>(record: UserRecord, state: UserState, factor: Factor, at now: Int64,
                                                                options: ModuleOptions, using generator: inout G) -> SendPlan {
-        guard factor.channel != nil else { return .refused("not a text-message or email factor") }
+        guard factor.kind.answering == .sent else { return .refused("not a text-message or email factor") }
         var next = state.current(for: record)
         if let why = overLimit(next, at: now, options: options) ?? prefixRefusal(factor, options: options) { return .refused(why) }
         var (code, pending) = PendingCode.make(for: factor, digits: options.oobDigits, lifetime: options.oobLifetime,

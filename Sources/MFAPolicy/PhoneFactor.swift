@@ -6,10 +6,13 @@ import MFASystem
 /// MFAWire/AdminProtocol.swift (a destination alone), its check sql/api.sql's check_sent).
 public struct PhoneFactor: Equatable, Sendable {
     static let name: StaticString = "sms"
-    static let answering = Answering.sent(Channel(
-        medium: "text message", promptLead: "text message to ", destinationNoun: "phone number", shortNoun: "number",
-        defaultLabel: "phone", addCommand: "add-phone", senderSetting: "sms_command", taken: .phoneTaken,
-        countryLimited: true, caseless: false))
+    static let answering = Answering.sent
+    static var channel: Channel {
+        Channel(
+            medium: "text message", promptLead: "text message to ", destinationNoun: "phone number", shortNoun: "number",
+            defaultLabel: "phone", addCommand: "add-phone", senderSetting: "sms_command", taken: .phoneTaken,
+            countryLimited: true, caseless: false)
+    }
 
     /// "+" then 8–15 digits (`Destination.validatePhone`).
     public var number: [UInt8]

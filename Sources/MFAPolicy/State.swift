@@ -232,7 +232,7 @@ public struct PendingCode: Equatable, Sendable {
     }
 
     /// Whether this code was sent for `factor` (a saved one: never an enrolment's code).
-    public func isFor(_ factor: Factor) -> Bool { factor.channel != nil && binding == Self.binding(for: factor) }
+    public func isFor(_ factor: Factor) -> Bool { factor.kind.answering == .sent && binding == Self.binding(for: factor) }
 
     /// SHA-256 of `salt` then `code`, hashed from one buffer reserved whole and wiped after
     /// (`salt + code` left a copy of the code in freed memory: issue 36).

@@ -310,7 +310,7 @@ public enum DaemonReply: Equatable, Sendable {
         var hints = FactorHints(typed: flags & 1 != 0, disallowed: Int(disallowed), device: flags & 2 == 0, pending: flags & 4 != 0)
         hints.codeDigits = 6 + Int(flags >> 3)
         for _ in 0..<n {
-            guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.channel != nil, let label = r.short(), let masked = r.short() else {
+            guard let k = r.u8().flatMap(FactorKind.init(rawValue:)), k.answering == .sent, let label = r.short(), let masked = r.short() else {
                 throw .malformed("reply")
             }
             hints.sent.append(FactorHint(kind: k, label: label, masked: masked))

@@ -131,4 +131,17 @@ final class FleetDeadlineTests: XCTestCase {
         }
         XCTAssertEqual(try pool.read("SELECT 1").first?.first ?? nil, "1")
     }
+
+    /// An error raised when the call's transaction commits (here a deferred unique constraint)
+    /// fails the call: it comes after the statement's own results, before the pipeline's end,
+    /// and was taken for a success (found in review).
+    func testAnErrorAtCommitFailsTheCall() throws {
+        try sql("CREATE TABLE deferred (x integer UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO deferred VALUES (1)")
+        let pool = ConnectionPool(conninfo: cluster.conninfo(database: db))
+        XCTAssertThrowsError(try pool.write("INSERT INTO deferred VALUES (1) RETURNING x")) { error in
+            XCTAssertEqual((error as? PQError)?.sqlState, "23505")
+        }
+        XCTAssertEqual(try sql("SELECT count(*) FROM deferred"), "1")
+        XCTAssertEqual(try pool.read("SELECT 1").first?.first ?? nil, "1", "the connection still serves")
+    }
 }
