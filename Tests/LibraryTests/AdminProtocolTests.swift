@@ -145,7 +145,7 @@ final class AdminProtocolTests: XCTestCase {
             // To its end: a ';' that ends a line or comes before END IF (a message may hold one).
             let statement = r.range(of: #";(\s*\n| END IF)"#, options: .regularExpression).map { String(r[..<$0.lowerBound]) } ?? String(r)
             // A login or enrolment past its deadline is no refusal: it ends as a cancelled
-            // statement does (query_canceled), and the daemon says "not recorded".
+            // statement does (query_canceled): the login fails and nothing was recorded.
             if statement.contains("USING ERRCODE = '57014'") { continue }
             let codes = statement.matches(of: /'(PT\d{3})'/).map { String($0.1) }
             XCTAssertFalse(codes.isEmpty, "a RAISE without its own SQLSTATE: \(statement)")
