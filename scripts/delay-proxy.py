@@ -2,7 +2,7 @@
 """A TCP proxy that delays everything by DELAY_MS in each direction: a long link on one machine
 (this kernel has no sch_netem). Usage: delay-proxy.py LISTEN_PORT TARGET_HOST TARGET_PORT DELAY_MS [LOG].
 Listens on 127.0.0.1; prints "ready" once listening; order within each direction is kept.
-LOG, if given, gets a line per chunk carried ("c2s N" client to server, "s2c N" back), and
+LOG, if given, gets "listening" once it listens, a line per chunk carried ("c2s N" client to server, "s2c N" back), and
 "hello-retry" when the server sends a TLS 1.3 HelloRetryRequest (its fixed random, RFC 8446
 section 4.1.3): the tests count round trips and retries from it."""
 import asyncio
@@ -76,6 +76,7 @@ async def main():
             w.close()
 
     server = await asyncio.start_server(accepted, "127.0.0.1", listen_port)
+    note("listening")
     print("ready", flush=True)
     async with server:
         await server.serve_forever()

@@ -50,12 +50,7 @@ public final class ConnectionPool: @unchecked Sendable {
     /// from its event loop, at least every 10 s; `with` never hands one out either).
     public func closeIdle() {
         let now = monotonicMilliseconds()
-        let expired: [PQConnection] = locked {
-            let old = idle.filter { now - $0.since >= Int64(idleTimeoutMilliseconds) }.map { $0.connection }
-            idle.removeAll { now - $0.since >= Int64(idleTimeoutMilliseconds) }
-            return old
-        }
-        _ = expired  // closed here, outside the lock, as the last references go
+        dropIdle { now - $0 >= Int64(idleTimeoutMilliseconds) }
     }
 
     /// Runs `body` on a pooled connection. A lost connection is not returned to the pool, and
@@ -87,12 +82,13 @@ public final class ConnectionPool: @unchecked Sendable {
         }
     }
 
-    /// Drops every idle connection (closed outside the lock, as the last references go).
-    private func dropIdle() {
+    /// Drops the idle connections given back at a time `when` takes (every one by default),
+    /// closed outside the lock, as the last references go.
+    private func dropIdle(when: (Int64) -> Bool = { _ in true }) {
         let dropped = locked { () -> [(connection: PQConnection, since: Int64)] in
-            let all = idle
-            idle.removeAll()
-            return all
+            let gone = idle.filter { when($0.since) }
+            idle.removeAll { when($0.since) }
+            return gone
         }
         _ = dropped
     }
@@ -117,6 +113,14 @@ public final class ConnectionPool: @unchecked Sendable {
 
     public func write(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
         try with { (c) throws(PQError) in try c.call(sql, parameters) }
+    }
+
+    /// A procedure that commits (`CALL login`): alone in its round trip, without the call's
+    /// pipelined deadline — PostgreSQL 18 runs a pipeline's later statement in a transaction
+    /// block, where its COMMIT fails — so it takes the deadline as its argument `p_timeout_ms`
+    /// (sql/api.sql, login).
+    public func procedure(_ sql: String, _ parameters: [PQValue]) throws(PQError) -> [[String?]] {
+        try with { (c) throws(PQError) in try c.execute(sql, parameters) }
     }
 }
 
@@ -400,7 +404,7 @@ public final class PostgresStore: TOTPStore {
         let rows: [[String?]]
         do throws(PQError) {
             // A procedure: the attempt is committed (counted) before its verdict is told.
-            rows = try pool.write("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7)",
+            rows = try pool.procedure("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7)",
                                   [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
                                    .text(code), .text(String(factor.created)), .text(String(pool.statementTimeoutMilliseconds))])
         } catch { throw Self.mappedChange(error) }
@@ -467,7 +471,7 @@ public final class PostgresStore: TOTPStore {
                 // p_previous by name: it follows the procedure's INOUT arguments.
                 // p_timeout_ms: its deadline (a procedure that commits sets its own, sql/api.sql).
                 let positional = (1..<params.count).map { "$\($0)" }.joined(separator: ", ")
-                rows = try pool.write("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count), p_timeout_ms => $\(params.count + 1))",
+                rows = try pool.procedure("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count), p_timeout_ms => $\(params.count + 1))",
                                       params + [.text(String(pool.statementTimeoutMilliseconds))])
             }
         } catch {

@@ -216,10 +216,6 @@ public final class PQConnection: @unchecked Sendable {
     public func call(_ sql: String, _ parameters: [PQValue] = []) throws(PQError) -> [[String?]] {
         let c = try connected()
         let deadline = monotonicMilliseconds() + Int64(statementTimeoutMilliseconds + 500)
-        // A procedure that commits (CALL) must be its pipeline's only statement (PostgreSQL 18
-        // runs a later one inside a transaction block, where its COMMIT fails): it takes its
-        // deadline as its argument p_timeout_ms instead (sql/api.sql, login).
-        if sql.hasPrefix("CALL ") { return try execute(sql, parameters) }
         guard cpq_PQenterPipelineMode(c) == 1 else { let e = lastError("cannot enter pipeline mode"); finish(); throw e }
         let literals = parameters.map { $0.literal }
         let timeoutSent = withOptionalCStrings([String(statementTimeoutMilliseconds)]) { values in

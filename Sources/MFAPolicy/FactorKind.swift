@@ -71,16 +71,15 @@ public enum FactorKind: UInt8, Equatable, Sendable {
     public var bit: UInt8 { UInt8(1) << (rawValue &- 1) }
 
     /// Every kind's bit: the default of `factor_kinds`.
-    public static var allBits: UInt8 {
-        var bits: UInt8 = 0
-        for k in all { bits |= k.bit }
-        return bits
-    }
+    public static let allBits = bits { _ in true }
 
     /// The bits of the kinds whose codes are sent.
-    public static var sentBits: UInt8 {
+    public static let sentBits = bits { $0.answering == .sent }
+
+    /// The bits of the kinds `keep` takes (made once: read on every login).
+    private static func bits(_ keep: (FactorKind) -> Bool) -> UInt8 {
         var bits: UInt8 = 0
-        for k in all where k.answering == .sent { bits |= k.bit }
+        for k in all where keep(k) { bits |= k.bit }
         return bits
     }
 }
@@ -95,7 +94,7 @@ public enum Answering: Equatable, Sendable {
 
 /// What differs between the channels a code is sent over: the words users and admins see,
 /// the command that enrols one, the sender it goes through. Each sent kind's file defines its own.
-public struct Channel: Equatable, Sendable {
+public struct Channel: Sendable {
     /// "text message", "email": how the code travels ("a code by text message").
     public var medium: StaticString
     /// "text message to ", "email to ": before the masked destination at the prompt.
@@ -117,7 +116,6 @@ public struct Channel: Equatable, Sendable {
     /// The destination is compared without case (a mailbox however it is written).
     public var caseless: Bool
 
-    public static func == (a: Channel, b: Channel) -> Bool { a.taken == b.taken }
 }
 
 /// One kind's payload: everything a factor of that kind holds besides its label, creation

@@ -133,14 +133,20 @@ public struct ModuleOptions: Equatable, Sendable {
     /// `email_command`) the configuration does not name: nothing can be sent, so nothing is offered,
     /// and a site without senders pays no look-up before the prompt (docs/ARCHITECTURE.md, 2.3).
     public var offeredKinds: UInt8 {
-        var kinds = factorKinds  // (on every login: no array made, as `senders` would)
-        if smsCommand == nil { kinds &= ~FactorKind.sms.bit }
-        if emailCommand == nil { kinds &= ~FactorKind.email.bit }
+        var kinds = factorKinds
+        for kind in FactorKind.all where kind.answering == .sent && sender(for: kind) == nil { kinds &= ~kind.bit }
         return kinds
     }
 
-    /// Each sent kind and the program that sends its codes (nil: none configured).
-    public var senders: [(kind: FactorKind, command: [UInt8]?)] { [(.sms, smsCommand), (.email, emailCommand)] }
+    /// The program that sends `kind`'s codes (`sms_command`, `email_command`); nil: none is
+    /// configured, or the kind's codes are not sent.
+    public func sender(for kind: FactorKind) -> [UInt8]? {
+        switch kind {
+        case .sms: return smsCommand
+        case .email: return emailCommand
+        case .totp, .hotp: return nil
+        }
+    }
 
     /// The question the module asks.
     public var prompt: [UInt8] { customPrompt ?? (forwardPass ? Self.defaultForwardPassPrompt : Self.defaultPrompt) }

@@ -101,7 +101,7 @@ enum LoginStore {
             // is sent is allowed here; with forward_pass, after the password: `after_password`),
             // or when the policy leaves kinds out (a user with none allowed is told so, not prompted).
             guard mayMatter || options.factorKinds != FactorKind.allBits
-                    || options.offeredKinds & Self.sentKinds != 0 else { return .unknown }
+                    || options.offeredKinds & FactorKind.sentBits != 0 else { return .unknown }
             let request = DaemonRequest(operation: .lookup, service: service, user: user, options: options, answer: [])
             switch askDaemon(request, socket: options.socket) {
             case .enrolled(var hints):
@@ -140,7 +140,6 @@ enum LoginStore {
         }
     }
 
-    static var sentKinds: UInt8 { FactorKind.sentBits }
 
     /// Asks pam-totpd to send a code to the factor `label` (in process too: only pam-totpd
     /// sends). The reply is `.sent` or `.notSent`; anything else is a failure.

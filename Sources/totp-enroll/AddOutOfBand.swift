@@ -58,9 +58,7 @@ struct OutOfBandEnrolment {
         target = TargetOptions(arguments)
         name = try newFactorName(arguments)
         // Checked first: a malformed destination is an error showing the expected form, and nothing is sent.
-        do throws(MFAError) {
-            _ = try Factor(outOfBand: kind, label: Array(bytes(channel.defaultLabel)), destination: destination, created: 0)
-        } catch { throw CLIError(error) }
+        do throws(MFAError) { try FactorData(kind: kind, destination: destination)?.validate() } catch { throw CLIError(error) }
     }
 
     func run() throws(CommandError) {

@@ -267,7 +267,7 @@ struct Check: Command {
             guard let o = l.options, o.backend == .files, o.source(of: .factorKinds) != nil else { continue }
             let source = o.source(of: .factorKinds).map(utf8Text) ?? ""
             let at = source.hasPrefix("the pam.d line") ? l.place : source
-            for (kind, command) in o.senders where o.factorKinds & kind.bit != 0 && command == nil {
+            for kind in FactorKind.all where kind.answering == .sent && o.factorKinds & kind.bit != 0 && o.sender(for: kind) == nil {
                 let name = "\(kind.name)"
                 let key = "\(kind.channel?.senderSetting ?? "")"
                 out.append(Finding(place: at, trap: "sent-kind-without-sender",

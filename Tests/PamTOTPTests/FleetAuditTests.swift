@@ -25,14 +25,8 @@ final class FleetAuditTests: XCTestCase {
     let adminRole = "pamtotp_audit_admin"
 
     override func setUpWithError() throws {
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
         guard FileManager.default.isExecutableFile(atPath: enrollURL.path) else { throw XCTSkip("totp-enroll not built") }
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
         try sql("UPDATE pam_totp.settings SET max_window = 3, max_failures = 100, min_lockout = 0")
         try sql("""
             DROP ROLE IF EXISTS \(hostRole); CREATE ROLE \(hostRole) LOGIN; GRANT pam_totp_host TO \(hostRole);

@@ -21,13 +21,7 @@ final class FleetDaemonTests: XCTestCase {
     let secret = Array("fleetdaemonsecret123".utf8)
 
     override func setUpWithError() throws {
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
         // Wide limits so that every failure is counted and a round may use any step of the window.
         try sql("UPDATE pam_totp.settings SET max_window = 10, max_failures = 100, min_lockout = 0")
         for name in ["a", "b"] {

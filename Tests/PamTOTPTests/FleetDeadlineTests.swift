@@ -20,13 +20,7 @@ final class FleetDeadlineTests: XCTestCase {
     let tina = Array("tina".utf8)
 
     override func setUpWithError() throws {
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
         try sql("UPDATE pam_totp.settings SET max_window = 2, max_failures = 100, min_lockout = 0")
         try sql("CREATE ROLE deadline_host LOGIN; GRANT pam_totp_host TO deadline_host")
         var rng = SystemRandomNumberGenerator()

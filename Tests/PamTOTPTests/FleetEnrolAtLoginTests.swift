@@ -22,14 +22,8 @@ final class FleetEnrolAtLoginTests: XCTestCase {
     let roles = ["pamtotp_enrolatlogin_a", "pamtotp_enrolatlogin_b"]
 
     override func setUpWithError() throws {
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
         try XCTSkipUnless(isRoot, "enrolment at login is for root-run services")
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
         try sql("UPDATE pam_totp.settings SET max_window = 5, max_failures = 100, min_lockout = 0")
         for role in roles { hosts.append(try startFleetHost(cluster, database: db, role: role)) }
         fixture = try PAMFixture()

@@ -25,10 +25,6 @@ final class FleetOutOfBandTests: XCTestCase {
 
     override func setUpWithError() throws {
         try XCTSkipUnless(isRoot, "pam-totpd runs as root and the sender as pam-totp-sender")
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
         root = try makeTemporaryDirectory("pam_totp_fleet_oob")
         XCTAssertEqual(chmod(root.path, 0o755), 0)
         senders = try SenderSpool(in: root)
@@ -37,9 +33,7 @@ final class FleetOutOfBandTests: XCTestCase {
         try senders.writeSender("slow-sms", "#!/bin/sh\necho started >> \(root.path)/spool/started\nsleep 4\n"
                                 + "{ printf 'to %s\\n' \"$PAM_TOTP_DESTINATION\"; cat; printf '\\n--\\n'; } >> \(senders.path)\n")
 
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
         try sql("UPDATE pam_totp.settings SET max_failures = 100, min_lockout = 0")
         try sql("DROP ROLE IF EXISTS \(senderRole); CREATE ROLE \(senderRole) LOGIN; GRANT pam_totp_sender TO \(senderRole)")
         for name in ["a", "b"] {
@@ -124,17 +118,7 @@ final class FleetOutOfBandTests: XCTestCase {
 
     /// One request as root to host `i`, as pam_totp.so sends it.
     func ask(_ i: Int, _ op: DaemonOperation, answer: String) throws -> DaemonReply {
-        var o = ModuleOptions()
-        o.backend = .postgresql
-        o.maxFailures = 100
-        o.lockoutSeconds = 0
-        let frame = try XCTUnwrap(DaemonRequest(operation: op, service: Array("fleet-oob".utf8), user: Array("root".utf8),
-                                                options: o, answer: Array(answer.utf8)).encoded())
-        let fd = DaemonTests.connectTo(hosts[i].socketPath)
-        XCTAssertGreaterThanOrEqual(fd, 0, "connect to host \(i)")
-        defer { close(fd) }
-        XCTAssertTrue(DaemonTests.send(fd, frame))
-        return try DaemonReply.decode(try XCTUnwrap(DaemonTests.readAll(fd), "no reply from host \(i)"))
+        try askFleetDaemon(hosts[i].socketPath, op, service: "fleet-oob", answer: answer)
     }
 
     func isSuccess(_ r: DaemonReply) -> Bool { if case .outcome(.success) = r { return true }; return false }

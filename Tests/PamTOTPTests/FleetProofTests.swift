@@ -18,13 +18,7 @@ final class FleetProofTests: XCTestCase {
     let attacker = Array("attackersecret123456".utf8)
 
     override func setUpWithError() throws {
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
         try sql("UPDATE pam_totp.settings SET max_window = 2, max_failures = 100, min_lockout = 0")
         for (role, group) in [("proof_host_a", "pam_totp_host"), ("proof_host_b", "pam_totp_host"), ("proof_admin", "pam_totp_admin")] {
             try sql("CREATE ROLE \(role) LOGIN; GRANT \(group) TO \(role)")

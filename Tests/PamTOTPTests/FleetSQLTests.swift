@@ -16,13 +16,7 @@ final class FleetSQLTests: XCTestCase {
     let db = "fleet"
 
     override func setUpWithError() throws {
-        guard PostgresCluster.available else {
-            XCTFail("PostgreSQL 15 not found: make check installs postgresql-15")
-            throw XCTSkip("no PostgreSQL")
-        }
-        cluster = try PostgresCluster()
-        try cluster.psql("CREATE DATABASE \(db)")
-        _ = try Migrator.migrate(conninfo: cluster.conninfo(database: db))
+        cluster = try startFleetCluster(database: db)
     }
 
     override func tearDown() {

@@ -89,16 +89,9 @@ final class FleetTLSTests: XCTestCase {
 
     func testVerifyFullWithAClientCertificate() throws {
         let secret = Array("fleettlssecret123456".utf8)
-        var rng = SystemRandomNumberGenerator()
-        try PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
-            .enroll(user: Array("root".utf8), accountUID: 0,
-                    factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0, secret: secret),
-                    importedCodes: nil, using: &rng)
-        let h = try DaemonFixture()
+        try enrollRoot(secret)
+        let h = try startHost(conninfo())
         host = h
-        try "backend = postgresql\npostgresql = \(conninfo())\n".write(toFile: h.config, atomically: true, encoding: .utf8)
-        chmod(h.config, 0o644)
-        try h.start()
         let service = "pam_totp_fleet_tls_\(getpid())"
         try "auth required \(moduleURL.path) config=\(h.config) socket=\(h.socketPath)\n"
             .write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
@@ -136,11 +129,7 @@ final class FleetTLSTests: XCTestCase {
     /// is there), and a warm login is one round trip.
     func testOverALongLinkTLSConnectsWithoutARetryAndALoginIsOneRoundTrip() throws {
         let secret = Array("fleettlslongsecret12".utf8)
-        var rng = SystemRandomNumberGenerator()
-        try PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
-            .enroll(user: Array("root".utf8), accountUID: 0,
-                    factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0, secret: secret),
-                    importedCodes: nil, using: &rng)
+        try enrollRoot(secret)
         let proxyPort = try freeTCPPort()
         let log = pki.appendingPathComponent("link.log").path
         let null = open("/dev/null", O_RDWR)
@@ -149,30 +138,23 @@ final class FleetTLSTests: XCTestCase {
         try proxy.run(["/usr/bin/python3", packageRoot.appendingPathComponent("scripts/delay-proxy.py").path, String(proxyPort), "127.0.0.1",
                        String(port), "100", log], stdio: null)
         defer { proxy.terminate(); proxy.waitUntilExit() }
-        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.connects(proxyPort)) == true }, "the delay proxy listens")
         func lines() -> [Substring] { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n") }
+        XCTAssertTrue(waitUntil(timeout: 10) { lines().contains("listening") }, "the delay proxy listens")
         let far = conninfo().replacingOccurrences(of: "port=\(port)", with: "port=\(proxyPort)")
 
         // With the admin's own OpenSSL configuration (Debian's): the server asks the hello again.
-        let debian = try DaemonFixture()
-        try "backend = postgresql\npostgresql = \(far)\n".write(toFile: debian.config, atomically: true, encoding: .utf8)
-        chmod(debian.config, 0o644)
-        try debian.start(launcher: ["/usr/bin/env", "OPENSSL_CONF=/usr/lib/ssl/openssl.cnf"])
-        debian.cleanup()
+        try startHost(far, launcher: ["/usr/bin/env", "OPENSSL_CONF=/usr/lib/ssl/openssl.cnf"]).cleanup()
         XCTAssertTrue(lines().contains("hello-retry"), "Debian's OpenSSL defaults: a HelloRetryRequest")
 
         let start = lines().count
-        let h = try DaemonFixture()
+        let h = try startHost(far)
         host = h
-        try "backend = postgresql\npostgresql = \(far)\n".write(toFile: h.config, atomically: true, encoding: .utf8)
-        chmod(h.config, 0o644)
-        try h.start()
         XCTAssertFalse(lines().dropFirst(start).contains("hello-retry"), "P-256 offered first: no retry")
         // A warm login (the connection made at start): one flight out, one back.
         awayFromStepBoundary(margin: 5)
         let before = lines().count
         let code = String(decoding: try currentCode(secret, offsetSteps: 0), as: UTF8.self)
-        let reply = try ask(h, code)
+        let reply = try askFleetDaemon(h.socketPath, .authenticate, service: "fleet-tls", answer: code)
         guard case .outcome(.success) = reply else { return XCTFail("\(reply): \(h.output)") }
         var flights = 0, last = ""
         for line in lines().dropFirst(before) {
@@ -183,28 +165,26 @@ final class FleetTLSTests: XCTestCase {
         XCTAssertEqual(flights, 1, "a warm login is one round trip: \(Array(lines().dropFirst(before)))")
     }
 
-    func connects(_ port: Int) throws -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var a = sockaddr_in()
-        a.sin_family = sa_family_t(AF_INET)
-        a.sin_port = in_port_t(UInt16(port).bigEndian)
-        a.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+    /// Root's phone factor of `secret`, enrolled as the database's owner.
+    func enrollRoot(_ secret: [UInt8]) throws {
+        var rng = SystemRandomNumberGenerator()
+        try PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(database: db)))
+            .enroll(user: Array("root".utf8), accountUID: 0,
+                    factor: try Factor(label: Array("phone".utf8), parameters: .default, created: 0, secret: secret),
+                    importedCodes: nil, using: &rng)
     }
 
-    /// One authenticate request as root to `h`, as pam_totp.so sends it.
-    func ask(_ h: DaemonFixture, _ answer: String) throws -> DaemonReply {
-        var o = ModuleOptions()
-        o.backend = .postgresql
-        o.maxFailures = 100
-        o.lockoutSeconds = 0
-        let frame = try XCTUnwrap(DaemonRequest(operation: .authenticate, service: Array("fleet-tls".utf8), user: Array("root".utf8),
-                                                options: o, answer: Array(answer.utf8)).encoded())
-        let fd = DaemonTests.connectTo(h.socketPath)
-        XCTAssertGreaterThanOrEqual(fd, 0)
-        defer { close(fd) }
-        XCTAssertTrue(DaemonTests.send(fd, frame))
-        return try DaemonReply.decode(try XCTUnwrap(DaemonTests.readAll(fd), "no reply"))
+    /// A pam-totpd on `conn`, started (through `launcher`, if given); the caller cleans it up.
+    func startHost(_ conn: String, launcher: [String] = []) throws -> DaemonFixture {
+        let h = try DaemonFixture()
+        do {
+            try "backend = postgresql\npostgresql = \(conn)\n".write(toFile: h.config, atomically: true, encoding: .utf8)
+            chmod(h.config, 0o644)
+            try h.start(launcher: launcher)
+        } catch {
+            h.cleanup()
+            throw error
+        }
+        return h
     }
 }
