@@ -30,6 +30,7 @@ let fuzzTargets: [FuzzTarget] = [
     FuzzTarget(name: "cli", summary: "Arguments (totp-enroll's and pam-totpd's command lines; the input split at NUL bytes) and the help of what was parsed", run: fuzzCommandLine),
     FuzzTarget(name: "admin", summary: "AdminRequest.decode and AdminReply.decode (totp-enroll to pam-totpd), round trips, no secret in a status", run: fuzzAdmin),
     FuzzTarget(name: "pamstack", summary: "PamStack.read on pam.d files made of the input (includes, substacks, brackets, limits)", run: fuzzPamStack),
+    FuzzTarget(name: "hostcredential", summary: "HostCredential.parse (pam-totpd's host_credential file) and the credential it signs", run: fuzzHostCredential),
     FuzzTarget(name: "destination", summary: "Destination.validatePhone/validateEmail against a reference, their masks, MessageTemplate and render", run: fuzzDestination),
 ]
 

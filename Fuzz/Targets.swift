@@ -587,3 +587,18 @@ func fuzzPamStack(_ data: [UInt8]) {
     guard logical.count <= data.count + 1 else { violated("pamstack", "more logical lines than the input holds") }
     for l in logical.prefix(64) { _ = PamStack.words(l.text) }
 }
+
+/// HostCredential.parse (pam-totpd's host_credential file): only a well-formed line parses, its
+/// name is one the database takes, and what it signs has identify's shape.
+func fuzzHostCredential(_ data: [UInt8]) {
+    guard let c = HostCredential.parse(data) else { return }
+    guard HostCredential.validName(Array(c.host.utf8)) else { violated("hostcredential", "a name the database refuses") }
+    var line = data
+    if line.last == 0x0A { line.removeLast() }
+    guard line.count == 17 + c.host.utf8.count + 1 + 64 else { violated("hostcredential", "a line of another length parsed") }
+    let signed = c.credential(operation: "enrolled", arguments: [String(decoding: data, as: UTF8.self), nil], stamp: 1, nonce: [UInt8](repeating: 0, count: 16))
+    let parts = signed.split(separator: ":", omittingEmptySubsequences: false)
+    guard parts.count == 5, parts[0] == "v1", parts[1] == Substring(c.host), parts[3].utf8.count == 32, parts[4].utf8.count == 64 else {
+        violated("hostcredential", "a credential not of identify's shape")
+    }
+}

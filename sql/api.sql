@@ -134,8 +134,8 @@ BEGIN
     RETURN 'at most ' || cfg.oob_destination_max_per_day || ' codes are sent to one ' || CASE p_kind WHEN 'sms' THEN 'number' ELSE 'address' END
            || ' a day: use your app or a recovery code, or try tomorrow';
   END IF;
-  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.host = session_user AND s.at > p_clock - 60) >= cfg.oob_host_max_per_minute
-     OR (SELECT count(*) FROM pam_totp.sends s WHERE s.host = session_user AND s.at > p_clock - 3600) >= cfg.oob_host_max_per_hour THEN
+  IF (SELECT count(*) FROM pam_totp.sends s WHERE s.host = pam_totp_api.me() AND s.at > p_clock - 60) >= cfg.oob_host_max_per_minute
+     OR (SELECT count(*) FROM pam_totp.sends s WHERE s.host = pam_totp_api.me() AND s.at > p_clock - 3600) >= cfg.oob_host_max_per_hour THEN
     RETURN 'too many codes are being sent from this host: try again later';
   END IF;
   IF (SELECT count(*) FROM pam_totp.sends s WHERE s.at > p_clock - 60) >= cfg.oob_max_per_minute THEN
@@ -167,7 +167,7 @@ BEGIN
   VALUES (p_user, p_kind, p_destination, code, p_host, (cfg.oob_lifetime + 59) / 60, p_clock, expires_at)
   RETURNING outbox.id INTO id;
   INSERT INTO pam_totp.sends (user_name, at, destination_key, host)
-  VALUES (p_user, p_clock, pam_totp_api.destination_key(p_kind, p_destination), session_user);
+  VALUES (p_user, p_clock, pam_totp_api.destination_key(p_kind, p_destination), pam_totp_api.me());
   DELETE FROM pam_totp.sends s WHERE s.at < p_clock - 86400;
   DELETE FROM pam_totp.outbox o WHERE o.queued < p_clock - 7 * 86400;
   PERFORM pg_notify('pam_totp_outbox', '');
@@ -223,8 +223,145 @@ BEGIN
   END IF;
 END $$;
 
+-- Rule 20 (docs/ARCHITECTURE.md, section 4; docs/FLEET.md, "Host credentials"): who calls. Every
+-- function a host may call names its caller with this first and keeps the name for the call
+-- (pam_totp.caller, set for the function's own run: its SET clause restores it at exit), and
+-- every attempt, proof, send and audit row of the call is that name's (me).
+-- p_credential NULL: the caller is its login role (session_user), as a host with a role of its
+-- own; refused for a member of pam_totp_pooled (a role that stands for many hosts) and for a
+-- removed host's name. Else 'v1:HOST:STAMP:NONCE:MAC' (pam-totpd's HostCredential): HOST a name
+-- add_host gave a key, STAMP the host's clock in seconds (at most 60 s from the database's),
+-- NONCE 16 random bytes in hex, MAC the HMAC-SHA-256 under HOST's key of the lines
+-- 'pam_totp host call v1', HOST, STAMP, NONCE, p_op, then each of p_args (the call's arguments
+-- as canonical text: NULL '-', else '+' || its length in bytes || ':' || it), each line ended
+-- by a newline. It is accepted once (its nonce is kept two minutes) and only for that operation
+-- with those arguments: a credential read from a statement log can only repeat its own call,
+-- and only if that call rolled back, within its minute (docs/FLEET.md).
+CREATE FUNCTION pam_totp_api.identify(p_credential text, p_op text, p_args text[]) RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+  part text[];
+  k bytea;
+  stamp bigint;
+  msg text;
+  clock bigint;
+BEGIN
+  IF p_credential IS NULL THEN
+    -- (A superuser is a member of every role: an admin is never taken for a pool.)
+    IF pg_has_role(session_user, 'pam_totp_pooled', 'MEMBER') AND NOT pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN
+      RAISE EXCEPTION 'role % stands for many hosts (pam_totp_pooled): every call needs the host''s credential (host_credential = PATH, from pam-totpd add-host)', session_user
+        USING ERRCODE = 'PT035';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pam_totp.hosts h WHERE h.name = session_user AND h.key IS NULL) THEN
+      RAISE EXCEPTION 'host % was removed (pam-totpd remove-host)', session_user USING ERRCODE = 'PT036';
+    END IF;
+    RETURN session_user;
+  END IF;
+  part := string_to_array(p_credential, ':');
+  IF cardinality(part) <> 5 OR part[1] <> 'v1' OR part[2] !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' OR part[3] !~ '^[0-9]{1,12}$'
+     OR part[4] !~ '^[0-9a-f]{32}$' OR part[5] !~ '^[0-9a-f]{64}$' THEN
+    RAISE EXCEPTION 'a host credential is v1:HOST:STAMP:NONCE:MAC' USING ERRCODE = 'PT037';
+  END IF;
+  SELECT h.key INTO k FROM pam_totp.hosts h WHERE h.name = part[2] AND h.key IS NOT NULL;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'host % has no key here (never added, or removed: pam-totpd add-host)', part[2] USING ERRCODE = 'PT038';
+  END IF;
+  clock := pam_totp_api.now_seconds();
+  stamp := part[3]::bigint;
+  SELECT 'pam_totp host call v1' || E'\n' || part[2] || E'\n' || part[3] || E'\n' || part[4] || E'\n' || p_op || E'\n'
+         || coalesce(string_agg(CASE WHEN a IS NULL THEN '-' ELSE '+' || octet_length(a) || ':' || a END || E'\n', '' ORDER BY i), '')
+    INTO msg FROM unnest(p_args) WITH ORDINALITY x(a, i);
+  -- Compared as their SHA-256s: how long the comparison takes says nothing about the MAC.
+  IF pam_totp_crypto.digest(pam_totp_crypto.hmac(convert_to(msg, 'UTF8'), k, 'sha256'), 'sha256')
+     <> pam_totp_crypto.digest(decode(part[5], 'hex'), 'sha256') THEN
+    RAISE EXCEPTION 'host %''s credential does not match this call (another key, or altered)', part[2] USING ERRCODE = 'PT039';
+  END IF;
+  IF abs(clock - stamp) > 60 THEN
+    RAISE EXCEPTION 'host %''s credential is stamped % s from the database''s clock (at most 60: check the host''s clock)',
+      part[2], clock - stamp USING ERRCODE = 'PT040';
+  END IF;
+  INSERT INTO pam_totp.host_nonces (host, nonce, at) VALUES (part[2], decode(part[4], 'hex'), clock) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'host %''s credential was used already (each call has its own)', part[2] USING ERRCODE = 'PT041';
+  END IF;
+  -- A nonce is kept until its stamp can no longer pass (at most 120 s after it was accepted);
+  -- swept now and then, a few thousand rows at most.
+  IF random() < 0.01 THEN DELETE FROM pam_totp.host_nonces n WHERE n.at < clock - 121; END IF;
+  RETURN part[2];
+END $$;
+
+-- The caller identify named for this call (its session's role for an owner's direct call).
+CREATE FUNCTION pam_totp_api.me() RETURNS text
+LANGUAGE sql STABLE
+AS $$ SELECT coalesce(nullif(current_setting('pam_totp.caller', true), ''), session_user::text) $$;
+
+-- A second step (login_finish, confirm_enrolment_finish) is the first step's caller's: with the
+-- credential that began it (p_stored: its SHA-256; the host must still have its key), or as the
+-- same login role when it began without one. Names the caller for the call; false: not its.
+CREATE FUNCTION pam_totp_api.finishing(p_role text, p_stored bytea, p_credential text) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+  IF p_stored IS NULL THEN
+    RETURN p_credential IS NULL AND pam_totp_api.identify(NULL, NULL, NULL) = p_role;
+  END IF;
+  RETURN p_credential IS NOT NULL AND pam_totp_crypto.digest(convert_to(p_credential, 'UTF8'), 'sha256') = p_stored
+         AND EXISTS (SELECT 1 FROM pam_totp.hosts h WHERE h.name = p_role AND h.key IS NOT NULL);
+END $$;
+
+-- A credential's canonical text of an array argument (identify): each element as its length in
+-- bytes, ':' and it (a bytea in lower-case hex).
+CREATE FUNCTION pam_totp_api.canonical(p text[]) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT coalesce(string_agg(octet_length(x) || ':' || x, '' ORDER BY i), '') FROM unnest(p) WITH ORDINALITY u(x, i) $$;
+
+CREATE FUNCTION pam_totp_api.canonical(p bytea[]) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT pam_totp_api.canonical(ARRAY(SELECT encode(x, 'hex') FROM unnest(p) WITH ORDINALITY u(x, i) ORDER BY i)) $$;
+
+-- Admin (pam-totpd add-host NAME): a new host and its key, made here and returned once (it is
+-- never a statement's argument, so no statement log holds it). A removed name may be added
+-- again, with a new key; a current one is refused (remove it first: its old key then stops).
+CREATE FUNCTION pam_totp_api.add_host(p_name text) RETURNS bytea
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE k bytea := pam_totp_crypto.gen_random_bytes(32); clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);
+  IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' THEN
+    RAISE EXCEPTION 'a host''s name is 1 to 63 letters, digits, dots, underscores and hyphens, the first a letter or digit'
+      USING ERRCODE = 'PT043';
+  END IF;
+  INSERT INTO pam_totp.hosts AS h (name, key, added) VALUES (p_name, k, clock)
+  ON CONFLICT (name) DO UPDATE SET key = EXCLUDED.key, added = EXCLUDED.added, removed = NULL WHERE h.key IS NULL;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'host % has a key already: pam-totpd remove-host % first (its old key then stops at once)', p_name, p_name
+      USING ERRCODE = 'PT042';
+  END IF;
+  PERFORM pam_totp_api.audit_append('host-added', p_name, NULL, NULL, NULL, 0, 'a new key for host ' || p_name);
+  RETURN k;
+END $$;
+
+-- Admin (pam-totpd remove-host NAME): the host's key goes, so its next call is refused, with or
+-- without a credential (a role of that name too). False: no such current host.
+CREATE FUNCTION pam_totp_api.remove_host(p_name text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+DECLARE clock bigint := pam_totp_api.now_seconds();
+BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);
+  IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' THEN RETURN false; END IF;
+  INSERT INTO pam_totp.hosts AS h (name, key, added, removed) VALUES (p_name, NULL, clock, clock)
+  ON CONFLICT (name) DO UPDATE SET key = NULL, removed = EXCLUDED.removed WHERE h.key IS NOT NULL;
+  IF NOT FOUND THEN RETURN false; END IF;
+  DELETE FROM pam_totp.host_nonces n WHERE n.host = p_name::name;
+  PERFORM pam_totp_api.audit_append('host-removed', p_name, NULL, NULL, NULL, 0, 'host ' || p_name || ' removed: its calls are refused');
+  RETURN true;
+END $$;
+
 -- Raises unless the session may change p_user's enrolment now: a code of that user accepted
--- through the same login role (session_user) within settings.proof_seconds, or a role with
+-- through the same host (me: identify) within settings.proof_seconds, or a role with
 -- pam_totp_admin. The caller holds the user's row lock. A compromised host can therefore not
 -- add a factor or recovery codes of its own for a user it never saw log in.
 CREATE FUNCTION pam_totp_api.require_proof(p_user text) RETURNS void
@@ -233,7 +370,7 @@ AS $$
 BEGIN
   IF pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN RETURN; END IF;
   IF NOT EXISTS (SELECT 1 FROM pam_totp.users u
-                  WHERE u.name = p_user AND u.proof_role = session_user AND u.proof_until >= pam_totp_api.now_seconds()) THEN
+                  WHERE u.name = p_user AND u.proof_role = pam_totp_api.me() AND u.proof_until >= pam_totp_api.now_seconds()) THEN
     RAISE EXCEPTION 'changing the factors or recovery codes of a user who has a factor needs a current code of that user through this host first (within 10 minutes), or a role with pam_totp_admin' USING ERRCODE = 'PT013';
   END IF;
 END $$;
@@ -279,7 +416,7 @@ BEGIN
      WHERE a.at < clock - 86400::bigint * (SELECT s.audit_days FROM pam_totp.settings s)
      ORDER BY a.at LIMIT 8 FOR UPDATE SKIP LOCKED);
   INSERT INTO pam_totp.audit (at, role, account, uid, event, label, failures, locked_until, detail)
-  VALUES (clock, session_user, p_account, p_uid, p_event, p_label, p_failures, nullif(p_locked_until, 0), p_detail);
+  VALUES (clock, pam_totp_api.me(), p_account, p_uid, p_event, p_label, p_failures, nullif(p_locked_until, 0), p_detail);
 END $$;
 
 -- Each kind's check (docs/ARCHITECTURE.md, section 2.3): one function per kind, dispatched in
@@ -463,7 +600,7 @@ END $$;
 -- answer before this one, told 'resync' (check_factor).
 CREATE FUNCTION pam_totp_api.login_begin_at(p_user text, p_uid bigint, p_answer text, p_now bigint, p_window integer,
                                             p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
-                                            p_previous text DEFAULT NULL) RETURNS bigint
+                                            p_previous text DEFAULT NULL, p_credential text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -521,10 +658,10 @@ BEGIN
     END IF;
   END IF;
   INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
-                                 recovery_set, recovery_index, replayed, failures, locked_until, drift, drift_before)
-  VALUES (session_user, pg_current_xact_id(), clock, p_now, p_user, p_uid, verdict_, j.factor_id, j.step, j.label, j.digits,
+                                 recovery_set, recovery_index, replayed, failures, locked_until, drift, drift_before, credential)
+  VALUES (pam_totp_api.me(), pg_current_xact_id(), clock, p_now, p_user, p_uid, verdict_, j.factor_id, j.step, j.label, j.digits,
           j.recovery_set, j.recovery_index, coalesce(j.replayed, false), fails, until_, coalesce(j.drift, 0),
-          coalesce(j.drift_before, 0))
+          coalesce(j.drift_before, 0), pam_totp_crypto.digest(convert_to(p_credential, 'UTF8'), 'sha256'))
   RETURNING id INTO id_;
   RETURN id_;
 END $$;
@@ -532,12 +669,14 @@ END $$;
 -- What a host calls: on the database's clock, so no host can pick the time.
 CREATE FUNCTION pam_totp_api.login_begin(p_user text, p_uid bigint, p_answer text, p_window integer,
                                          p_max_failures integer, p_lockout bigint, p_forward_pass boolean,
-                                         p_previous text DEFAULT NULL) RETURNS bigint
+                                         p_previous text DEFAULT NULL, p_credential text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN  -- PL/pgSQL: see hotp (the procedure login calls it once a login)
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'login_begin',
+    ARRAY[p_user, p_uid::text, p_answer, p_window::text, p_max_failures::text, p_lockout::text, p_forward_pass::text, p_previous]), true);
   RETURN pam_totp_api.login_begin_at(p_user, p_uid, p_answer, pam_totp_api.now_seconds(), p_window, p_max_failures, p_lockout,
-                                     p_forward_pass, p_previous);
+                                     p_forward_pass, p_previous, p_credential);
 END $$;
 
 -- login_finish's accepting step, under the user's row lock: a match marks its step used
@@ -575,7 +714,7 @@ BEGIN
      WHERE r.user_name = a.user_name AND (used_now >> i) & 1 = 0;
     PERFORM pam_totp_api.audit_append('recovery', a.user_name, a.uid, NULL, 0, 0, remaining || ' recovery codes left');
   END IF;
-  UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = session_user, proof_until = a.at + p_proof_seconds
+  UPDATE pam_totp.users u SET failures = 0, locked_until = 0, proof_role = a.role, proof_until = a.at + p_proof_seconds
    WHERE u.name = a.user_name;
   DELETE FROM pam_totp.sent_codes x WHERE x.user_name = a.user_name;   -- any success voids a sent code
 END $$;
@@ -585,7 +724,7 @@ END $$;
 -- of two attempts with one code, one succeeds), clears the failure login_begin counted and
 -- records the proof (require_proof); an attempt older than settings.attempt_seconds stays a
 -- failure.
-CREATE FUNCTION pam_totp_api.login_finish(p_attempt bigint)
+CREATE FUNCTION pam_totp_api.login_finish(p_attempt bigint, p_credential text DEFAULT NULL)
 RETURNS TABLE (outcome text, label text, step bigint, digits integer, failures integer,
                locked_until bigint, replayed boolean, remaining integer)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -596,8 +735,10 @@ DECLARE
   acc record;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
-  SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
-  PERFORM pam_totp_api.require_committed(FOUND, a.xact, 'login_finish', 'login_begin');
+  SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt FOR UPDATE;
+  PERFORM pam_totp_api.require_committed(FOUND AND pam_totp_api.finishing(a.role, a.credential, p_credential),
+                                         a.xact, 'login_finish', 'login_begin');
+  PERFORM set_config('pam_totp.caller', a.role, true);
   DELETE FROM pam_totp.attempts x WHERE x.id = a.id;
   SELECT * INTO cfg FROM pam_totp.settings;
   IF a.verdict IN ('match', 'recovery') AND clock - a.begun <= cfg.attempt_seconds THEN
@@ -648,14 +789,16 @@ CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_
                                     INOUT remaining integer DEFAULT NULL,
                                     -- Last, so that callers passing the INOUT arguments by
                                     -- position are not moved: given by name (p_previous => ...).
-                                    p_previous text DEFAULT NULL, p_timeout_ms integer DEFAULT NULL)
+                                    p_previous text DEFAULT NULL, p_timeout_ms integer DEFAULT NULL,
+                                    p_credential text DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
   deadline timestamptz := pg_catalog.statement_timestamp() + pg_catalog.make_interval(secs => coalesce(p_timeout_ms, 0) / 1000.0);
 BEGIN
   IF p_timeout_ms IS NOT NULL THEN PERFORM pg_catalog.set_config('lock_timeout', p_timeout_ms::text, true); END IF;
-  attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass, p_previous);
+  attempt := pam_totp_api.login_begin(p_user, p_uid, p_answer, p_window, p_max_failures, p_lockout, p_forward_pass, p_previous,
+                                      p_credential);
   COMMIT;
   IF p_timeout_ms IS NOT NULL THEN
     IF pg_catalog.clock_timestamp() >= deadline THEN
@@ -666,54 +809,61 @@ BEGIN
   END IF;
   SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
     INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
-    FROM pam_totp_api.login_finish(attempt) f;
+    FROM pam_totp_api.login_finish(attempt, p_credential) f;
   IF p_timeout_ms IS NOT NULL AND pg_catalog.clock_timestamp() >= deadline THEN
     RAISE EXCEPTION 'canceling the login: past its deadline' USING ERRCODE = '57014';
   END IF;
 END $$;
 
 -- Before the prompt: the uid the user's enrolment is bound to, or NULL if not enrolled.
-CREATE FUNCTION pam_totp_api.enrolled_uid(p_user text) RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER
+CREATE FUNCTION pam_totp_api.enrolled_uid(p_user text, p_credential text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
 AS $$
-  SELECT u.uid FROM pam_totp.users u WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name)
-$$;
+BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled_uid', ARRAY[p_user]), true);
+  RETURN (SELECT u.uid FROM pam_totp.users u
+           WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name));
+END $$;
 
 -- A user's metadata: no secret, no hash, no salt. sends: when codes were sent to the user in
 -- the last day (at most the last 32, oldest first), for totp-enroll status.
-CREATE FUNCTION pam_totp_api.user_status(p_user text)
+CREATE FUNCTION pam_totp_api.user_status(p_user text, p_credential text DEFAULT NULL)
 RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set bigint, recovery_codes integer, recovery_used bigint,
                sends bigint[])
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 AS $$
-  SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used,
+BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'user_status', ARRAY[p_user]), true);
+  RETURN QUERY SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used,
          ARRAY(SELECT x.at FROM (SELECT s.at FROM pam_totp.sends s WHERE s.user_name = u.name
                                    AND s.at > pam_totp_api.now_seconds() - 86400 ORDER BY s.at DESC LIMIT 32) x ORDER BY x.at)
-    FROM pam_totp.users u LEFT JOIN pam_totp.recovery r ON r.user_name = u.name WHERE u.name = p_user
-$$;
+    FROM pam_totp.users u LEFT JOIN pam_totp.recovery r ON r.user_name = u.name WHERE u.name = p_user;
+END $$;
 
 -- A user's factors, in enrolment order. serial: a hardware token's serial number (NULL: none).
 -- drift: a TOTP factor's learned clock drift in steps (0: none; totp-enroll status shows it).
-CREATE FUNCTION pam_totp_api.list_factors(p_user text)
+CREATE FUNCTION pam_totp_api.list_factors(p_user text, p_credential text DEFAULT NULL)
 RETURNS TABLE (label text, algorithm text, digits integer, period integer, created bigint, last_step bigint, kind text, serial text,
                destination text, drift integer)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 AS $$
+BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'list_factors', ARRAY[p_user]), true);
   -- A token's counter is for admins only (a host reads no secret and no counter); its
   -- serial number is not a secret. A phone or address: masked, except to an admin.
-  SELECT f.label, f.algorithm, f.digits, f.period, f.created,
+  RETURN QUERY SELECT f.label, f.algorithm, f.digits, f.period, f.created,
          CASE WHEN f.kind = 'totp' OR pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.last_step END, f.kind, f.serial,
          CASE WHEN pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN f.destination
               ELSE pam_totp_api.masked(f.kind, f.destination) END,
          f.drift
     FROM pam_totp.factors f
-   WHERE f.user_name = p_user ORDER BY f.id
-$$;
+   WHERE f.user_name = p_user ORDER BY f.id;
+END $$;
 
 -- The checks an enrolment makes (label unique, secret unique, at most 32, same account).
 -- p_secret NULL: the secret is not known yet. Raises with a message for the user.
-CREATE FUNCTION pam_totp_api.check_enrollable(p_user text, p_uid bigint, p_label text, p_secret bytea) RETURNS void
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+CREATE FUNCTION pam_totp_api.enrollable(p_user text, p_uid bigint, p_label text, p_secret bytea) RETURNS void
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE u pam_totp.users%ROWTYPE;
 BEGIN
@@ -733,6 +883,17 @@ BEGIN
   END IF;
 END $$;
 
+-- What a host calls: enrollable, for the caller identify names.
+CREATE FUNCTION pam_totp_api.check_enrollable(p_user text, p_uid bigint, p_label text, p_secret bytea,
+                                              p_credential text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+AS $$
+BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'check_enrollable',
+    ARRAY[p_user, p_uid::text, p_label, encode(p_secret, 'hex')]), true);
+  PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, p_secret);
+END $$;
+
 -- Adds a proven factor (its enrolment step and every earlier one count as used). Write-only:
 -- the secret goes in and never comes out. A user's first factor records the proof for the
 -- rest of that enrolment (recovery codes, a second factor) from the same role.
@@ -741,18 +902,21 @@ END $$;
 -- token's serial number (import-pskc), NULL for none.
 CREATE FUNCTION pam_totp_api.enroll(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
                                     p_period integer, p_created bigint, p_enrolled_step bigint, p_secret bytea,
-                                    p_kind text DEFAULT 'totp', p_serial text DEFAULT NULL) RETURNS void
+                                    p_kind text DEFAULT 'totp', p_serial text DEFAULT NULL, p_credential text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE had boolean;
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enroll',
+    ARRAY[p_user, p_uid::text, p_label, p_algorithm, p_digits::text, p_period::text, p_created::text, p_enrolled_step::text,
+          encode(p_secret, 'hex'), p_kind, p_serial]), true);
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_kind IS NULL OR p_kind NOT IN ('totp', 'hotp') OR p_secret IS NULL THEN
     RAISE EXCEPTION 'enroll: an app or token factor with its secret (a phone or address: send_enrolment_code)' USING ERRCODE = 'PT026';
   END IF;
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   had := pam_totp_api.lock_for_change(p_user);
-  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
+  PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, p_secret);
   IF p_serial IS NOT NULL THEN
     -- A token is one user's. The lock (per serial, to the end of the transaction) makes two
     -- enrolments of one serial for two users, from any hosts at once, wait for each other.
@@ -769,7 +933,7 @@ BEGIN
                                     ELSE upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s' END
                                     || coalesce(', serial ' || p_serial, ''));
   IF NOT had THEN
-    UPDATE pam_totp.users SET proof_role = session_user,
+    UPDATE pam_totp.users SET proof_role = pam_totp_api.me(),
                               proof_until = pam_totp_api.now_seconds() + (SELECT s.proof_seconds FROM pam_totp.settings s)
      WHERE name = p_user;
   END IF;
@@ -788,7 +952,8 @@ END $$;
 -- p_answer NULL: the checks only, before the host shows anything ('may-enrol' or
 -- 'had-factor'; nothing changed).
 CREATE FUNCTION pam_totp_api.enroll_first(p_user text, p_uid bigint, p_label text, p_algorithm text, p_digits integer,
-                                          p_period integer, p_secret bytea, p_answer text, p_window integer) RETURNS text
+                                          p_period integer, p_secret bytea, p_answer text, p_window integer,
+                                          p_credential text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -797,6 +962,9 @@ DECLARE
   win integer;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enroll_first',
+    ARRAY[p_user, p_uid::text, p_label, p_algorithm, p_digits::text, p_period::text, encode(p_secret, 'hex'), p_answer,
+          p_window::text]), true);
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR p_algorithm IS NULL OR p_digits IS NULL OR p_period IS NULL
      OR (p_secret IS NULL) <> (p_answer IS NULL) THEN
@@ -804,7 +972,7 @@ BEGIN
   END IF;
   IF p_secret IS NULL THEN
     IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN RETURN 'had-factor'; END IF;
-    PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+    PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, NULL);
     RETURN 'may-enrol';
   END IF;
   win := least(greatest(coalesce(p_window, 0), 0), (SELECT s.max_window FROM pam_totp.settings s));
@@ -816,12 +984,12 @@ BEGIN
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   PERFORM 1 FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN RETURN 'had-factor'; END IF;
-  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, p_secret);
+  PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, p_secret);
   INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind)
   VALUES (p_user, p_label, p_algorithm, p_digits, p_period, clock, m.step, p_secret, 'totp');
   PERFORM pam_totp_api.audit_append('enroll', p_user, p_uid, p_label, NULL, 0,
                                     upper(p_algorithm) || ', ' || p_digits || ' digits, ' || p_period || ' s, at login');
-  UPDATE pam_totp.users SET proof_role = session_user,
+  UPDATE pam_totp.users SET proof_role = pam_totp_api.me(),
                             proof_until = clock + (SELECT s.proof_seconds FROM pam_totp.settings s)
    WHERE name = p_user;
   RETURN 'enrolled';
@@ -831,7 +999,8 @@ END $$;
 -- p_codes (an import's plain codes), codes of the old set that were used stay used (an import
 -- never revives one). Returns -1 if no set was there before, else the number left out.
 CREATE FUNCTION pam_totp_api.replace_recovery(p_user text, p_uid bigint, p_set_id bigint, p_iterations integer,
-                                              p_salt bytea, p_hashes bytea[], p_codes text[]) RETURNS integer
+                                              p_salt bytea, p_hashes bytea[], p_codes text[], p_credential text DEFAULT NULL)
+RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -843,6 +1012,9 @@ DECLARE
   h bytea;
   used_before boolean;
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'replace_recovery',
+    ARRAY[p_user, p_uid::text, p_set_id::text, p_iterations::text, encode(p_salt, 'hex'), pam_totp_api.canonical(p_hashes),
+          pam_totp_api.canonical(p_codes)]), true);
   PERFORM pam_totp_api.lock_for_change(p_user);
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
   IF NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user) THEN
@@ -875,11 +1047,14 @@ END $$;
 
 -- Removes one factor; returns how many are left. Only p_may_remove_last (root) removes the
 -- last one, and with it the user.
-CREATE FUNCTION pam_totp_api.remove_factor(p_user text, p_uid bigint, p_label text, p_may_remove_last boolean) RETURNS integer
+CREATE FUNCTION pam_totp_api.remove_factor(p_user text, p_uid bigint, p_label text, p_may_remove_last boolean,
+                                           p_credential text DEFAULT NULL) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE u pam_totp.users%ROWTYPE; n integer;
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'remove_factor',
+    ARRAY[p_user, p_uid::text, p_label, p_may_remove_last::text]), true);
   PERFORM pam_totp_api.lock_for_change(p_user);
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user;
   IF NOT FOUND OR u.uid <> p_uid OR NOT EXISTS (SELECT 1 FROM pam_totp.factors WHERE user_name = p_user AND label = p_label) THEN
@@ -903,6 +1078,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE u pam_totp.users%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   SELECT * INTO u FROM pam_totp.users WHERE name = p_user FOR UPDATE;
   IF NOT FOUND THEN RAISE EXCEPTION 'this user has no factor' USING ERRCODE = 'PT011'; END IF;
   UPDATE pam_totp.users SET failures = 0, locked_until = 0 WHERE name = p_user;
@@ -920,6 +1096,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE gone pam_totp.users%ROWTYPE;
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   DELETE FROM pam_totp.enrolment_codes WHERE user_name = p_user;
   DELETE FROM pam_totp.users WHERE name = p_user RETURNING * INTO gone;
   IF NOT FOUND THEN RETURN false; END IF;
@@ -946,6 +1123,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE cfg pam_totp.settings%ROWTYPE; now_ bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   SELECT * INTO cfg FROM pam_totp.settings;
   IF p_failures NOT BETWEEN 0 AND cfg.hard_failure_cap OR p_locked_until > now_ + cfg.max_lockout THEN
     RAISE EXCEPTION 'import: a failure count above % or a lockout beyond % s from now is not a file store''s', cfg.hard_failure_cap, cfg.max_lockout
@@ -965,6 +1143,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE now_ bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   IF EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = p_user AND f.label = p_label AND p_last_step > now_ / f.period + 10) THEN
     RAISE EXCEPTION 'import: a last used step in the future is not a file store''s' USING ERRCODE = 'PT028';
   END IF;
@@ -988,9 +1167,10 @@ CREATE FUNCTION pam_totp_api.import_destination(p_user text, p_uid bigint, p_lab
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   PERFORM pam_totp_api.require_exact_names(p_user);
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
-  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+  PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, NULL);
   INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
   VALUES (p_user, p_label, 'sha1', 6, 30, p_created, 0, NULL, p_kind, p_destination);
   PERFORM pam_totp_api.audit_append('import', p_user, p_uid, p_label, NULL, 0,
@@ -1015,21 +1195,23 @@ $$;
 -- and each factor's kind, name and, for a phone or address, its mask (the hints a login
 -- offers); has_recovery: the user has recovery codes; pending: a code sent to this factor is
 -- live (a one-prompt stack then takes the answer's trailing digits as it). One row per factor.
-CREATE FUNCTION pam_totp_api.enrolled(p_user text)
+CREATE FUNCTION pam_totp_api.enrolled(p_user text, p_credential text DEFAULT NULL)
 RETURNS TABLE (uid bigint, kind text, label text, masked text, has_recovery boolean, pending boolean, digits integer)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 AS $$
+BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled', ARRAY[p_user]), true);
   -- digits: how many digits the factor's code has (a sent factor: its live code's, else NULL),
   -- so a one-field stack can hand the password on before the code is checked (code_after_password).
-  SELECT u.uid, f.kind, f.label, pam_totp_api.masked(f.kind, f.destination),
+  RETURN QUERY SELECT u.uid, f.kind, f.label, pam_totp_api.masked(f.kind, f.destination),
          EXISTS (SELECT 1 FROM pam_totp.recovery r WHERE r.user_name = u.name),
          x.digits IS NOT NULL,
          CASE WHEN f.kind IN ('totp', 'hotp') THEN f.digits ELSE x.digits END
     FROM pam_totp.users u JOIN pam_totp.factors f ON f.user_name = u.name
     LEFT JOIN LATERAL (SELECT s.digits FROM pam_totp.sent_codes s WHERE s.user_name = u.name AND s.factor_id = f.id AND s.attempts_left > 0
                           AND s.expires_at > pam_totp_api.now_seconds() LIMIT 1) x ON true
-   WHERE u.name = p_user ORDER BY f.id
-$$;
+   WHERE u.name = p_user ORDER BY f.id;
+END $$;
 
 -- A login's send (docs/FLEET.md, "Text-message and email codes"): a code to p_user's factor
 -- p_label, within the account's limits and the fleet's (send_refusal), under the user's row
@@ -1037,7 +1219,7 @@ $$;
 -- now), 'pending' (a code sent at sent_at is still valid and oob_resend_interval has not
 -- passed: nothing new is sent, the user is asked for that one), 'refused' (why, for the user,
 -- in detail; nothing changed). p_host: the asking host's name, for the message's %h.
-CREATE FUNCTION pam_totp_api.send_code(p_user text, p_uid bigint, p_label text, p_host text,
+CREATE FUNCTION pam_totp_api.send_code(p_user text, p_uid bigint, p_label text, p_host text, p_credential text DEFAULT NULL,
                                        OUT outcome text, OUT detail text, OUT sent_at bigint, OUT expires_at bigint,
                                        OUT kind text, OUT masked text)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -1050,6 +1232,8 @@ DECLARE
   q record;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'send_code',
+    ARRAY[p_user, p_uid::text, p_label, p_host]), true);
   PERFORM pam_totp_api.require_exact_names(p_user);
   SELECT * INTO cfg FROM pam_totp.settings;
   SELECT * INTO u FROM pam_totp.users x WHERE x.name = p_user FOR UPDATE;
@@ -1085,7 +1269,7 @@ END $$;
 -- at most 32 factors, the same account) and the same limits as a login's send; a refusal
 -- raises (nothing changed). Returns when it was sent (confirm_enrolment names it).
 CREATE FUNCTION pam_totp_api.send_enrolment_code(p_user text, p_uid bigint, p_label text, p_kind text, p_destination text,
-                                                 p_host text) RETURNS bigint
+                                                 p_host text, p_credential text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -1095,6 +1279,8 @@ DECLARE
   why text;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'send_enrolment_code',
+    ARRAY[p_user, p_uid::text, p_label, p_kind, p_destination, p_host]), true);
   PERFORM pam_totp_api.require_exact_names(p_user);
   IF p_user IS NULL OR p_uid IS NULL OR p_label IS NULL OR octet_length(p_label) NOT BETWEEN 1 AND 64 OR p_destination IS NULL THEN
     RAISE EXCEPTION 'send_enrolment_code: a user, an account, a name of 1 to 64 bytes and a destination' USING ERRCODE = 'PT024';
@@ -1112,7 +1298,7 @@ BEGIN
   SELECT * INTO cfg FROM pam_totp.settings;
   INSERT INTO pam_totp.users (name, uid) VALUES (p_user, p_uid) ON CONFLICT (name) DO NOTHING;
   PERFORM pam_totp_api.lock_for_change(p_user);
-  PERFORM pam_totp_api.check_enrollable(p_user, p_uid, p_label, NULL);
+  PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, NULL);
   -- Whether this destination is already the user's is said only once its code is typed back
   -- (confirm_enrolment_finish): said here, a host could test guesses at a masked number.
   SELECT * INTO u FROM pam_totp.users x WHERE x.name = p_user;
@@ -1140,7 +1326,7 @@ END $$;
 -- between a right and a wrong code until confirm_enrolment_finish, which answers only once this
 -- has committed: no rollback turns a wrong guess into an uncounted one.
 CREATE FUNCTION pam_totp_api.confirm_enrolment_begin(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text,
-                                                     p_created bigint) RETURNS bigint
+                                                     p_created bigint, p_credential text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -1151,6 +1337,8 @@ DECLARE
   id_ bigint;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'confirm_enrolment_begin',
+    ARRAY[p_user, p_uid::text, p_label, p_sent_at::text, p_code, p_created::text]), true);
   PERFORM pam_totp_api.require_exact_names(p_user);
   SELECT * INTO cfg FROM pam_totp.settings;
   PERFORM pam_totp_api.lock_for_change(p_user);
@@ -1166,8 +1354,10 @@ BEGIN
          locked_until = CASE WHEN cfg.min_lockout > 0 AND (u.failures + 1) % cfg.max_failures = 0 THEN clock + cfg.min_lockout
                              ELSE u.locked_until END
    WHERE u.name = p_user;
-  INSERT INTO pam_totp.enrolment_attempts (role, xact, begun, user_name, uid, matched, label, kind, destination, created, attempts_left)
-  VALUES (session_user, pg_current_xact_id(), clock, p_user, p_uid, matched, e.label, e.kind, e.destination, p_created, left_)
+  INSERT INTO pam_totp.enrolment_attempts (role, xact, begun, user_name, uid, matched, label, kind, destination, created, attempts_left,
+                                           credential)
+  VALUES (pam_totp_api.me(), pg_current_xact_id(), clock, p_user, p_uid, matched, e.label, e.kind, e.destination, p_created, left_,
+          pam_totp_crypto.digest(convert_to(p_credential, 'UTF8'), 'sha256'))
   RETURNING id INTO id_;
   RETURN id_;
 END $$;
@@ -1176,7 +1366,8 @@ END $$;
 -- that began it. The right code saves the factor (unless the user has that destination already,
 -- which is said only now) and takes back the failure its begin counted; outcome 'enrolled' or
 -- 'wrong' (attempts_left more may be tried; 0: the code is void).
-CREATE FUNCTION pam_totp_api.confirm_enrolment_finish(p_attempt bigint, OUT outcome text, OUT attempts_left integer)
+CREATE FUNCTION pam_totp_api.confirm_enrolment_finish(p_attempt bigint, p_credential text DEFAULT NULL,
+                                                      OUT outcome text, OUT attempts_left integer)
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE
@@ -1186,8 +1377,10 @@ DECLARE
   fails integer;
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
-  SELECT * INTO a FROM pam_totp.enrolment_attempts x WHERE x.id = p_attempt AND x.role = session_user FOR UPDATE;
-  PERFORM pam_totp_api.require_committed(FOUND, a.xact, 'confirm_enrolment_finish', 'confirm_enrolment_begin');
+  SELECT * INTO a FROM pam_totp.enrolment_attempts x WHERE x.id = p_attempt FOR UPDATE;
+  PERFORM pam_totp_api.require_committed(FOUND AND pam_totp_api.finishing(a.role, a.credential, p_credential),
+                                         a.xact, 'confirm_enrolment_finish', 'confirm_enrolment_begin');
+  PERFORM set_config('pam_totp.caller', a.role, true);
   DELETE FROM pam_totp.enrolment_attempts x WHERE x.id = a.id OR x.begun < clock - 3600;
   SELECT * INTO cfg FROM pam_totp.settings;
   PERFORM 1 FROM pam_totp.users u WHERE u.name = a.user_name AND u.uid = a.uid FOR UPDATE;
@@ -1201,7 +1394,7 @@ BEGIN
       USING ERRCODE = CASE a.kind WHEN 'sms' THEN 'PT006' ELSE 'PT007' END;
   END IF;
   had := EXISTS (SELECT 1 FROM pam_totp.factors x WHERE x.user_name = a.user_name);
-  PERFORM pam_totp_api.check_enrollable(a.user_name, a.uid, a.label, NULL);
+  PERFORM pam_totp_api.enrollable(a.user_name, a.uid, a.label, NULL);
   INSERT INTO pam_totp.factors (user_name, label, algorithm, digits, period, created, last_step, secret, kind, destination)
   VALUES (a.user_name, a.label, 'sha1', 6, 30, a.created, 0, NULL, a.kind, a.destination);
   DELETE FROM pam_totp.enrolment_codes x WHERE x.user_name = a.user_name;
@@ -1210,7 +1403,7 @@ BEGIN
                                     CASE a.kind WHEN 'sms' THEN 'text messages to ' ELSE 'email to ' END
                                     || pam_totp_api.masked(a.kind, a.destination));
   IF NOT had THEN
-    UPDATE pam_totp.users SET proof_role = session_user, proof_until = clock + cfg.proof_seconds WHERE name = a.user_name;
+    UPDATE pam_totp.users SET proof_role = a.role, proof_until = clock + cfg.proof_seconds WHERE name = a.user_name;
   END IF;
   outcome := 'enrolled'; attempts_left := 0;
 END $$;
@@ -1219,7 +1412,8 @@ END $$;
 -- runs as its caller and names everything by schema). outcome 'expired': no such code.
 CREATE PROCEDURE pam_totp_api.confirm_enrolment(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text,
                                                 p_created bigint, INOUT outcome text DEFAULT NULL,
-                                                INOUT attempts_left integer DEFAULT NULL, p_timeout_ms integer DEFAULT NULL)
+                                                INOUT attempts_left integer DEFAULT NULL, p_timeout_ms integer DEFAULT NULL,
+                                                p_credential text DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
@@ -1227,7 +1421,7 @@ DECLARE attempt pg_catalog.int8;
 BEGIN
   -- The deadline as login's (above).
   IF p_timeout_ms IS NOT NULL THEN PERFORM pg_catalog.set_config('lock_timeout', p_timeout_ms::text, true); END IF;
-  attempt := pam_totp_api.confirm_enrolment_begin(p_user, p_uid, p_label, p_sent_at, p_code, p_created);
+  attempt := pam_totp_api.confirm_enrolment_begin(p_user, p_uid, p_label, p_sent_at, p_code, p_created, p_credential);
   IF attempt IS NULL THEN
     outcome := 'expired'; attempts_left := 0;
     RETURN;
@@ -1240,7 +1434,7 @@ BEGIN
     PERFORM pg_catalog.set_config('lock_timeout',
       greatest(1, (pg_catalog.date_part('epoch', deadline - pg_catalog.clock_timestamp()) * 1000)::integer)::text, true);
   END IF;
-  SELECT f.outcome, f.attempts_left INTO outcome, attempts_left FROM pam_totp_api.confirm_enrolment_finish(attempt) f;
+  SELECT f.outcome, f.attempts_left INTO outcome, attempts_left FROM pam_totp_api.confirm_enrolment_finish(attempt, p_credential) f;
   IF p_timeout_ms IS NOT NULL AND pg_catalog.clock_timestamp() >= deadline THEN
     RAISE EXCEPTION 'canceling the enrolment: past its deadline' USING ERRCODE = '57014';
   END IF;
@@ -1257,6 +1451,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE clock bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   UPDATE pam_totp.outbox o SET code = NULL, done_at = clock, outcome = 'expired'
    WHERE o.claimed_at IS NULL AND o.outcome IS NULL AND o.expires_at <= clock;
   RETURN QUERY
@@ -1275,6 +1470,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 DECLARE o pam_totp.outbox%ROWTYPE; clock bigint := pam_totp_api.now_seconds();
 BEGIN
+  PERFORM set_config('pam_totp.caller', session_user, true);  -- its audit rows are this role's (identify)
   UPDATE pam_totp.outbox x SET done_at = clock, outcome = CASE WHEN p_sent THEN 'sent' ELSE 'failed' END
    WHERE x.id = p_id AND x.claimed_by = session_user AND x.done_at IS NULL
   RETURNING x.* INTO o;
@@ -1307,31 +1503,31 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_api FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA pam_totp_api FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pam_totp_crypto FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-  pam_totp_api.login_begin(text, bigint, text, integer, integer, bigint, boolean, text),
-  pam_totp_api.login_finish(bigint),
-  pam_totp_api.enrolled_uid(text),
-  pam_totp_api.user_status(text),
-  pam_totp_api.list_factors(text),
-  pam_totp_api.check_enrollable(text, bigint, text, bytea),
-  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text),
-  pam_totp_api.enroll_first(text, bigint, text, text, integer, integer, bytea, text, integer),
-  pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
-  pam_totp_api.remove_factor(text, bigint, text, boolean),
-  pam_totp_api.enrolled(text),
-  pam_totp_api.send_code(text, bigint, text, text),
-  pam_totp_api.send_enrolment_code(text, bigint, text, text, text, text),
-  pam_totp_api.confirm_enrolment_begin(text, bigint, text, bigint, text, bigint),
-  pam_totp_api.confirm_enrolment_finish(bigint)
+  pam_totp_api.login_begin(text, bigint, text, integer, integer, bigint, boolean, text, text),
+  pam_totp_api.login_finish(bigint, text),
+  pam_totp_api.enrolled_uid(text, text),
+  pam_totp_api.user_status(text, text),
+  pam_totp_api.list_factors(text, text),
+  pam_totp_api.check_enrollable(text, bigint, text, bytea, text),
+  pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text, text),
+  pam_totp_api.enroll_first(text, bigint, text, text, integer, integer, bytea, text, integer, text),
+  pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[], text),
+  pam_totp_api.remove_factor(text, bigint, text, boolean, text),
+  pam_totp_api.enrolled(text, text),
+  pam_totp_api.send_code(text, bigint, text, text, text),
+  pam_totp_api.send_enrolment_code(text, bigint, text, text, text, text, text),
+  pam_totp_api.confirm_enrolment_begin(text, bigint, text, bigint, text, bigint, text),
+  pam_totp_api.confirm_enrolment_finish(bigint, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer, integer)
+  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer, integer, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.outbox_claim(),
   pam_totp_api.outbox_done(bigint, boolean, text)
 TO pam_totp_sender;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text, integer)
+  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text, integer, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.unlock(text),
@@ -1340,5 +1536,7 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.import_state(text, integer, bigint, bigint),
   pam_totp_api.import_last_step(text, text, bigint, integer),
   pam_totp_api.import_destination(text, bigint, text, text, text, bigint),
-  pam_totp_api.audit_trail(text, bigint, bigint, integer)
+  pam_totp_api.audit_trail(text, bigint, bigint, integer),
+  pam_totp_api.add_host(text),
+  pam_totp_api.remove_host(text)
 TO pam_totp_admin;

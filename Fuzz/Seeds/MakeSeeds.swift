@@ -56,6 +56,7 @@ struct MakeSeeds {
         protocolSeeds(corpus)
         adminSeeds(corpus, shared, &rng)
         destinationSeeds(corpus)
+        hostCredentialSeeds(corpus)
     }
 
     static func records(_ corpus: String, _ rng: inout Mix) throws -> Shared {
@@ -233,5 +234,17 @@ struct MakeSeeds {
             save(t.text, corpus + "/destination", "gen-default-" + name)
             save(t.render(code: Array("123456".utf8), host: Array("web1.example.com".utf8), minutes: 5), corpus + "/destination", "gen-rendered-" + name)
         }
+    }
+
+    static func hostCredentialSeeds(_ corpus: String) {
+        // host_credential files: as add-host writes them, at the name's bounds, and what is
+        // refused next to them (a bad name, a short or upper-case key, no magic).
+        let key = String(repeating: "0123456789abcdef", count: 4)
+        let files = [
+            "pam_totp-host v1 web1 " + key + "\n", "pam_totp-host v1 " + String(repeating: "h", count: 63) + " " + key,
+            "pam_totp-host v1 a " + key, "pam_totp-host v1 -web1 " + key, "pam_totp-host v1 web1 " + key.uppercased(),
+            "pam_totp-host v1 web1 " + String(key.dropLast(2)), "pam_totp-host v2 web1 " + key, "web1 " + key,
+        ]
+        for (i, f) in files.enumerated() { save(Array(f.utf8), corpus + "/hostcredential", "gen-\(i + 1)") }
     }
 }

@@ -50,6 +50,10 @@ static const unsigned char m011[] = {
 #embed "../../sql/migrations/011_send_limits.sql"
 };
 
+static const unsigned char m012[] = {
+#embed "../../sql/migrations/012_hosts.sql"
+};
+
 static const unsigned char api[] = {
 #embed "../../sql/api.sql"
 };
@@ -67,6 +71,7 @@ static const fleet_sql_file migrations[] = {
     ENTRY(9, "009_window.sql", m009),
     ENTRY(10, "010_drift.sql", m010),
     ENTRY(11, "011_send_limits.sql", m011),
+    ENTRY(12, "012_hosts.sql", m012),
 };
 static const fleet_sql_file api_file = ENTRY(0, "api.sql", api);
 

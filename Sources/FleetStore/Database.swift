@@ -222,12 +222,13 @@ extension Migrator {
                              CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END, CASE WHEN r.rolcreatedb THEN 'CREATEDB' END,
                              CASE WHEN r.rolreplication THEN 'REPLICATION' END, CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
                              (SELECT 'member of ' || string_agg(g.rolname, ' and ' ORDER BY g.rolname)
-                                FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid))
-              FROM pg_roles r WHERE r.rolname IN ('pam_totp_host', 'pam_totp_admin', 'pam_totp_sender') ORDER BY r.rolname
+                                FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
+                               WHERE m.member = r.oid AND NOT (r.rolname = 'pam_totp_pooled' AND g.rolname = 'pam_totp_host')))
+              FROM pg_roles r WHERE r.rolname IN ('pam_totp_host', 'pam_totp_admin', 'pam_totp_sender', 'pam_totp_pooled') ORDER BY r.rolname
             """)
         for row in roles {
             guard let name = row.first ?? nil, row.count == 2, let what = row[1], !what.isEmpty else { continue }
-            throw refuse("role \(name) already exists and is not what init-database makes (a NOLOGIN role that is a member of no role): it has \(what); "
+            throw refuse("role \(name) already exists and is not what init-database makes (a NOLOGIN role that is a member of no role but, for pam_totp_pooled, pam_totp_host): it has \(what); "
                          + "drop it, or remove that (ALTER ROLE \(name) NOLOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB NOREPLICATION NOBYPASSRLS, REVOKE its memberships)")
         }
         let versionTable = try c.execute("SELECT to_regclass('pam_totp.schema_version') IS NOT NULL")
@@ -286,10 +287,38 @@ public final class PostgresStore: TOTPStore {
     public let callerClock: Bool
     /// Which process last had a code accepted for each user, for `status` (RecentSuccesses).
     let recent = RecentSuccesses()
+    /// This host's own credential (`host_credential`): every call carries one made for it
+    /// (rule 20). nil: the host is its login role (a role of its own).
+    public let credential: HostCredential?
+    /// The credential's time stamp (Unix seconds); the wall clock but in tests.
+    let clock: @Sendable () -> Int64
 
-    public init(pool: ConnectionPool, callerClock: Bool = false) {
+    public init(pool: ConnectionPool, callerClock: Bool = false, credential: HostCredential? = nil,
+                clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) }) {
         self.pool = pool
         self.callerClock = callerClock
+        self.credential = credential
+        self.clock = clock
+    }
+
+    /// The call's credential for `operation` (the function identify checks it for) over
+    /// `arguments`, exactly as that function receives them; NULL without one.
+    func credential(_ operation: String, _ arguments: [PQValue]) -> PQValue {
+        guard let credential else { return .null }
+        var generator = SystemRandomNumberGenerator()
+        var nonce = [UInt8](repeating: 0, count: 16)
+        for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255, using: &generator) }
+        return .text(credential.credential(operation: operation, arguments: arguments, stamp: clock(), nonce: nonce))
+    }
+
+    /// `arguments` and their credential: what a host-callable function takes.
+    func signed(_ operation: String, _ arguments: [PQValue]) -> [PQValue] {
+        arguments + [credential(operation, arguments)]
+    }
+
+    /// One call that proves the database is there and takes this host (pam-totpd at start).
+    public func probe() throws(PQError) {
+        _ = try pool.read("SELECT pam_totp_api.enrolled_uid($1, $2)", signed("enrolled_uid", [.text("")]))
     }
 
     /// A PQError as the store's error, by its SQLSTATE (never its text): a refusal the API raised
@@ -325,7 +354,8 @@ public final class PostgresStore: TOTPStore {
         let name = try Self.text(user)
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.read("SELECT uid, kind, label, masked, has_recovery, pending, digits FROM pam_totp_api.enrolled($1)", [.text(name)])
+            rows = try pool.read("SELECT uid, kind, label, masked, has_recovery, pending, digits FROM pam_totp_api.enrolled($1, $2)",
+                                 signed("enrolled", [.text(name)]))
         } catch { throw Self.mapped(error) }
         guard let first = rows.first, first.count == 7, let v = first[0], let recordUID = UInt32(v) else { return .unenrolled }
         let uid = try account()?.uid
@@ -362,8 +392,8 @@ public final class PostgresStore: TOTPStore {
         guard let accountUID else { return .refused("no text-message or email factor of that name") }
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.write("SELECT outcome, detail, sent_at, expires_at, kind, masked FROM pam_totp_api.send_code($1, $2, $3, $4)",
-                                  [.text(name), .text(String(accountUID)), .text(labelText), .text(Self.host)])
+            rows = try pool.write("SELECT outcome, detail, sent_at, expires_at, kind, masked FROM pam_totp_api.send_code($1, $2, $3, $4, $5)",
+                                  signed("send_code", [.text(name), .text(String(accountUID)), .text(labelText), .text(Self.host)]))
         } catch { throw Self.mapped(error) }
         guard let row = rows.first, row.count == 6 else { throw .daemon("database: malformed reply to send_code") }
         if row[0] == "refused" { return .refused(Message(Array((row[1] ?? "refused").utf8))) }
@@ -383,10 +413,10 @@ public final class PostgresStore: TOTPStore {
         let name = try Self.text(user), label = try Self.text(factor.label), destination = try Self.text(factor.destination ?? [])
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.write("SELECT pam_totp_api.send_enrolment_code($1, $2, $3, $4, $5, $6)",
-                                  [.text(name), .text(String(accountUID)), .text(label),
-                                   .text(String(decoding: bytes(factor.kind.name), as: UTF8.self)),
-                                   .text(destination), .text(Self.host)])
+            rows = try pool.write("SELECT pam_totp_api.send_enrolment_code($1, $2, $3, $4, $5, $6, $7)",
+                                  signed("send_enrolment_code", [.text(name), .text(String(accountUID)), .text(label),
+                                                                 .text(String(decoding: bytes(factor.kind.name), as: UTF8.self)),
+                                                                 .text(destination), .text(Self.host)]))
         } catch { throw Self.mappedChange(error) }
         guard let sentAt = rows.first?.first.flatMap({ $0 }).flatMap({ Int64($0) }) else {
             throw .daemon("database: malformed reply to send_enrolment_code")
@@ -404,9 +434,12 @@ public final class PostgresStore: TOTPStore {
         let rows: [[String?]]
         do throws(PQError) {
             // A procedure: the attempt is committed (counted) before its verdict is told.
-            rows = try pool.procedure("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7)",
-                                  [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
-                                   .text(code), .text(String(factor.created)), .text(String(pool.statementTimeoutMilliseconds))])
+            // Its credential is its first step's (confirm_enrolment_begin), which the second is finished with.
+            let arguments: [PQValue] = [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
+                                        .text(code), .text(String(factor.created))]
+            rows = try pool.procedure("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7, p_credential => $8)",
+                                      arguments + [.text(String(pool.statementTimeoutMilliseconds)),
+                                                   credential("confirm_enrolment_begin", arguments)])
         } catch { throw Self.mappedChange(error) }
         guard let row = rows.first, row.count == 2 else { throw .daemon("database: malformed reply to confirm_enrolment") }
         switch row[0] {
@@ -470,9 +503,12 @@ public final class PostgresStore: TOTPStore {
             } else {
                 // p_previous by name: it follows the procedure's INOUT arguments.
                 // p_timeout_ms: its deadline (a procedure that commits sets its own, sql/api.sql).
+                // p_credential: its first step's (login_begin, which takes these arguments), which
+                // the second is finished with.
                 let positional = (1..<params.count).map { "$\($0)" }.joined(separator: ", ")
-                rows = try pool.procedure("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count), p_timeout_ms => $\(params.count + 1))",
-                                      params + [.text(String(pool.statementTimeoutMilliseconds))])
+                rows = try pool.procedure("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count), "
+                                          + "p_timeout_ms => $\(params.count + 1), p_credential => $\(params.count + 2))",
+                                          params + [.text(String(pool.statementTimeoutMilliseconds)), credential("login_begin", params)])
             }
         } catch {
             // Sent: the verdict may or may not have been recorded; denied either way.
@@ -512,8 +548,8 @@ public final class PostgresStore: TOTPStore {
         let name = try Self.text(user)
         let s: [[String?]], f: [[String?]]
         do throws(PQError) {
-            s = try pool.read("SELECT * FROM pam_totp_api.user_status($1)", [.text(name)])
-            f = try pool.read("SELECT * FROM pam_totp_api.list_factors($1)", [.text(name)])
+            s = try pool.read("SELECT * FROM pam_totp_api.user_status($1, $2)", signed("user_status", [.text(name)]))
+            f = try pool.read("SELECT * FROM pam_totp_api.list_factors($1, $2)", signed("list_factors", [.text(name)]))
         } catch { throw Self.mapped(error) }
         guard let row = s.first, row.count >= 6 else { return nil }  // (the seventh, sends, since 008)
         var record = UserRecord()
@@ -567,7 +603,9 @@ public final class PostgresStore: TOTPStore {
         try Factor.validateNew(label: label)
         let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
                                  secret.map { .bytea($0) } ?? .null]
-        do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.check_enrollable($1, $2, $3, $4)", params) } catch { throw Self.mapped(error) }
+        do throws(PQError) {
+            _ = try pool.read("SELECT pam_totp_api.check_enrollable($1, $2, $3, $4, $5)", signed("check_enrollable", params))
+        } catch { throw Self.mapped(error) }
     }
 
     @discardableResult
@@ -586,13 +624,16 @@ public final class PostgresStore: TOTPStore {
             if let codes = importedCodes, !codes.isEmpty {
                 // The factor and the codes in one transaction: one statement.
                 let set = RecoverySet.hashing(codes: codes, using: &generator)
+                let recovery = recoveryParameters(set) + [.textArray(codes.map { String(decoding: $0, as: UTF8.self) })]
+                // Two calls, each with its own credential.
                 let rows = try pool.write("""
-                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11))
-                    SELECT pam_totp_api.replace_recovery($1, $2, $12, $13, $14, $15, $16) FROM e
-                    """, params + recoveryParameters(set) + [.textArray(codes.map { String(decoding: $0, as: UTF8.self) })])
+                    WITH e AS (SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $17))
+                    SELECT pam_totp_api.replace_recovery($1, $2, $12, $13, $14, $15, $16, $18) FROM e
+                    """, params + recovery + [credential("enroll", params),
+                                                 credential("replace_recovery", Array(params.prefix(2)) + recovery)])
                 return max(0, Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0)
             }
-            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", params)
+            _ = try pool.write("SELECT pam_totp_api.enroll($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", signed("enroll", params))
             return 0
         } catch { throw Self.mappedChange(error) }
     }
@@ -615,7 +656,7 @@ public final class PostgresStore: TOTPStore {
             + proof + [.text(String(options.adjacentIntervals))]
         let rows: [[String?]]
         do throws(PQError) {
-            rows = try pool.write("SELECT pam_totp_api.enroll_first($1, $2, $3, $4, $5, $6, $7, $8, $9)", params)
+            rows = try pool.write("SELECT pam_totp_api.enroll_first($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", signed("enroll_first", params))
         } catch { throw Self.mappedChange(error) }
         switch (rows.first?.first ?? nil) ?? "" {
         case "may-enrol" where answer == nil: return .mayEnrol
@@ -640,7 +681,7 @@ public final class PostgresStore: TOTPStore {
         let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID)), .text(try Self.text(label)),
                                  .text(mayRemoveLast ? "true" : "false")]
         do throws(PQError) {
-            let rows = try pool.write("SELECT pam_totp_api.remove_factor($1, $2, $3, $4)", params)
+            let rows = try pool.write("SELECT pam_totp_api.remove_factor($1, $2, $3, $4, $5)", signed("remove_factor", params))
             return Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
         } catch { throw Self.mappedChange(error) }
     }
@@ -648,7 +689,7 @@ public final class PostgresStore: TOTPStore {
     public func replaceRecovery(user: [UInt8], accountUID: UInt32, set: RecoverySet) throws(MFAError) -> Bool {
         let params: [PQValue] = [.text(try Self.text(user)), .text(String(accountUID))] + recoveryParameters(set) + [.null]
         do throws(PQError) {
-            let rows = try pool.write("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7)", params)
+            let rows = try pool.write("SELECT pam_totp_api.replace_recovery($1, $2, $3, $4, $5, $6, $7, $8)", signed("replace_recovery", params))
             return (rows.first?.first.flatMap { $0 }).flatMap { Int($0) }.map { $0 >= 0 } ?? false
         } catch { throw Self.mappedChange(error) }
     }

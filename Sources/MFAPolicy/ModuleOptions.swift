@@ -116,6 +116,9 @@ public struct ModuleOptions: Equatable, Sendable {
     /// `postgresql_file = PATH`: pam-totpd reads the CONNINFO from this root-only file, so the
     /// configuration file, which every caller's module reads, holds no credential.
     public var postgresqlFile: [UInt8]? = nil
+    /// `host_credential = PATH`: this host's own credential (pam-totpd add-host), a root-only
+    /// file; every database call carries one made from it (rule 20; a pooled role needs it).
+    public var hostCredential: [UInt8]? = nil
     public static let maxConninfoLength = 4096
     /// `db_connect_timeout = SECONDS` (1–120, default 5): how long pam-totpd waits for a new
     /// database connection (TLS across a long link takes several round trips).
@@ -313,6 +316,7 @@ public struct ModuleOptions: Equatable, Sendable {
             if let current = section {
                 if equals(name, "store") || equals(name, "socket") || equals(name, "backend") || equals(name, "postgresql")
                     || equals(name, "postgresql_file") || equals(name, "db_connect_timeout") || equals(name, "db_idle_timeout")
+                    || equals(name, "host_credential")
                     || Self.isDaemonDelivery(name) {
                     throw .invalidOption(at + ": " + printable(name) + " applies to the whole process and cannot be set in a section: "
                                          + printable(line))
@@ -493,6 +497,12 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad("postgresql_file must be an absolute path")
             }
             postgresqlFile = v
+        } else if equals(name, "host_credential") {
+            guard fromFile else { throw .invalidOption(origin + "host_credential= is only allowed in the configuration file") }
+            guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                throw bad("host_credential must be an absolute path")
+            }
+            hostCredential = v
         } else {
             return false
         }

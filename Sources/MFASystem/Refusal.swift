@@ -38,6 +38,16 @@ public enum Refusal: UInt8, Sendable, CaseIterable {
     case outOfBandUnavailable = 32
     case noSuchAccount = 33
     case auditNotKept = 34
+    // A host's credential refused (sql/api.sql, identify): every one `isHostCredential`.
+    case hostPooled = 35
+    case hostRemoved = 36
+    case hostCredentialMalformed = 37
+    case hostUnknown = 38
+    case hostCredentialMismatch = 39
+    case hostClock = 40
+    case hostCredentialUsed = 41
+    case hostTaken = 42
+    case hostName = 43
 
     /// What the user is told when the refusal comes with no text of its own.
     @_optimize(size)  // cold: not on a login's path
@@ -80,10 +90,22 @@ public enum Refusal: UInt8, Sendable, CaseIterable {
         case .enrolAtLoginUnavailable: "enrolment at login is not available with this store"
         case .outOfBandUnavailable: "text-message and email factors are not available with this store yet"
         case .noSuchAccount: "no such account"
+        case .hostPooled: "a pooled role (pam_totp_pooled) needs each host's credential: host_credential = PATH"
+        case .hostRemoved: "this host was removed (pam-totpd remove-host)"
+        case .hostCredentialMalformed: "a host credential is v1:HOST:STAMP:NONCE:MAC"
+        case .hostUnknown: "this host has no key in the database (pam-totpd add-host)"
+        case .hostCredentialMismatch: "this host's credential does not match the call (another key?)"
+        case .hostClock: "this host's clock is more than 60 s from the database's"
+        case .hostCredentialUsed: "this host's credential was used already"
+        case .hostTaken: "that host has a key already: pam-totpd remove-host it first"
+        case .hostName: "a host's name is 1 to 63 letters, digits, dots, underscores and hyphens, the first a letter or digit"
         case .auditNotKept:
             "the audit trail is kept in fleet mode (backend = postgresql); on a single host, see the authpriv log (pam_totp, pam-totpd and totp-enroll log every login, lockout and change there)"
         }
     }
+
+    /// The database refused the calling host's credential (or a pooled role without one).
+    public var isHostCredential: Bool { rawValue >= Refusal.hostPooled.rawValue && rawValue <= Refusal.hostCredentialUsed.rawValue }
 
     /// Its SQLSTATE in the fleet database: `PT` and the number in three digits (`PT002`).
     public var sqlState: String {

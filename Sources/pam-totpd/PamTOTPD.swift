@@ -27,7 +27,8 @@ struct PamTOTPD: Command {
     ]
 
     static let program = Program(name: name, abstract: abstract, discussion: discussion, root: Subcommand(PamTOTPD.self),
-                                 rootIsSubcommand: false, subcommands: [Subcommand(InitDatabase.self), Subcommand(ImportFiles.self), Subcommand(Deliver.self)],
+                                 rootIsSubcommand: false, subcommands: [Subcommand(InitDatabase.self), Subcommand(ImportFiles.self), Subcommand(Deliver.self),
+                                                                          Subcommand(AddHost.self), Subcommand(RemoveHost.self)],
                                  optionsBeforeSubcommand: ["--config"])
 
     static func main() {
@@ -200,15 +201,29 @@ struct PamTOTPD: Command {
     /// 0600 file), one connection made to prove the server is there, then the pool.
     static func fleetStore(site: ModuleOptions, configPath: String?, workers: Int) throws(DaemonError) -> PostgresStore {
         let conninfo = try fleetConninfo(site: site, configPath: configPath)
+        let credential = try site.hostCredential.map { (path) throws(DaemonError) in try Self.hostCredential(String(decoding: path, as: UTF8.self)) }
         let pool = ConnectionPool(conninfo: conninfo, maxIdle: workers, connectTimeoutMilliseconds: site.dbConnectTimeout * 1000,
                                   idleTimeoutMilliseconds: site.dbIdleTimeout * 1000)
+        let store = PostgresStore(pool: pool, credential: credential)
         var failure: PQError? = nil
-        do throws(PQError) { _ = try pool.read("SELECT pam_totp_api.enrolled_uid('')") } catch { failure = error }
+        do throws(PQError) { try store.probe() } catch { failure = error }
         if let e = failure {
-            throw DaemonError(e.sqlState == nil ? "cannot reach the database: \(e.message)"
-                              : "the database refused: \(e.message) (run pam-totpd init-database, and grant pam_totp_host to this host's role)")
+            let fix = e.sqlState.flatMap { Refusal(sqlState: $0) }?.isHostCredential == true
+                ? "host_credential: pam-totpd add-host NAME --credential FILE"
+                : "run pam-totpd init-database, and grant pam_totp_host to this host's role"
+            throw DaemonError(e.sqlState == nil ? "cannot reach the database: \(e.message)" : "the database refused: \(e.message) (\(fix))")
         }
-        return PostgresStore(pool: pool)
+        return store
+    }
+
+    /// `host_credential = PATH`: a root-only file as add-host writes it (HostCredential).
+    static func hostCredential(_ path: String) throws(DaemonError) -> HostCredential {
+        var bytes = try rootOnlyFile(path, setting: "host_credential")
+        defer { for i in bytes.indices { bytes[i] = 0 } }
+        guard let credential = HostCredential.parse(bytes) else {
+            throw DaemonError("host_credential \(path) is not a host credential (one line, as pam-totpd add-host writes it)")
+        }
+        return credential
     }
 
     /// The configuration's CONNINFO (postgresql = or the root-only postgresql_file), checked:
@@ -247,23 +262,36 @@ struct PamTOTPD: Command {
     /// The CONNINFO in `postgresql_file`: a regular file owned by root that nobody else may
     /// read or write (it may hold a password), one line of at most 4096 bytes.
     static func credentialsFile(_ path: String) throws(DaemonError) -> [UInt8] {
-        let fd = clibc_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0)
-        guard fd >= 0 else { throw DaemonError("cannot open postgresql_file \(path) (\(Errno.current.text.string))") }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG), st.st_uid == 0, st.st_mode & 0o077 == 0 else {
-            throw DaemonError("postgresql_file \(path) must be a regular file owned by root with mode 0600 or 0400")
-        }
-        var bytes = [UInt8](repeating: 0, count: 4097)
-        let n = read(fd, &bytes, bytes.count)
-        guard n > 0, n <= 4096 else { throw DaemonError("postgresql_file \(path) must hold one CONNINFO of 1 to 4096 bytes") }
-        var line = Array(bytes[0..<n])
+        var bytes = try rootOnlyFile(path, setting: "postgresql_file")
+        guard !bytes.isEmpty else { throw DaemonError("postgresql_file \(path) must hold one CONNINFO of 1 to 4096 bytes") }
+        var line = bytes
         for i in bytes.indices { bytes[i] = 0 }
         while let last = line.last, last == 0x0A || last == 0x0D || last == 0x20 { line.removeLast() }
         guard !line.isEmpty, !line.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
             throw DaemonError("postgresql_file \(path) must hold one CONNINFO line")
         }
         return line
+    }
+
+    /// A regular file owned by root that nobody else may read or write (it holds a secret), of
+    /// at most 4096 bytes; `setting` names it in errors.
+    static func rootOnlyFile(_ path: String, setting: String) throws(DaemonError) -> [UInt8] {
+        let fd = clibc_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0)
+        guard fd >= 0 else { throw DaemonError("cannot open \(setting) \(path) (\(Errno.current.text.string))") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & UInt32(S_IFMT) == UInt32(S_IFREG), st.st_uid == 0, st.st_mode & 0o077 == 0 else {
+            throw DaemonError("\(setting) \(path) must be a regular file owned by root with mode 0600 or 0400")
+        }
+        var bytes = [UInt8](repeating: 0, count: 4097)
+        let n = read(fd, &bytes, bytes.count)
+        guard n >= 0, n <= 4096 else {
+            for i in bytes.indices { bytes[i] = 0 }
+            throw DaemonError("\(setting) \(path) must hold at most 4096 bytes")
+        }
+        let content = Array(bytes[0..<n])
+        for i in bytes.indices { bytes[i] = 0 }
+        return content
     }
 
     /// The listening socket systemd passed (LISTEN_FDS=1 for this pid: fd 3), checked to be a

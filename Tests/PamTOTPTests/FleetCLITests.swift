@@ -101,7 +101,7 @@ final class FleetCLITests: XCTestCase {
         }
         // The same role having made the schema first, and the NOLOGIN roles that exist (made for
         // the last case's database): fine.
-        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pam_totp_%' AND NOT rolcanlogin"), "3")
+        XCTAssertEqual(try cluster.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pam_totp_%' AND NOT rolcanlogin"), "4")
         try cluster.psql("CREATE DATABASE fine")
         try cluster.psql("CREATE SCHEMA pam_totp", database: "fine")
         let ok = try runCommand([daemonURL.path, "init-database", "--admin", cluster.conninfo(database: "fine")])

@@ -159,9 +159,9 @@ final class FleetProofTests: XCTestCase {
         try cluster.psql("""
             CREATE ROLE proof_direct LOGIN;
             GRANT USAGE ON SCHEMA pam_totp_api TO proof_direct;
-            GRANT EXECUTE ON FUNCTION pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text),
-                                      pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[]),
-                                      pam_totp_api.remove_factor(text, bigint, text, boolean),
+            GRANT EXECUTE ON FUNCTION pam_totp_api.enroll(text, bigint, text, text, integer, integer, bigint, bigint, bytea, text, text, text),
+                                      pam_totp_api.replace_recovery(text, bigint, bigint, integer, bytea, bytea[], text[], text),
+                                      pam_totp_api.remove_factor(text, bigint, text, boolean, text),
                                       pam_totp_api.lock_for_change(text) TO proof_direct
             """, database: "upgraded")
         XCTAssertEqual(try cluster.psql("SELECT has_function_privilege('proof_direct', 'pam_totp_api.lock_for_change(text)', 'EXECUTE')",

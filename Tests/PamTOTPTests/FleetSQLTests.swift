@@ -51,7 +51,7 @@ final class FleetSQLTests: XCTestCase {
         XCTAssertEqual(again.to, again.from)
         XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.schema_version"), String(Migrations.all.count))
         XCTAssertEqual(try sql("SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolname LIKE 'pam_totp_%'"),
-                       "pam_totp_admin,pam_totp_host,pam_totp_sender")
+                       "pam_totp_admin,pam_totp_host,pam_totp_pooled,pam_totp_sender")
         XCTAssertEqual(try sql("SELECT bool_and(NOT rolcanlogin) FROM pg_roles WHERE rolname LIKE 'pam_totp_%'"), "t")
         // A second database in the same cluster: the roles exist already, which is fine.
         try cluster.psql("CREATE DATABASE fleet2")
@@ -335,7 +335,7 @@ final class FleetSQLTests: XCTestCase {
                              "login_begin", "login_finish", "remove_factor", "replace_recovery", "send_code", "send_enrolment_code",
                              "user_status"]
         XCTAssertEqual(executable.map { String($0.prefix { $0 != ":" }) }, hostFunctions)
-        for who in ["pam_totp_host", "host_a"] {
+        for who in ["pam_totp_host", "host_a", "pam_totp_pooled"] {
             XCTAssertEqual(try sql("""
                 SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                  WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
@@ -345,8 +345,8 @@ final class FleetSQLTests: XCTestCase {
             XCTAssertEqual(try sql("""
                 SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                  WHERE n.nspname LIKE 'pam_totp%' AND has_function_privilege('\(who)', p.oid, 'EXECUTE')
-                """), (hostFunctions + ["all_status", "audit_trail", "import_destination", "import_last_step", "import_state", "purge",
-                                         "unlock"]).sorted().joined(separator: ","), who)
+                """), (hostFunctions + ["add_host", "all_status", "audit_trail", "import_destination", "import_last_step", "import_state",
+                                         "purge", "remove_host", "unlock"]).sorted().joined(separator: ","), who)
         }
         // The sender's role takes messages from the outbox and says how they went, nothing else
         // (it neither logs users in nor reads a table).

@@ -1,0 +1,94 @@
+import MFASystem
+
+/// A host's own credential (docs/ARCHITECTURE.md, section 4, rule 20; docs/FLEET.md, "Host
+/// credentials"): the name `pam-totpd add-host` registered and the 32-byte key the database made
+/// for it. Every call the host makes carries a fresh `v1:HOST:STAMP:NONCE:MAC` for that call
+/// (sql/api.sql, identify), so a pool may map every host to one login role while the database
+/// still knows which host calls; the key itself never leaves this process.
+public struct HostCredential: Sendable {
+    public let host: String
+    let key: HMACKey
+
+    /// The file `host_credential = PATH` names (written by add-host): one line,
+    /// `pam_totp-host v1 NAME KEY` (KEY: 64 lower-case hex digits).
+    static let magic = "pam_totp-host v1 "
+
+    /// A host's name as the database takes it: 1 to 63 letters, digits, dots, underscores and
+    /// hyphens, the first a letter or digit.
+    public static func validName(_ name: [UInt8]) -> Bool {
+        guard let first = name.first, name.count <= 63, isAlphanumeric(first) else { return false }
+        return name.allSatisfy { isAlphanumeric($0) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }
+    }
+
+    private static func isAlphanumeric(_ b: UInt8) -> Bool {
+        (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+    }
+
+    public init?(host: [UInt8], key: [UInt8]) {
+        guard Self.validName(host), key.count == 32 else { return nil }
+        self.host = String(decoding: host, as: UTF8.self)
+        self.key = HMACKey(algorithm: .sha256, key: key)
+    }
+
+    /// The credential file's bytes, or nil if they are not one (no detail: the caller names
+    /// the file; nothing of the key is ever echoed).
+    public static func parse(_ bytes: [UInt8]) -> HostCredential? {
+        var line = bytes
+        if line.last == 0x0A { line.removeLast() }
+        let magic = Array(Self.magic.utf8)
+        guard line.count > magic.count, Array(line[..<magic.count]) == magic else { return nil }
+        let rest = Array(line[magic.count...])
+        guard let space = rest.firstIndex(of: 0x20) else { return nil }
+        let name = Array(rest[..<space]), hex = Array(rest[(space + 1)...])
+        guard hex.count == 64, let key = decodeHex(hex) else { return nil }
+        return HostCredential(host: name, key: key)
+    }
+
+    /// The file's contents for `host` and `key` (add-host writes them, mode 0600).
+    public static func file(host: String, key: [UInt8]) -> [UInt8] {
+        Array((Self.magic + host + " " + Self.hex(key) + "\n").utf8)
+    }
+
+    private static func decodeHex(_ hex: [UInt8]) -> [UInt8]? {
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: return c - 0x30
+            case 0x61...0x66: return c - 0x61 + 10
+            default: return nil
+            }
+        }
+        guard hex.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(hex.count / 2)
+        var i = 0
+        while i + 1 < hex.count {
+            guard let hi = nibble(hex[i]), let lo = nibble(hex[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+
+    /// The credential of one call: `operation` (the function's name) with `arguments` as that
+    /// function receives them, each as its canonical text (nil: NULL; FleetStore's
+    /// `PQValue.canonical`), stamped `stamp` (Unix seconds) with a 16-byte `nonce`. The MAC's
+    /// message is identify's (sql/api.sql): each argument length-prefixed.
+    public func credential(operation: String, arguments: [String?], stamp: Int64, nonce: [UInt8]) -> String {
+        let nonceHex = Self.hex(nonce)
+        var message = "pam_totp host call v1\n" + host + "\n" + String(stamp) + "\n" + nonceHex + "\n" + operation + "\n"
+        for a in arguments {
+            if let c = a { message += "+" + String(c.utf8.count) + ":" + c + "\n" } else { message += "-\n" }
+        }
+        let mac = key.authenticate(Array(message.utf8))
+        return "v1:" + host + ":" + String(stamp) + ":" + nonceHex + ":" + Self.hex(mac)
+    }
+
+    /// Lower-case hex, as the database's encode(..., 'hex').
+    public static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
