@@ -288,9 +288,26 @@ bench: bench-deps module enroll daemon $(VERIFY_BENCH)
 # /var/cache/pam-totp-bench) on the same PostgreSQL, the same users and clients, the runs alternating,
 # CPU per login on each side, and the guarantee run (one code sent 4 times at once to each side);
 # scripts/bench-fleet-privacyidea.sh. About 10 minutes once installed.
+# make bench-fleet HOSTS=N [POOL=pgbouncer|direct]: instead, N hosts (N pam-totpd daemons) on one
+# database, through PgBouncer (transaction pooling, one shared role, per-host credentials) and then
+# the same N direct, side by side; POOL=direct: that run alone (scripts/bench-fleet-scale.sh).
+# Prints its lines; writes no file.
+POOL ?= pgbouncer
+ifneq ($(HOSTS),)
+ifneq ($(filter bench-fleet,$(MAKECMDGOALS)),)
+ifeq ($(filter $(POOL),pgbouncer direct),)
+$(error usage: make bench-fleet HOSTS=N POOL=pgbouncer|direct (POOL=$(POOL)))
+endif
+endif
+endif
 bench-fleet: deps daemon
+ifneq ($(HOSTS),)
+	@$(call apt_install,postgresql-15 postgresql-client-15 python3 $(if $(filter pgbouncer,$(POOL)),pgbouncer))
+	HOSTS=$(HOSTS) POOL=$(POOL) scripts/bench-fleet-scale.sh $(abspath $(DAEMON_BIN))
+else
 	@$(call apt_install,postgresql-15 postgresql-client-15 python3 $(if $(filter 1,$(PRIVACYIDEA)),python3-venv))
 	PRIVACYIDEA=$(PRIVACYIDEA) scripts/bench-fleet.sh $(abspath $(DAEMON_BIN)) docs/benchmarks.md
+endif
 
 clean:
 	rm -rf .build .build-embedded .build-embedded-module .build-fuzz .build-test.log dist
