@@ -225,8 +225,10 @@ END $$;
 
 -- Rule 20 (docs/ARCHITECTURE.md, section 4; docs/FLEET.md, "Host credentials"): who calls. Every
 -- function a host may call names its caller with this first and keeps the name for the call
--- (pam_totp.caller, set for the function's own run: its SET clause restores it at exit), and
--- every attempt, proof, send and audit row of the call is that name's (me).
+-- (pam_totp.caller, set to the end of the transaction: every entry point sets it again before
+-- anything reads it, so a value left there, or set by a caller, is never taken), and every
+-- attempt, proof, send and audit row of the call is that name's (me). In READ COMMITTED only:
+-- an older snapshot (REPEATABLE READ, SERIALIZABLE) could still see a removed host's key.
 -- p_credential NULL: the caller is its login role (session_user), as a host with a role of its
 -- own; refused for a member of pam_totp_pooled (a role that stands for many hosts) and for a
 -- removed host's name. Else 'v1:HOST:STAMP:NONCE:MAC' (pam-totpd's HostCredential): HOST a name
@@ -236,7 +238,8 @@ END $$;
 -- as canonical text: NULL '-', else '+' || its length in bytes || ':' || it), each line ended
 -- by a newline. It is accepted once (its nonce is kept two minutes) and only for that operation
 -- with those arguments: a credential read from a statement log can only repeat its own call,
--- and only if that call rolled back, within its minute (docs/FLEET.md).
+-- and only if that call rolled back, within its minute (docs/FLEET.md). The database's encoding
+-- must be UTF8 (lengths are counted in its bytes, as the host counts UTF-8's).
 CREATE FUNCTION pam_totp_api.identify(p_credential text, p_op text, p_args text[]) RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -247,6 +250,10 @@ DECLARE
   msg text;
   clock bigint;
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'pam_totp''s calls run in READ COMMITTED (this transaction is %)', current_setting('transaction_isolation')
+      USING ERRCODE = 'PT044';
+  END IF;
   IF p_credential IS NULL THEN
     -- (A superuser is a member of every role: an admin is never taken for a pool.)
     IF pg_has_role(session_user, 'pam_totp_pooled', 'MEMBER') AND NOT pg_has_role(session_user, 'pam_totp_admin', 'MEMBER') THEN
@@ -286,8 +293,12 @@ BEGIN
     RAISE EXCEPTION 'host %''s credential was used already (each call has its own)', part[2] USING ERRCODE = 'PT041';
   END IF;
   -- A nonce is kept until its stamp can no longer pass (at most 120 s after it was accepted);
-  -- swept now and then, a few thousand rows at most.
-  IF random() < 0.01 THEN DELETE FROM pam_totp.host_nonces n WHERE n.at < clock - 121; END IF;
+  -- swept now and then, a few thousand rows at most, none another call holds (SKIP LOCKED:
+  -- no call waits on another's sweep).
+  IF random() < 0.01 THEN
+    DELETE FROM pam_totp.host_nonces n WHERE n.ctid IN (
+      SELECT x.ctid FROM pam_totp.host_nonces x WHERE x.at < clock - 121 LIMIT 5000 FOR UPDATE SKIP LOCKED);
+  END IF;
   RETURN part[2];
 END $$;
 
@@ -296,28 +307,32 @@ CREATE FUNCTION pam_totp_api.me() RETURNS text
 LANGUAGE sql STABLE
 AS $$ SELECT coalesce(nullif(current_setting('pam_totp.caller', true), ''), session_user::text) $$;
 
--- A second step (login_finish, confirm_enrolment_finish) is the first step's caller's: with the
--- credential that began it (p_stored: its SHA-256; the host must still have its key), or as the
--- same login role when it began without one. Names the caller for the call; false: not its.
-CREATE FUNCTION pam_totp_api.finishing(p_role text, p_stored bytea, p_credential text) RETURNS boolean
+-- A second step (login_finish, confirm_enrolment_finish) is the first step's caller's: with a
+-- credential of its own (p_op, over the first step's credential's nonce p_nonce, so it is made
+-- before the attempt's id is known and is good for that attempt only), or as the same login role
+-- when the first step had none. Names the caller for the call; false: not its.
+CREATE FUNCTION pam_totp_api.finishing(p_role text, p_nonce text, p_credential text, p_op text) RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-  IF p_stored IS NULL THEN
+  IF p_nonce IS NULL THEN
     RETURN p_credential IS NULL AND pam_totp_api.identify(NULL, NULL, NULL) = p_role;
   END IF;
-  RETURN p_credential IS NOT NULL AND pam_totp_crypto.digest(convert_to(p_credential, 'UTF8'), 'sha256') = p_stored
-         AND EXISTS (SELECT 1 FROM pam_totp.hosts h WHERE h.name = p_role AND h.key IS NOT NULL);
+  RETURN p_credential IS NOT NULL AND pam_totp_api.identify(p_credential, p_op, ARRAY[p_nonce]) = p_role;
 END $$;
 
 -- A credential's canonical text of an array argument (identify): each element as its length in
--- bytes, ':' and it (a bytea in lower-case hex).
+-- bytes, ':' and it (a bytea in lower-case hex), a NULL element as '-'; NULL for NULL (STRICT),
+-- as any argument, and '' for none.
 CREATE FUNCTION pam_totp_api.canonical(p text[]) RETURNS text
-LANGUAGE sql IMMUTABLE
-AS $$ SELECT coalesce(string_agg(octet_length(x) || ':' || x, '' ORDER BY i), '') FROM unnest(p) WITH ORDINALITY u(x, i) $$;
+LANGUAGE sql IMMUTABLE STRICT
+AS $$
+  SELECT coalesce(string_agg(CASE WHEN x IS NULL THEN '-' ELSE octet_length(x) || ':' || x END, '' ORDER BY i), '')
+    FROM unnest(p) WITH ORDINALITY u(x, i)
+$$;
 
 CREATE FUNCTION pam_totp_api.canonical(p bytea[]) RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE STRICT
 AS $$ SELECT pam_totp_api.canonical(ARRAY(SELECT encode(x, 'hex') FROM unnest(p) WITH ORDINALITY u(x, i) ORDER BY i)) $$;
 
 -- Admin (pam-totpd add-host NAME): a new host and its key, made here and returned once (it is
@@ -332,6 +347,14 @@ BEGIN
   IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' THEN
     RAISE EXCEPTION 'a host''s name is 1 to 63 letters, digits, dots, underscores and hyphens, the first a letter or digit'
       USING ERRCODE = 'PT043';
+  END IF;
+  -- A host's name is a host's: a login role of that name must be a host's own (the way to move
+  -- a host with a role onto a credential), never an admin's, a superuser's or another role's.
+  IF EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = p_name
+              AND (r.rolsuper OR NOT pg_has_role(r.oid, 'pam_totp_host', 'MEMBER') OR pg_has_role(r.oid, 'pam_totp_admin', 'MEMBER')
+                   OR pg_has_role(r.oid, 'pam_totp_pooled', 'MEMBER'))) THEN
+    RAISE EXCEPTION 'a role named % exists and is not a host''s own (a member of pam_totp_host alone): choose another name', p_name
+      USING ERRCODE = 'PT045';
   END IF;
   INSERT INTO pam_totp.hosts AS h (name, key, added) VALUES (p_name, k, clock)
   ON CONFLICT (name) DO UPDATE SET key = EXCLUDED.key, added = EXCLUDED.added, removed = NULL WHERE h.key IS NULL;
@@ -658,10 +681,10 @@ BEGIN
     END IF;
   END IF;
   INSERT INTO pam_totp.attempts (role, xact, begun, at, user_name, uid, verdict, factor_id, step, label, digits,
-                                 recovery_set, recovery_index, replayed, failures, locked_until, drift, drift_before, credential)
+                                 recovery_set, recovery_index, replayed, failures, locked_until, drift, drift_before, nonce)
   VALUES (pam_totp_api.me(), pg_current_xact_id(), clock, p_now, p_user, p_uid, verdict_, j.factor_id, j.step, j.label, j.digits,
           j.recovery_set, j.recovery_index, coalesce(j.replayed, false), fails, until_, coalesce(j.drift, 0),
-          coalesce(j.drift_before, 0), pam_totp_crypto.digest(convert_to(p_credential, 'UTF8'), 'sha256'))
+          coalesce(j.drift_before, 0), split_part(p_credential, ':', 4))
   RETURNING id INTO id_;
   RETURN id_;
 END $$;
@@ -736,7 +759,7 @@ DECLARE
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO a FROM pam_totp.attempts x WHERE x.id = p_attempt FOR UPDATE;
-  PERFORM pam_totp_api.require_committed(FOUND AND pam_totp_api.finishing(a.role, a.credential, p_credential),
+  PERFORM pam_totp_api.require_committed(FOUND AND pam_totp_api.finishing(a.role, a.nonce, p_credential, 'login_finish'),
                                          a.xact, 'login_finish', 'login_begin');
   PERFORM set_config('pam_totp.caller', a.role, true);
   DELETE FROM pam_totp.attempts x WHERE x.id = a.id;
@@ -790,7 +813,7 @@ CREATE PROCEDURE pam_totp_api.login(p_user text, p_uid bigint, p_answer text, p_
                                     -- Last, so that callers passing the INOUT arguments by
                                     -- position are not moved: given by name (p_previous => ...).
                                     p_previous text DEFAULT NULL, p_timeout_ms integer DEFAULT NULL,
-                                    p_credential text DEFAULT NULL)
+                                    p_credential text DEFAULT NULL, p_finish_credential text DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
@@ -809,7 +832,7 @@ BEGIN
   END IF;
   SELECT f.outcome, f.label, f.step, f.digits, f.failures, f.locked_until, f.replayed, f.remaining
     INTO outcome, label, step, digits, failures, locked_until, replayed, remaining
-    FROM pam_totp_api.login_finish(attempt, p_credential) f;
+    FROM pam_totp_api.login_finish(attempt, p_finish_credential) f;
   IF p_timeout_ms IS NOT NULL AND pg_catalog.clock_timestamp() >= deadline THEN
     RAISE EXCEPTION 'canceling the login: past its deadline' USING ERRCODE = '57014';
   END IF;
@@ -1355,9 +1378,9 @@ BEGIN
                              ELSE u.locked_until END
    WHERE u.name = p_user;
   INSERT INTO pam_totp.enrolment_attempts (role, xact, begun, user_name, uid, matched, label, kind, destination, created, attempts_left,
-                                           credential)
+                                           nonce)
   VALUES (pam_totp_api.me(), pg_current_xact_id(), clock, p_user, p_uid, matched, e.label, e.kind, e.destination, p_created, left_,
-          pam_totp_crypto.digest(convert_to(p_credential, 'UTF8'), 'sha256'))
+          split_part(p_credential, ':', 4))
   RETURNING id INTO id_;
   RETURN id_;
 END $$;
@@ -1378,7 +1401,7 @@ DECLARE
   clock bigint := pam_totp_api.now_seconds();
 BEGIN
   SELECT * INTO a FROM pam_totp.enrolment_attempts x WHERE x.id = p_attempt FOR UPDATE;
-  PERFORM pam_totp_api.require_committed(FOUND AND pam_totp_api.finishing(a.role, a.credential, p_credential),
+  PERFORM pam_totp_api.require_committed(FOUND AND pam_totp_api.finishing(a.role, a.nonce, p_credential, 'confirm_enrolment_finish'),
                                          a.xact, 'confirm_enrolment_finish', 'confirm_enrolment_begin');
   PERFORM set_config('pam_totp.caller', a.role, true);
   DELETE FROM pam_totp.enrolment_attempts x WHERE x.id = a.id OR x.begun < clock - 3600;
@@ -1413,7 +1436,7 @@ END $$;
 CREATE PROCEDURE pam_totp_api.confirm_enrolment(p_user text, p_uid bigint, p_label text, p_sent_at bigint, p_code text,
                                                 p_created bigint, INOUT outcome text DEFAULT NULL,
                                                 INOUT attempts_left integer DEFAULT NULL, p_timeout_ms integer DEFAULT NULL,
-                                                p_credential text DEFAULT NULL)
+                                                p_credential text DEFAULT NULL, p_finish_credential text DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE attempt pg_catalog.int8;
@@ -1434,7 +1457,7 @@ BEGIN
     PERFORM pg_catalog.set_config('lock_timeout',
       greatest(1, (pg_catalog.date_part('epoch', deadline - pg_catalog.clock_timestamp()) * 1000)::integer)::text, true);
   END IF;
-  SELECT f.outcome, f.attempts_left INTO outcome, attempts_left FROM pam_totp_api.confirm_enrolment_finish(attempt, p_credential) f;
+  SELECT f.outcome, f.attempts_left INTO outcome, attempts_left FROM pam_totp_api.confirm_enrolment_finish(attempt, p_finish_credential) f;
   IF p_timeout_ms IS NOT NULL AND pg_catalog.clock_timestamp() >= deadline THEN
     RAISE EXCEPTION 'canceling the enrolment: past its deadline' USING ERRCODE = '57014';
   END IF;
@@ -1520,14 +1543,14 @@ GRANT EXECUTE ON FUNCTION
   pam_totp_api.confirm_enrolment_finish(bigint, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer, integer, text)
+  pam_totp_api.confirm_enrolment(text, bigint, text, bigint, text, bigint, text, integer, integer, text, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.outbox_claim(),
   pam_totp_api.outbox_done(bigint, boolean, text)
 TO pam_totp_sender;
 GRANT EXECUTE ON PROCEDURE
-  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text, integer, text)
+  pam_totp_api.login(text, bigint, text, integer, integer, bigint, boolean, text, text, bigint, integer, integer, bigint, boolean, integer, text, integer, text, text)
 TO pam_totp_host, pam_totp_admin;
 GRANT EXECUTE ON FUNCTION
   pam_totp_api.unlock(text),

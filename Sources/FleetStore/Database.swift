@@ -304,11 +304,19 @@ public final class PostgresStore: TOTPStore {
     /// The call's credential for `operation` (the function identify checks it for) over
     /// `arguments`, exactly as that function receives them; NULL without one.
     func credential(_ operation: String, _ arguments: [PQValue]) -> PQValue {
-        guard let credential else { return .null }
+        credentials(operation, arguments, finishing: nil).first
+    }
+
+    /// A two-step procedure's credentials: its first step's, and its second step's (`finishing`)
+    /// over the first one's nonce (sql/api.sql, finishing). NULL, NULL without one.
+    func credentials(_ operation: String, _ arguments: [PQValue], finishing: String?) -> (first: PQValue, second: PQValue) {
+        guard let credential else { return (.null, .null) }
         var generator = SystemRandomNumberGenerator()
-        var nonce = [UInt8](repeating: 0, count: 16)
-        for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255, using: &generator) }
-        return .text(credential.credential(operation: operation, arguments: arguments, stamp: clock(), nonce: nonce))
+        func nonce() -> [UInt8] { (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) } }
+        let stamp = clock(), first = nonce()
+        let begin = PQValue.text(credential.credential(operation: operation, arguments: arguments, stamp: stamp, nonce: first))
+        guard let finishing else { return (begin, .null) }
+        return (begin, .text(credential.credential(operation: finishing, arguments: [.text(HostCredential.hex(first))], stamp: stamp, nonce: nonce())))
     }
 
     /// `arguments` and their credential: what a host-callable function takes.
@@ -434,12 +442,13 @@ public final class PostgresStore: TOTPStore {
         let rows: [[String?]]
         do throws(PQError) {
             // A procedure: the attempt is committed (counted) before its verdict is told.
-            // Its credential is its first step's (confirm_enrolment_begin), which the second is finished with.
+            // Two credentials: its first step's (confirm_enrolment_begin) and its second's.
             let arguments: [PQValue] = [.text(name), .text(String(accountUID)), .text(label), .text(String(sentAt)),
                                         .text(code), .text(String(factor.created))]
-            rows = try pool.procedure("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7, p_credential => $8)",
-                                      arguments + [.text(String(pool.statementTimeoutMilliseconds)),
-                                                   credential("confirm_enrolment_begin", arguments)])
+            let signed = credentials("confirm_enrolment_begin", arguments, finishing: "confirm_enrolment_finish")
+            rows = try pool.procedure("CALL pam_totp_api.confirm_enrolment($1, $2, $3, $4, $5, $6, p_timeout_ms => $7, p_credential => $8, "
+                                      + "p_finish_credential => $9)",
+                                      arguments + [.text(String(pool.statementTimeoutMilliseconds)), signed.first, signed.second])
         } catch { throw Self.mappedChange(error) }
         guard let row = rows.first, row.count == 2 else { throw .daemon("database: malformed reply to confirm_enrolment") }
         switch row[0] {
@@ -503,12 +512,14 @@ public final class PostgresStore: TOTPStore {
             } else {
                 // p_previous by name: it follows the procedure's INOUT arguments.
                 // p_timeout_ms: its deadline (a procedure that commits sets its own, sql/api.sql).
-                // p_credential: its first step's (login_begin, which takes these arguments), which
-                // the second is finished with.
+                // p_credential: its first step's (login_begin, which takes these arguments);
+                // p_finish_credential: its second's (login_finish).
                 let positional = (1..<params.count).map { "$\($0)" }.joined(separator: ", ")
+                let signed = credentials("login_begin", params, finishing: "login_finish")
                 rows = try pool.procedure("CALL pam_totp_api.login(\(positional), p_previous => $\(params.count), "
-                                          + "p_timeout_ms => $\(params.count + 1), p_credential => $\(params.count + 2))",
-                                          params + [.text(String(pool.statementTimeoutMilliseconds)), credential("login_begin", params)])
+                                          + "p_timeout_ms => $\(params.count + 1), p_credential => $\(params.count + 2), "
+                                          + "p_finish_credential => $\(params.count + 3))",
+                                          params + [.text(String(pool.statementTimeoutMilliseconds)), signed.first, signed.second])
             }
         } catch {
             // Sent: the verdict may or may not have been recorded; denied either way.

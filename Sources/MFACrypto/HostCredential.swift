@@ -33,14 +33,16 @@ public struct HostCredential: Sendable {
     /// The credential file's bytes, or nil if they are not one (no detail: the caller names
     /// the file; nothing of the key is ever echoed).
     public static func parse(_ bytes: [UInt8]) -> HostCredential? {
-        var line = bytes
-        if line.last == 0x0A { line.removeLast() }
         let magic = Array(Self.magic.utf8)
-        guard line.count > magic.count, Array(line[..<magic.count]) == magic else { return nil }
-        let rest = Array(line[magic.count...])
-        guard let space = rest.firstIndex(of: 0x20) else { return nil }
-        let name = Array(rest[..<space]), hex = Array(rest[(space + 1)...])
-        guard hex.count == 64, let key = decodeHex(hex) else { return nil }
+        let end = bytes.last == 0x0A ? bytes.count - 1 : bytes.count
+        guard end > magic.count, bytes.starts(with: magic) else { return nil }
+        guard let space = bytes[magic.count..<end].firstIndex(of: 0x20) else { return nil }
+        let name = Array(bytes[magic.count..<space])
+        guard end - (space + 1) == 64 else { return nil }
+        // The key's copies are zeroed once the HMAC's pad states are made (which keep no key).
+        var key = decodeHex(bytes[(space + 1)..<end]) ?? []
+        defer { for i in key.indices { key[i] = 0 } }
+        guard key.count == 32 else { return nil }
         return HostCredential(host: name, key: key)
     }
 
@@ -49,7 +51,7 @@ public struct HostCredential: Sendable {
         Array((Self.magic + host + " " + Self.hex(key) + "\n").utf8)
     }
 
-    private static func decodeHex(_ hex: [UInt8]) -> [UInt8]? {
+    private static func decodeHex(_ hex: ArraySlice<UInt8>) -> [UInt8]? {
         func nibble(_ c: UInt8) -> UInt8? {
             switch c {
             case 0x30...0x39: return c - 0x30
@@ -60,9 +62,12 @@ public struct HostCredential: Sendable {
         guard hex.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(hex.count / 2)
-        var i = 0
-        while i + 1 < hex.count {
-            guard let hi = nibble(hex[i]), let lo = nibble(hex[i + 1]) else { return nil }
+        var i = hex.startIndex
+        while i + 1 < hex.endIndex {
+            guard let hi = nibble(hex[i]), let lo = nibble(hex[i + 1]) else {
+                for j in out.indices { out[j] = 0 }
+                return nil
+            }
             out.append(hi << 4 | lo)
             i += 2
         }

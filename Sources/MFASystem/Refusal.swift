@@ -48,6 +48,8 @@ public enum Refusal: UInt8, Sendable, CaseIterable {
     case hostCredentialUsed = 41
     case hostTaken = 42
     case hostName = 43
+    case hostIsolation = 44
+    case hostNameIsRole = 45
 
     /// What the user is told when the refusal comes with no text of its own.
     @_optimize(size)  // cold: not on a login's path
@@ -99,13 +101,17 @@ public enum Refusal: UInt8, Sendable, CaseIterable {
         case .hostCredentialUsed: "this host's credential was used already"
         case .hostTaken: "that host has a key already: pam-totpd remove-host it first"
         case .hostName: "a host's name is 1 to 63 letters, digits, dots, underscores and hyphens, the first a letter or digit"
+        case .hostIsolation: "pam_totp's calls run in READ COMMITTED (the session's default_transaction_isolation is another)"
+        case .hostNameIsRole: "a role of that name exists and is not a host's own: choose another name"
         case .auditNotKept:
             "the audit trail is kept in fleet mode (backend = postgresql); on a single host, see the authpriv log (pam_totp, pam-totpd and totp-enroll log every login, lockout and change there)"
         }
     }
 
     /// The database refused the calling host's credential (or a pooled role without one).
-    public var isHostCredential: Bool { rawValue >= Refusal.hostPooled.rawValue && rawValue <= Refusal.hostCredentialUsed.rawValue }
+    public var isHostCredential: Bool {
+        (rawValue >= Refusal.hostPooled.rawValue && rawValue <= Refusal.hostCredentialUsed.rawValue) || self == .hostIsolation
+    }
 
     /// Its SQLSTATE in the fleet database: `PT` and the number in three digits (`PT002`).
     public var sqlState: String {

@@ -151,7 +151,7 @@ final class FleetHostCredentialTests: XCTestCase {
         guard case .success = try login(store, "phone") else { return XCTFail("alice logs in through web1") }
         let log = try String(contentsOfFile: cluster.socketDirectory + "/log", encoding: .utf8)
         let logged = Set(log.split(whereSeparator: { $0 == "'" }).filter { $0.hasPrefix("v1:web1:") }.map(String.init))
-        XCTAssertEqual(logged.count, 2, "the lookup's and the login's credentials are in the log")
+        XCTAssertEqual(logged.count, 3, "the lookup's and the login's two credentials are in the log")
         let c = try PQConnection(conninfo: cluster.conninfo(user: "fleet_pool", database: db))
         for credential in logged {
             // Each call again, exactly as logged.
@@ -206,6 +206,117 @@ final class FleetHostCredentialTests: XCTestCase {
                        "host-added web1,host-added web2,host-removed web1")
     }
 
+    /// Found in review, each replayed: a login stopped past its deadline after its first step
+    /// left an attempt that the logged CALL's credential finished from another session (now a
+    /// second step takes a credential of its own); a REPEATABLE READ snapshot taken before
+    /// remove-host still saw the key; the arrays' canonical text took a NULL element, or NULL,
+    /// for none; a call sweeping old nonces waited on rows another call held; add-host took an
+    /// admin role's name.
+    func testWhatReviewFound() throws {
+        let web1 = try addHost("web1")
+        try sql("CREATE ROLE own1 LOGIN; GRANT pam_totp_host TO own1")
+        let pool = try PQConnection(conninfo: cluster.conninfo(user: "fleet_pool", database: db))
+        let now = Int64(time(nil))
+        func nonce() -> [UInt8] { (0..<16).map { _ in UInt8.random(in: 0...255) } }
+        // A login past its deadline (1 ms) after its first step's commit: the attempt is left.
+        let args: [PQValue] = [.text("alice"), .text("1001"), .text("000000"), .text("2"), .text("100"), .text("0"), .text("false"), .null]
+        let begin = web1.credential(operation: "login_begin", arguments: args, stamp: now, nonce: nonce())
+        XCTAssertThrowsError(try pool.execute("CALL pam_totp_api.login($1, $2, $3, $4, $5, $6, $7, p_timeout_ms => 1, p_credential => $8)",
+                                              Array(args.prefix(7)) + [.text(begin)])) { error in
+            XCTAssertEqual((error as? PQError)?.sqlState, "57014")
+        }
+        let attempt = try sql("SELECT id FROM pam_totp.attempts WHERE role = 'web1'")
+        XCTAssertFalse(attempt.isEmpty)
+        let own1 = try PQConnection(conninfo: cluster.conninfo(user: "own1", database: db))
+        for (c, who) in [(own1, "own1"), (pool, "the pool")] {
+            XCTAssertThrowsError(try c.call("SELECT * FROM pam_totp_api.login_finish($1, $2)", [.text(attempt), .text(begin)]), who) { error in
+                XCTAssertEqual((error as? PQError)?.sqlState, Refusal.hostCredentialMismatch.sqlState, "\(who): \(error)")
+            }
+        }
+        XCTAssertThrowsError(try own1.call("SELECT * FROM pam_totp_api.login_finish($1)", [.text(attempt)])) { error in
+            XCTAssertEqual((error as? PQError)?.sqlState, Refusal.unknownAttempt.sqlState, "\(error)")
+        }
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.attempts WHERE role = 'web1'"), "1", "still unfinished")
+        // A snapshot older than the call.
+        _ = try pool.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        XCTAssertThrowsError(try pool.execute("SELECT pam_totp_api.enrolled_uid($1, $2)", [.text("alice"),
+            .text(web1.credential(operation: "enrolled_uid", arguments: [.text("alice")], stamp: now, nonce: nonce()))])) { error in
+            XCTAssertEqual((error as? PQError)?.sqlState, Refusal.hostIsolation.sqlState)
+        }
+        _ = try pool.execute("ROLLBACK")
+        // The arrays' canonical text.
+        XCTAssertEqual(try sql("""
+            SELECT concat_ws('|', pam_totp_api.canonical(ARRAY['a', NULL, 'b']), pam_totp_api.canonical(ARRAY['a', 'b']),
+                             coalesce(pam_totp_api.canonical(NULL::text[]), 'NULL'), pam_totp_api.canonical('{}'::text[]) = '',
+                             pam_totp_api.canonical(ARRAY['\\x01'::bytea, NULL]))
+            """), "1:a-1:b|1:a1:b|NULL|t|2:01-")
+        // A sweep (forced: setseed) while another session holds old nonces: it skips them.
+        try sql("INSERT INTO pam_totp.host_nonces SELECT 'web1', int8send(i), 0 FROM generate_series(1, 50) i")
+        let holder = SpawnedProcess()
+        let null = open("/dev/null", O_RDWR)
+        defer { close(null) }
+        try holder.run(["/usr/bin/psql", "-X", "-q", "-h", cluster.socketDirectory, "-p", String(cluster.port), "-U", "postgres", "-d", db,
+                        "-c", "BEGIN; SELECT nonce FROM pam_totp.host_nonces WHERE at = 0 FOR UPDATE; SELECT pg_sleep(4); COMMIT;"], stdio: null)
+        defer { holder.waitUntilExit() }
+        XCTAssertTrue(waitUntil(timeout: 10) {
+            (try? self.sql("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'host_nonces' AND l.granted "
+                           + "AND l.mode = 'RowShareLock'")) == "1"
+        })
+        _ = try pool.execute("SELECT setseed(0.00077)")
+        _ = try pool.execute("SET lock_timeout = 1000")
+        XCTAssertEqual(try pool.execute("SELECT pam_totp_api.enrolled_uid($1, $2)", [.text("alice"),
+            .text(web1.credential(operation: "enrolled_uid", arguments: [.text("alice")], stamp: now, nonce: nonce()))]).first?.first ?? nil, "1001",
+                       "the call does not wait on the held rows")
+        // A host's name is never an admin's or a superuser's.
+        let r = try runCommand([daemonURL.path, "add-host", "postgres", "--admin", cluster.conninfo(database: db)])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("is not a host's own"), r.stderr)
+        XCTAssertEqual(try sql("SELECT count(*) FROM pam_totp.hosts WHERE name = 'postgres'"), "0")
+    }
+
+    /// Every call a host makes, as pam-totpd makes it, with a credential through the pooled role:
+    /// the database takes each (its canonical arguments are the client's: texts, numbers,
+    /// booleans, NULLs, bytes and both kinds of array), and every audit row is the host's.
+    func testEveryCallAHostMakesCarriesItsCredential() throws {
+        let web1 = PostgresStore(pool: ConnectionPool(conninfo: cluster.conninfo(user: "fleet_pool", database: db)), credential: try addHost("web1"))
+        let bob = Array("bob".utf8), uid: UInt32 = 1002
+        let first = secret + Array("bob".utf8), second = secret + Array("bob2".utf8)
+        var o = ModuleOptions()
+        o.adjacentIntervals = 2
+        var rng = SystemRandomNumberGenerator()
+        let now = Int64(time(nil))
+        awayFromStepBoundary(margin: 5)
+        // enroll_first: the checks, then the factor with its code (its proof is web1's).
+        XCTAssertEqual(try web1.enrollAtLogin(user: bob, accountUID: uid, label: Array("phone".utf8), secret: first, answer: nil, at: now, options: o), .mayEnrol)
+        XCTAssertEqual(try web1.enrollAtLogin(user: bob, accountUID: uid, label: Array("phone".utf8), secret: first,
+                                              answer: try TOTP.code(secret: first, parameters: .default, at: now), at: now, options: o), .enrolled)
+        // check_enrollable (bytes and NULL), enroll with imported recovery codes (enroll and
+        // replace_recovery in one statement: bytea[] and text[]), replace_recovery alone.
+        try web1.checkEnrollable(user: bob, accountUID: uid, label: Array("tablet".utf8), secret: second)
+        try web1.checkEnrollable(user: bob, accountUID: uid, label: Array("tablet".utf8), secret: nil)
+        let tablet = try Factor(label: Array("tablet: \"2\", x\\y".utf8), parameters: .default, created: now, secret: second)
+        _ = try web1.enroll(user: bob, accountUID: uid, factor: tablet, importedCodes: [Array("12345678".utf8), Array("8765-4321".utf8)], using: &rng)
+        XCTAssertTrue(try web1.replaceRecovery(user: bob, accountUID: uid, set: RecoverySet.generate(count: 3, iterations: 1000, using: &rng).set))
+        // A phone: send_enrolment_code, confirm_enrolment (its two steps with one credential), send_code.
+        try sql("UPDATE pam_totp.settings SET oob_resend_interval = 1")
+        let mobile = try Factor(outOfBand: .sms, label: Array("mobile".utf8), destination: Array("+15105551234".utf8), created: now)
+        guard case .queued(_, _, let sentAt, _) = try web1.sendEnrolmentCode(user: bob, accountUID: uid, factor: mobile, at: now, options: o, using: &rng)
+        else { return XCTFail("the enrolment code is queued") }
+        let code = try sql("SELECT code FROM pam_totp.outbox WHERE user_name = 'bob' ORDER BY id DESC LIMIT 1")
+        XCTAssertEqual(try web1.confirmEnrolment(user: bob, accountUID: uid, factor: mobile, sentAt: sentAt, answer: Array(code.utf8), at: now,
+                                                 options: o, using: &rng), .enrolled)
+        Thread.sleep(forTimeInterval: 1.1)
+        guard case .queued = try web1.sendCode(user: bob, accountUID: uid, label: Array("mobile".utf8), at: now, options: o, using: &rng)
+        else { return XCTFail("a login's code is queued") }
+        // user_status and list_factors, remove_factor.
+        XCTAssertEqual(try web1.status(user: bob)?.record.factors.count, 3)
+        XCTAssertEqual(try web1.removeFactor(user: bob, accountUID: uid, label: tablet.label, mayRemoveLast: false), 2)
+        XCTAssertEqual(try sql("SELECT string_agg(DISTINCT role, ',') FROM pam_totp.audit WHERE account = 'bob'"), "web1")
+        XCTAssertEqual(try sql("SELECT string_agg(event, ',' ORDER BY id) FROM pam_totp.audit WHERE account = 'bob'"),
+                       "enroll,enroll,recovery-codes,recovery-codes,code-sent,enroll,code-sent,remove")
+        XCTAssertEqual(try sql("SELECT string_agg(DISTINCT host, ',') FROM pam_totp.sends WHERE user_name = 'bob'"), "web1", "send limits are the host's")
+    }
+
     /// Every function a host may call names its caller first (identify, or for a second step
     /// finishing), and each procedure hands its credential to its first step: none takes the
     /// connection's role, or a name left on the session, for the host.
@@ -213,8 +324,8 @@ final class FleetHostCredentialTests: XCTestCase {
         let rows = try sql("""
             SELECT p.proname || ':' || p.prokind::text
                    || ':' || (p.prosrc LIKE '%pam_totp_api.identify(p_credential, ''' || p.proname || '''%')
-                   || ':' || (p.prosrc LIKE '%pam_totp_api.finishing(a.role, a.credential, p_credential)%')
-                   || ':' || (p.prosrc LIKE '%p_credential);%')
+                   || ':' || (p.prosrc LIKE '%pam_totp_api.finishing(a.role, a.nonce, p_credential, ''' || p.proname || '''%')
+                   || ':' || (p.prosrc LIKE '%p_credential);%' AND p.prosrc LIKE '%(attempt, p_finish_credential)%')
               FROM pg_proc p WHERE p.pronamespace = 'pam_totp_api'::regnamespace AND has_function_privilege('pam_totp_host', p.oid, 'EXECUTE')
              ORDER BY p.proname
             """).split(separator: "\n").map(String.init)

@@ -36,10 +36,10 @@ CREATE TABLE pam_totp.host_nonces (
 CREATE INDEX host_nonces_at ON pam_totp.host_nonces (at);
 REVOKE ALL ON pam_totp.host_nonces FROM PUBLIC;
 
--- A two-step login or enrolment is finished with the credential that began it (its SHA-256
--- here): the procedure that runs both steps gets one credential from its caller.
-ALTER TABLE pam_totp.attempts ADD COLUMN credential bytea;
-ALTER TABLE pam_totp.enrolment_attempts ADD COLUMN credential bytea;
+-- A two-step login or enrolment began with a credential is finished with another of the same
+-- host, made over the first one's nonce (kept here, in hex).
+ALTER TABLE pam_totp.attempts ADD COLUMN nonce text;
+ALTER TABLE pam_totp.enrolment_attempts ADD COLUMN nonce text;
 
 -- add-host and remove-host are in the audit trail (account: the host's name).
 ALTER TABLE pam_totp.audit DROP CONSTRAINT audit_event_check;
