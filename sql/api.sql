@@ -239,7 +239,11 @@ END $$;
 -- by a newline. It is accepted once (its nonce is kept two minutes) and only for that operation
 -- with those arguments: a credential read from a statement log can only repeat its own call,
 -- and only if that call rolled back, within its minute (docs/FLEET.md). The database's encoding
--- must be UTF8 (lengths are counted in its bytes, as the host counts UTF-8's).
+-- must be UTF8 (lengths are counted in its bytes, as the host counts UTF-8's). A read (enrolled,
+-- enrolled_uid, user_status, list_factors, check_enrollable) called first in its transaction
+-- commits its nonce without waiting for the disk (synchronous_commit off for that transaction:
+-- its only write): a crash may forget the last moment's nonces of reads, whose credentials
+-- could then repeat those reads within their minute.
 CREATE FUNCTION pam_totp_api.identify(p_credential text, p_op text, p_args text[]) RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -265,11 +269,10 @@ BEGIN
     END IF;
     RETURN session_user;
   END IF;
-  part := string_to_array(p_credential, ':');
-  IF cardinality(part) <> 5 OR part[1] <> 'v1' OR part[2] !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' OR part[3] !~ '^[0-9]{1,12}$'
-     OR part[4] !~ '^[0-9a-f]{32}$' OR part[5] !~ '^[0-9a-f]{64}$' THEN
+  IF p_credential !~ '^v1:[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[0-9]{1,12}:[0-9a-f]{32}:[0-9a-f]{64}$' THEN
     RAISE EXCEPTION 'a host credential is v1:HOST:STAMP:NONCE:MAC' USING ERRCODE = 'PT037';
   END IF;
+  part := string_to_array(p_credential, ':');
   SELECT h.key INTO k FROM pam_totp.hosts h WHERE h.name = part[2] AND h.key IS NOT NULL;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'host % has no key here (never added, or removed: pam-totpd add-host)', part[2] USING ERRCODE = 'PT038';
@@ -843,6 +846,7 @@ CREATE FUNCTION pam_totp_api.enrolled_uid(p_user text, p_credential text DEFAULT
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
   PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled_uid', ARRAY[p_user]), true);
   RETURN (SELECT u.uid FROM pam_totp.users u
            WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name));
@@ -856,6 +860,7 @@ RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set b
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
   PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'user_status', ARRAY[p_user]), true);
   RETURN QUERY SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used,
          ARRAY(SELECT x.at FROM (SELECT s.at FROM pam_totp.sends s WHERE s.user_name = u.name
@@ -871,6 +876,7 @@ RETURNS TABLE (label text, algorithm text, digits integer, period integer, creat
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
   PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'list_factors', ARRAY[p_user]), true);
   -- A token's counter is for admins only (a host reads no secret and no counter); its
   -- serial number is not a secret. A phone or address: masked, except to an admin.
@@ -912,6 +918,7 @@ CREATE FUNCTION pam_totp_api.check_enrollable(p_user text, p_uid bigint, p_label
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
   PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'check_enrollable',
     ARRAY[p_user, p_uid::text, p_label, encode(p_secret, 'hex')]), true);
   PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, p_secret);
@@ -1223,6 +1230,7 @@ RETURNS TABLE (uid bigint, kind text, label text, masked text, has_recovery bool
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
   PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled', ARRAY[p_user]), true);
   -- digits: how many digits the factor's code has (a sent factor: its live code's, else NULL),
   -- so a one-field stack can hand the password on before the code is checked (code_after_password).

@@ -135,6 +135,15 @@ final class FleetHostCredentialTests: XCTestCase {
         XCTAssertEqual(refusal("alice", web9.credential(operation: "enrolled_uid", arguments: [.text("alice")], stamp: now, nonce: randomNonce())),
                        Refusal.hostUnknown.sqlState, "a host never added")
         XCTAssertEqual(refusal("alice", "v1:web1:1:2:3"), Refusal.hostCredentialMalformed.sqlState, "malformed")
+        // A read first in its transaction commits its nonce without waiting for the disk; one
+        // after a write leaves that transaction's durability alone.
+        for wroteFirst in [false, true] {
+            _ = try c.execute("BEGIN")
+            if wroteFirst { _ = try c.execute("SELECT pg_current_xact_id()") }
+            XCTAssertEqual(try call("alice", web1.credential(operation: "enrolled_uid", arguments: [.text("alice")], stamp: now, nonce: randomNonce())), "1001")
+            XCTAssertEqual(try c.execute("SHOW synchronous_commit").first?.first ?? nil, wroteFirst ? "on" : "off")
+            _ = try c.execute("COMMIT")
+        }
     }
 
     /// With every statement logged (log_statement = all, parameters included), no credential
