@@ -7,7 +7,7 @@
 # init-database, 1,000 users enrolled (settings that never lock); N pam-totpd daemons, each a host
 # with its own configuration and socket, all in one private mount namespace whose /etc has the
 # bench users; then scripts/bench-fleet-scale-client.py sends wrong codes (000000, counted) spread
-# over the hosts: a warm-up request to every host, then max(5000, 5 N) requests timed.
+# over the hosts: a warm-up request to every host, then max(10000, 10 N) requests timed.
 # POOL=pgbouncer: the hosts go through Debian's PgBouncer (transaction pooling, 20 server
 # connections), all as one shared login role, each host named by its own credential (pam-totpd
 # add-host; before that exists, by nothing: the audit trail then shows one role); then the same N
@@ -15,7 +15,7 @@
 # POOL=direct: that second run alone.
 # Printed (stdout), per run: the server connections PostgreSQL had for the fleet's database at
 # the peak, logins/s, p50/p99, how many hosts the audit trail tells apart, and CPU per login.
-# Optional: CLIENTS (8: requests in flight, one client process each), REQUESTS (max(5000, 5 N)),
+# Optional: CLIENTS (8: requests in flight, one client process each), REQUESTS (max(10000, 10 N)),
 # CREDENTIALS (auto | 1 | 0: use pam-totpd add-host or not; auto: if the daemon has it),
 # NET (unix | tcp: how hosts and PgBouncer reach their server; unix by default).
 # Everything it starts is stopped and removed on exit; nothing on the system changes.
@@ -29,7 +29,7 @@ usage() { echo "usage: HOSTS=N [POOL=pgbouncer|direct] $0 PAM_TOTPD  (make bench
 [[ "$hosts" =~ ^[1-9][0-9]*$ ]] || usage
 case "$pool" in pgbouncer) runs=(pgbouncer direct) ;; direct) runs=(direct) ;; *) usage ;; esac
 case "$net" in unix|tcp) ;; *) usage ;; esac
-requests=${REQUESTS:-$(( hosts * 5 > 5000 ? hosts * 5 : 5000 ))}
+requests=${REQUESTS:-$(( hosts * 10 > 10000 ? hosts * 10 : 10000 ))}
 bin=/usr/lib/postgresql/15/bin
 pgbouncer=/usr/sbin/pgbouncer
 [ -x "$bin/postgres" ] || { echo "bench-fleet-scale: PostgreSQL 15 is not installed ($bin)" >&2; exit 1; }
