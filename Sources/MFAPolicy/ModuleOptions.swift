@@ -491,18 +491,13 @@ public struct ModuleOptions: Equatable, Sendable {
                 throw bad(connect ? "db_connect_timeout must be 1 to 120 seconds" : "db_idle_timeout must be 1 to 86400 seconds")
             }
             if connect { dbConnectTimeout = Int(n) } else { dbIdleTimeout = Int(n) }
-        } else if equals(name, "postgresql_file") {
-            guard fromFile else { throw .invalidOption(origin + "postgresql_file= is only allowed in the configuration file") }
+        } else if equals(name, "postgresql_file") || equals(name, "host_credential") {
+            // Root-only files pam-totpd reads (a CONNINFO, the host's credential).
+            guard fromFile else { throw .invalidOption(origin + printable(name) + "= is only allowed in the configuration file") }
             guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-                throw bad("postgresql_file must be an absolute path")
+                throw bad(printable(name) + " must be an absolute path")
             }
-            postgresqlFile = v
-        } else if equals(name, "host_credential") {
-            guard fromFile else { throw .invalidOption(origin + "host_credential= is only allowed in the configuration file") }
-            guard let v = value, v.first == 0x2F, v.count <= 1024, !v.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-                throw bad("host_credential must be an absolute path")
-            }
-            hostCredential = v
+            if equals(name, "host_credential") { hostCredential = v } else { postgresqlFile = v }
         } else {
             return false
         }

@@ -54,4 +54,17 @@ final class FleetOptionsTests: XCTestCase {
         }
         XCTAssertThrowsError(try ModuleOptions.parse([Array("db_idle_timeout=10".utf8)]), "not on a pam.d line")
     }
+
+    /// host_credential (issue 38): an absolute path, from the file only, never in a section.
+    func testHostCredentialIsAFileOnlyPath() throws {
+        XCTAssertNil(ModuleOptions().hostCredential)
+        XCTAssertEqual(try config("host_credential = /etc/security/pam_totp.host").hostCredential.map { String(decoding: $0, as: UTF8.self) },
+                       "/etc/security/pam_totp.host")
+        for bad in ["host_credential = relative/path", "host_credential", "host_credential = ", "host_credential = /x\u{7}",
+                    "host_credential = /" + String(repeating: "a", count: 1024), "[group wheel]\nhost_credential = /x",
+                    "[service sshd]\nhost_credential = /x"] {
+            XCTAssertThrowsError(try config(bad), bad)
+        }
+        XCTAssertThrowsError(try ModuleOptions.parse([Array("host_credential=/x".utf8)]), "not on a pam.d line")
+    }
 }
