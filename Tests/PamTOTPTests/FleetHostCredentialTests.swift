@@ -40,6 +40,7 @@ final class FleetHostCredentialTests: XCTestCase {
         if let directory { removeTemporaryDirectory(directory) }
     }
 
+    @discardableResult
     func sql(_ q: String) throws -> String { try cluster.psql(q, database: db) }
 
     /// `pam-totpd add-host NAME --credential FILE` as an admin would run it; the credential read back.
