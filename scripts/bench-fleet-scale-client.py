@@ -18,27 +18,14 @@ own CPU seconds (all processes) on stderr as "client-cpu SECONDS".
 
 usage: bench-fleet-scale-client.py SOCKET_DIR HOSTS USERS SECRET_HEX WORKERS REQUESTS wrong|accepted|warm
 """
-import multiprocessing, os, resource, socket, struct, sys, time
-from bench_load import report, totp
+import multiprocessing, os, resource, socket, sys, time
+from bench_load import frame, report, totp
 
 sock_dir, hosts, users, secret_hex = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 workers, requests, mode = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
 secret = bytes.fromhex(secret_hex)
 if mode == "warm":
     requests = hosts
-
-def frame(user, answer):
-    # Keep in step with scripts/bench-fleet-client.py's frame (the same request):
-    # authenticate, no flags, adjacent_intervals 1, hotp_window 10, hotp_resync_window 100,
-    # max_failures 100, lockout 0; factor_kinds all (0x0F), oob_digits 6, oob_max_attempts 3,
-    # oob_lifetime 300, oob_resend_interval 30, oob_max_per_hour 5, oob_max_per_day 20 (the
-    # defaults); then service, user, store, answer and no previous answer.
-    body = bytes([2, 0, 1, 10]) + struct.pack(">H", 100) + bytes([100]) + struct.pack(">I", 0)
-    body += bytes([0x0F, 6, 3]) + struct.pack(">HH", 300, 30) + bytes([5, 20])
-    for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True),
-                        (b"", True)):
-        body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
-    return b"PTQ4" + struct.pack(">H", len(body)) + body
 
 def ask(path, data):
     """One request on a new connection; the reply's kind, -1 for none or a malformed one."""

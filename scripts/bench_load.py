@@ -1,6 +1,7 @@
 """The load both bench-fleet clients drive (scripts/bench-fleet-client.py: pam-totpd's socket;
-scripts/bench-fleet-privacyidea-client.py: privacyIDEA over HTTP): the TOTP code, N threads taking
-requests in turn, the printed line, and the guarantee run's race."""
+scripts/bench-fleet-privacyidea-client.py: privacyIDEA over HTTP; scripts/bench-fleet-scale-client.py:
+many pam-totpd): the TOTP code, pam-totpd's request, N threads taking requests in turn, the printed
+line, and the guarantee run's race."""
 import hashlib, hmac, struct, threading, time
 
 def totp(secret, step):
@@ -8,6 +9,19 @@ def totp(secret, step):
     mac = hmac.new(secret, struct.pack(">Q", step), hashlib.sha1).digest()
     o = mac[-1] & 15
     return "%06d" % ((struct.unpack(">I", mac[o:o + 4])[0] & 0x7fffffff) % 1000000)
+
+def frame(user, answer):
+    """pam-totpd's authenticate request as the module sends it (docs/ARCHITECTURE.md, section 5.2)."""
+    # authenticate, no flags, adjacent_intervals 1, hotp_window 10, hotp_resync_window 100,
+    # max_failures 100, lockout 0; factor_kinds all (0x0F), oob_digits 6, oob_max_attempts 3,
+    # oob_lifetime 300, oob_resend_interval 30, oob_max_per_hour 5, oob_max_per_day 20 (the
+    # defaults); then service, user, store, answer and no previous answer.
+    body = bytes([2, 0, 1, 10]) + struct.pack(">H", 100) + bytes([100]) + struct.pack(">I", 0)
+    body += bytes([0x0F, 6, 3]) + struct.pack(">HH", 300, 30) + bytes([5, 20])
+    for field, wide in ((b"bench", False), (user.encode(), False), (b"/var/lib/pam-totp", True), (answer.encode(), True),
+                        (b"", True)):
+        body += (struct.pack(">H", len(field)) if wide else bytes([len(field)])) + field
+    return b"PTQ4" + struct.pack(">H", len(body)) + body
 
 def drive(clients, requests, one):
     """`clients` threads run one(i) for i in 0..<requests, each i once; returns (elapsed seconds,

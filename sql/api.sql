@@ -239,12 +239,13 @@ END $$;
 -- by a newline. It is accepted once (its nonce is kept two minutes) and only for that operation
 -- with those arguments: a credential read from a statement log can only repeat its own call,
 -- and only if that call rolled back, within its minute (docs/FLEET.md). The database's encoding
--- must be UTF8 (lengths are counted in its bytes, as the host counts UTF-8's). A read (enrolled,
--- enrolled_uid, user_status, list_factors, check_enrollable) called first in its transaction
--- commits its nonce without waiting for the disk (synchronous_commit off for that transaction:
--- its only write): a crash may forget the last moment's nonces of reads, whose credentials
--- could then repeat those reads within their minute.
-CREATE FUNCTION pam_totp_api.identify(p_credential text, p_op text, p_args text[]) RETURNS text
+-- must be UTF8 (lengths are counted in its bytes, as the host counts UTF-8's). p_reading: the
+-- call writes nothing but its nonce (enrolled, enrolled_uid, user_status, list_factors,
+-- check_enrollable); first in its transaction, that transaction then commits without waiting
+-- for the disk (synchronous_commit off: a read used to be a read-only transaction, the nonce made
+-- it wait for a WAL flush): a crash may forget the last moment's nonces of reads, whose
+-- credentials could then repeat those reads within their minute.
+CREATE FUNCTION pam_totp_api.identify(p_credential text, p_op text, p_args text[], p_reading boolean DEFAULT false) RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -291,6 +292,7 @@ BEGIN
     RAISE EXCEPTION 'host %''s credential is stamped % s from the database''s clock (at most 60: check the host''s clock)',
       part[2], clock - stamp USING ERRCODE = 'PT040';
   END IF;
+  IF p_reading AND pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;
   INSERT INTO pam_totp.host_nonces (host, nonce, at) VALUES (part[2], decode(part[4], 'hex'), clock) ON CONFLICT DO NOTHING;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'host %''s credential was used already (each call has its own)', part[2] USING ERRCODE = 'PT041';
@@ -846,8 +848,7 @@ CREATE FUNCTION pam_totp_api.enrolled_uid(p_user text, p_credential text DEFAULT
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
-  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
-  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled_uid', ARRAY[p_user]), true);
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled_uid', ARRAY[p_user], true), true);
   RETURN (SELECT u.uid FROM pam_totp.users u
            WHERE u.name = p_user AND EXISTS (SELECT 1 FROM pam_totp.factors f WHERE f.user_name = u.name));
 END $$;
@@ -860,8 +861,7 @@ RETURNS TABLE (uid bigint, failures integer, locked_until bigint, recovery_set b
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
-  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
-  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'user_status', ARRAY[p_user]), true);
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'user_status', ARRAY[p_user], true), true);
   RETURN QUERY SELECT u.uid, u.failures, u.locked_until, r.set_id, cardinality(r.hashes), r.used,
          ARRAY(SELECT x.at FROM (SELECT s.at FROM pam_totp.sends s WHERE s.user_name = u.name
                                    AND s.at > pam_totp_api.now_seconds() - 86400 ORDER BY s.at DESC LIMIT 32) x ORDER BY x.at)
@@ -876,8 +876,7 @@ RETURNS TABLE (label text, algorithm text, digits integer, period integer, creat
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
-  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
-  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'list_factors', ARRAY[p_user]), true);
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'list_factors', ARRAY[p_user], true), true);
   -- A token's counter is for admins only (a host reads no secret and no counter); its
   -- serial number is not a secret. A phone or address: masked, except to an admin.
   RETURN QUERY SELECT f.label, f.algorithm, f.digits, f.period, f.created,
@@ -918,9 +917,8 @@ CREATE FUNCTION pam_totp_api.check_enrollable(p_user text, p_uid bigint, p_label
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
-  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
   PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'check_enrollable',
-    ARRAY[p_user, p_uid::text, p_label, encode(p_secret, 'hex')]), true);
+    ARRAY[p_user, p_uid::text, p_label, encode(p_secret, 'hex')], true), true);
   PERFORM pam_totp_api.enrollable(p_user, p_uid, p_label, p_secret);
 END $$;
 
@@ -1230,8 +1228,7 @@ RETURNS TABLE (uid bigint, kind text, label text, masked text, has_recovery bool
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
-  IF pg_current_xact_id_if_assigned() IS NULL THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;  -- a read: see identify
-  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled', ARRAY[p_user]), true);
+  PERFORM set_config('pam_totp.caller', pam_totp_api.identify(p_credential, 'enrolled', ARRAY[p_user], true), true);
   -- digits: how many digits the factor's code has (a sent factor: its live code's, else NULL),
   -- so a one-field stack can hand the password on before the code is checked (code_after_password).
   RETURN QUERY SELECT u.uid, f.kind, f.label, pam_totp_api.masked(f.kind, f.destination),

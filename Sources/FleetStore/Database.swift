@@ -316,7 +316,7 @@ public final class PostgresStore: TOTPStore {
         let stamp = clock(), first = nonce()
         let begin = PQValue.text(credential.credential(operation: operation, arguments: arguments, stamp: stamp, nonce: first))
         guard let finishing else { return (begin, .null) }
-        return (begin, .text(credential.credential(operation: finishing, arguments: [.text(HostCredential.hex(first))], stamp: stamp, nonce: nonce())))
+        return (begin, .text(credential.credential(operation: finishing, arguments: [.text(hex(first))], stamp: stamp, nonce: nonce())))
     }
 
     /// `arguments` and their credential: what a host-callable function takes.

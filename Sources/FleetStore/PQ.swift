@@ -52,13 +52,7 @@ public enum PQValue {
     }
 }
 
-func hex(_ bytes: [UInt8]) -> String {
-    let digits = Array("0123456789abcdef".utf8)
-    var out: [UInt8] = []
-    out.reserveCapacity(bytes.count * 2)
-    for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
-    return String(decoding: out, as: UTF8.self)
-}
+func hex(_ bytes: [UInt8]) -> String { String(decoding: Hex.encode(bytes), as: UTF8.self) }
 
 extension String {
     func replacingAll(_ what: String, _ with: String) -> String {

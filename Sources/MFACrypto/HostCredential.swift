@@ -39,39 +39,17 @@ public struct HostCredential: Sendable {
         guard let space = bytes[magic.count..<end].firstIndex(of: 0x20) else { return nil }
         let name = Array(bytes[magic.count..<space])
         guard end - (space + 1) == 64 else { return nil }
-        // The key's copies are zeroed once the HMAC's pad states are made (which keep no key).
-        var key = decodeHex(bytes[(space + 1)..<end]) ?? []
+        // The key's copy is zeroed once the HMAC's pad states are made (which keep no key).
+        var key = Hex.decode(bytes[(space + 1)..<end]) ?? []
         defer { for i in key.indices { key[i] = 0 } }
         guard key.count == 32 else { return nil }
         return HostCredential(host: name, key: key)
     }
 
-    /// The file's contents for `host` and `key` (add-host writes them, mode 0600).
-    public static func file(host: String, key: [UInt8]) -> [UInt8] {
-        Array((Self.magic + host + " " + Self.hex(key) + "\n").utf8)
-    }
-
-    private static func decodeHex(_ hex: ArraySlice<UInt8>) -> [UInt8]? {
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 0x30...0x39: return c - 0x30
-            case 0x61...0x66: return c - 0x61 + 10
-            default: return nil
-            }
-        }
-        guard hex.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(hex.count / 2)
-        var i = hex.startIndex
-        while i + 1 < hex.endIndex {
-            guard let hi = nibble(hex[i]), let lo = nibble(hex[i + 1]) else {
-                for j in out.indices { out[j] = 0 }
-                return nil
-            }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
+    /// The file's line for `host` and its key in lower-case hex, as the database returns it
+    /// (add-host writes it, mode 0600; `parse` reads it).
+    public static func line(host: String, hexKey: String) -> [UInt8] {
+        Array((Self.magic + host + " " + hexKey + "\n").utf8)
     }
 
     /// The credential of one call: `operation` (the function's name) with `arguments` as that
@@ -79,21 +57,15 @@ public struct HostCredential: Sendable {
     /// `PQValue.canonical`), stamped `stamp` (Unix seconds) with a 16-byte `nonce`. The MAC's
     /// message is identify's (sql/api.sql): each argument length-prefixed.
     public func credential(operation: String, arguments: [String?], stamp: Int64, nonce: [UInt8]) -> String {
-        let nonceHex = Self.hex(nonce)
+        let nonceHex = hex(nonce)
         var message = "pam_totp host call v1\n" + host + "\n" + String(stamp) + "\n" + nonceHex + "\n" + operation + "\n"
         for a in arguments {
             if let c = a { message += "+" + String(c.utf8.count) + ":" + c + "\n" } else { message += "-\n" }
         }
         let mac = key.authenticate(Array(message.utf8))
-        return "v1:" + host + ":" + String(stamp) + ":" + nonceHex + ":" + Self.hex(mac)
-    }
-
-    /// Lower-case hex, as the database's encode(..., 'hex').
-    public static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
-        return String(decoding: out, as: UTF8.self)
+        return "v1:" + host + ":" + String(stamp) + ":" + nonceHex + ":" + hex(mac)
     }
 }
+
+/// Lower-case hex, as the database's encode(..., 'hex').
+private func hex(_ bytes: [UInt8]) -> String { String(decoding: Hex.encode(bytes), as: UTF8.self) }

@@ -92,17 +92,11 @@ public enum Refusal: UInt8, Sendable, CaseIterable {
         case .enrolAtLoginUnavailable: "enrolment at login is not available with this store"
         case .outOfBandUnavailable: "text-message and email factors are not available with this store yet"
         case .noSuchAccount: "no such account"
-        case .hostPooled: "a pooled role (pam_totp_pooled) needs each host's credential: host_credential = PATH"
-        case .hostRemoved: "this host was removed (pam-totpd remove-host)"
-        case .hostCredentialMalformed: "a host credential is v1:HOST:STAMP:NONCE:MAC"
-        case .hostUnknown: "this host has no key in the database (pam-totpd add-host)"
-        case .hostCredentialMismatch: "this host's credential does not match the call (another key?)"
-        case .hostClock: "this host's clock is more than 60 s from the database's"
-        case .hostCredentialUsed: "this host's credential was used already"
-        case .hostTaken: "that host has a key already: pam-totpd remove-host it first"
-        case .hostName: "a host's name is 1 to 63 letters, digits, dots, underscores and hyphens, the first a letter or digit"
-        case .hostIsolation: "pam_totp's calls run in READ COMMITTED (the session's default_transaction_isolation is another)"
-        case .hostNameIsRole: "a role of that name exists and is not a host's own: choose another name"
+        // The database's own text says which and why (sql/api.sql, identify and add_host).
+        case .hostPooled, .hostRemoved, .hostCredentialMalformed, .hostUnknown, .hostCredentialMismatch, .hostClock,
+             .hostCredentialUsed, .hostIsolation:
+            "the database refused this host's call (its credential or role; pam-totpd(8), add-host)"
+        case .hostTaken, .hostName, .hostNameIsRole: "the database refused that host name (pam-totpd(8), add-host)"
         case .auditNotKept:
             "the audit trail is kept in fleet mode (backend = postgresql); on a single host, see the authpriv log (pam_totp, pam-totpd and totp-enroll log every login, lockout and change there)"
         }

@@ -25,14 +25,8 @@ struct InitDatabase: Command {
     func run() throws(CommandError) {
         Logger.bootstrap()
         let logger = Logger()
-        let checked = checkConninfo(admin)
-        if let error = checked.error {
-            printError("--admin is not a valid CONNINFO: \(error)")
-            throw .exit(1)
-        }
-        // Every local user can read a command line (/proc/PID/cmdline) while it runs.
-        if checked.hasPassword {
-            printError("--admin must not hold a password (any local user can read a command line): use ~/.pgpass, PGPASSFILE, a client certificate or peer authentication")
+        do throws(DaemonError) { try AdminDatabase.check(admin) } catch {
+            printError(error.text)
             throw .exit(1)
         }
         let result: Result<(from: Int, to: Int), PQError>

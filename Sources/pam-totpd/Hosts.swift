@@ -14,24 +14,37 @@ struct AdminDatabase {
         PamTOTPD.configSpec,
     ]
 
-    static func connect(_ arguments: (admin: String?, config: String?)) throws(DaemonError) -> PQConnection {
+    let admin: String?
+    let config: String?
+
+    init(_ arguments: Arguments) {
+        admin = arguments.string("--admin")
+        config = arguments.string("--config")
+    }
+
+    func connect() throws(DaemonError) -> PQConnection {
         let conninfo: String
-        if let admin = arguments.admin {
-            let checked = checkConninfo(admin)
-            if let error = checked.error { throw DaemonError("--admin is not a valid CONNINFO: \(error)") }
-            // Every local user can read a command line (/proc/PID/cmdline) while it runs.
-            if checked.hasPassword {
-                throw DaemonError("--admin must not hold a password (any local user can read a command line): use ~/.pgpass, PGPASSFILE, a client certificate or peer authentication")
-            }
+        if let admin {
+            try Self.check(admin)
             conninfo = admin
         } else {
-            let site = try PamTOTPD.siteOptions(arguments.config)
-            conninfo = try PamTOTPD.fleetConninfo(site: site, configPath: arguments.config)
+            let site = try PamTOTPD.siteOptions(config)
+            conninfo = try PamTOTPD.fleetConninfo(site: site, configPath: config)
         }
         do throws(PQError) {
             return try PQConnection(conninfo: conninfo, timeoutMilliseconds: 10_000, statementTimeoutMilliseconds: 10_000)
         } catch {
             throw DaemonError("cannot reach the database: \(error.message)")
+        }
+    }
+
+    /// `--admin CONNINFO` (init-database's too): one libpq takes, with no password in it.
+    static func check(_ admin: String) throws(DaemonError) {
+        let checked = checkConninfo(admin)
+        if let error = checked.error { throw DaemonError("--admin is not a valid CONNINFO: \(error)") }
+        // Every local user can read a command line (/proc/PID/cmdline) while it runs.
+        if checked.hasPassword {
+            throw DaemonError("--admin must not hold a password (any local user can read a command line): use ~/.pgpass, PGPASSFILE, a client certificate or peer authentication")
         }
     }
 
@@ -55,14 +68,12 @@ struct AddHost: Command {
 
     let host: String
     let file: String?
-    let admin: String?
-    let config: String?
+    let database: AdminDatabase
 
     init(_ arguments: Arguments) throws(CommandError) {
         host = try arguments.required("NAME")
         file = arguments.string("--credential")
-        admin = arguments.string("--admin")
-        config = arguments.string("--config")
+        database = AdminDatabase(arguments)
     }
 
     func run() throws(CommandError) {
@@ -91,7 +102,7 @@ struct AddHost: Command {
             if fd >= 0 { close(fd) }
             if let file, !written { _ = unlink(file) }
         }
-        let c = try AdminDatabase.connect((admin, config))
+        let c = try database.connect()
         var text: [UInt8] = []
         defer { for i in text.indices { text[i] = 0 } }
         var failure: String? = nil
@@ -99,7 +110,7 @@ struct AddHost: Command {
             _ = try c.execute("BEGIN")
             let rows = try c.execute("SELECT encode(pam_totp_api.add_host($1), 'hex')", [.text(host)])
             if let hex = rows.first?.first ?? nil, hex.utf8.count == 64 {
-                text = Array(("pam_totp-host v1 " + host + " " + hex + "\n").utf8)
+                text = HostCredential.line(host: host, hexKey: hex)
             }
             if HostCredential.parse(text) == nil {
                 failure = "the database returned a malformed key: nothing was added"
@@ -141,20 +152,18 @@ struct RemoveHost: Command {
     static let specs: [ArgumentSpec] = [.argument("NAME", "The host's name.")] + AdminDatabase.specs
 
     let host: String
-    let admin: String?
-    let config: String?
+    let database: AdminDatabase
 
     init(_ arguments: Arguments) throws(CommandError) {
         host = try arguments.required("NAME")
-        admin = arguments.string("--admin")
-        config = arguments.string("--config")
+        database = AdminDatabase(arguments)
     }
 
     func run() throws(CommandError) {
         Logger.bootstrap()
         do throws(DaemonError) {
             guard HostCredential.validName(Array(host.utf8)) else { throw DaemonError("no such host: \(host)") }
-            let c = try AdminDatabase.connect((admin, config))
+            let c = try database.connect()
             let rows: [[String?]]
             do throws(PQError) {
                 rows = try c.execute("SELECT pam_totp_api.remove_host($1)", [.text(host)])
